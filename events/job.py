@@ -1,0 +1,105 @@
+"""Job-run and job-lock transitions (Gobblin's JobState: PENDING → RUNNING → SUCCESSFUL → COMMITTED, or FAILED / CANCELLED)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from events.model import Count, Frozen, Name, RunEvent
+from events.keys import key_of
+
+
+class WorkUnitSpec(Frozen):
+    """A WorkUnit: one dataset partition to pull from the low to the expected high watermark."""
+
+    work_unit_id: Name
+    dataset_urn: Name
+    partition: Name
+    low_watermark: int
+    expected_high_watermark: int
+    multi_work_unit_id: Name | None = None
+    estimated_records: Count = 0
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class JobRunStarted(RunEvent):
+    """A run of a job began (RUNNING), with the job's configuration as Gobblin properties."""
+
+    job_group: str | None = None
+    properties: dict[str, str] = Field(default_factory=dict)
+    launcher: str = "spark"
+
+    @property
+    def key(self) -> str:
+        return self.run_key("STARTED")
+
+
+class WorkUnitsPlanned(RunEvent):
+    """The Source created these WorkUnits for the run (packed into MultiWorkUnits by multi_work_unit_id)."""
+
+    work_units: tuple[WorkUnitSpec, ...]
+
+    @property
+    def key(self) -> str:
+        return self.run_key("WORK_UNITS_PLANNED")
+
+
+class JobRunSucceeded(RunEvent):
+    """Every task of the run finished (Gobblin's SUCCESSFUL); nothing is published yet."""
+
+    tasks: Count
+    records_extracted: Count = 0
+    records_written: Count = 0
+
+    @property
+    def key(self) -> str:
+        return self.run_key("SUCCEEDED")
+
+
+class JobRunCommitted(RunEvent):
+    """The run's commit sequences finished: its data is published (COMMITTED)."""
+
+    datasets_committed: tuple[str, ...] = ()
+    datasets_abandoned: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return self.run_key("COMMITTED")
+
+
+class JobRunFailed(RunEvent):
+    """The run failed; the error says why, failed_tasks which tasks ran out of retries."""
+
+    error: str
+    failed_tasks: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return self.run_key("FAILED")
+
+
+class JobRunCancelled(RunEvent):
+    """The run was cancelled (SIGINT / SIGTERM): nothing of it is published."""
+
+    reason: str
+
+    @property
+    def key(self) -> str:
+        return self.run_key("CANCELLED")
+
+
+class JobLockAcquired(RunEvent):
+    """The run holds the job's lock; holder names the host and process."""
+
+    holder: str
+
+    @property
+    def key(self) -> str:
+        return key_of("lock", self.job, self.run_id, "ACQUIRED")
+
+
+class JobLockReleased(RunEvent):
+    """The run gave the job's lock back."""
+
+    @property
+    def key(self) -> str:
+        return key_of("lock", self.job, self.run_id, "RELEASED")

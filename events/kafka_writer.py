@@ -1,0 +1,195 @@
+"""Atomic batches on Kafka: an idempotent, transactional producer; one transaction per batch.
+
+The transactional id comes from the writer's name, so opening a second writer with the same name (a second
+run of the same job) fences the first. Errors take the three branches of confluent-kafka's documented loop:
+retriable (try the same call again), abortable (abort, then send the whole batch again) and fatal (the writer
+is dead; FencedError when a newer writer took over).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from events.codec import EventCodec, Record
+from events.errors import FencedError, LogUnavailableError, LogWriteError
+from events.kafka_config import KafkaSettings
+from events.log import LogWriter
+
+FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+ABORTED_BATCH_RETRIES = 3
+RETRY_PAUSE_S = 0.2
+VISIBILITY_WAIT_S = 10.0
+
+T = TypeVar("T")
+
+
+class _AbortableError(Exception):
+    """The transaction was aborted and the batch can be sent again."""
+
+
+def transactional_id(topic: str, name: str) -> str:
+    """The transactional id of a writer: one per (topic, writer name)."""
+    return f"oncelog.{topic}.{name}"
+
+
+class KafkaWriter(LogWriter):
+    """Appends each batch in one Kafka transaction; readers with read_committed see all of it or none."""
+
+    def __init__(self, name: str, codec: EventCodec, partitions: int, settings: KafkaSettings, topic: str) -> None:
+        super().__init__(name, codec, partitions)
+        self.topic = topic
+        self._timeout = settings.write_timeout_s
+        self._dead: Exception | None = None
+        self._producer: Producer = settings.make(
+            "producer",
+            Producer,
+            {
+                "transactional.id": transactional_id(topic, name),
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "batch.size": 1_000_000,
+                "batch.num.messages": 10_000,
+                "queue.buffering.max.messages": 500_000,
+                "compression.type": "lz4",
+                "transaction.timeout.ms": int(self._timeout * 1000),
+                "on_delivery": self._delivered,
+            },
+        )
+        self._settings = settings
+        self._visibility: Consumer | None = None
+        self._last_offsets: dict[int, int] = {}
+        self._call("init_transactions", lambda: self._producer.init_transactions(self._timeout))
+
+    def append_records(self, records: Iterable[Record]) -> int:
+        if self._dead is not None:
+            raise LogWriteError(f"writer {self.name!r} can no longer append: {self._dead}") from self._dead
+        sent: list[Record] = []
+        source: Iterable[Record] = records
+        for attempt in range(1, ABORTED_BATCH_RETRIES + 1):
+            try:
+                self._transaction(source, sent)
+                return len(sent)
+            except _AbortableError as e:
+                if attempt == ABORTED_BATCH_RETRIES:
+                    raise LogWriteError(
+                        f"writer {self.name!r}: the batch of {len(sent)} records was aborted {attempt} times, "
+                        f"nothing of it is visible; last error: {e}"
+                    ) from e
+                # Send again exactly what the aborted transaction held: the source iterable is consumed.
+                source, sent = list(sent), []
+                time.sleep(RETRY_PAUSE_S)
+        raise AssertionError("unreachable")
+
+    def _transaction(self, records: Iterable[Record], sent: list[Record]) -> None:
+        """One transaction: begin, produce every record, commit. Any failure aborts it."""
+        producer = self._producer
+        self._last_offsets = {}
+        self._call("begin_transaction", producer.begin_transaction)
+        try:
+            for record in records:
+                self._produce(record)
+                sent.append(record)
+            self._call("commit_transaction", lambda: producer.commit_transaction(self._timeout))
+            self._await_visible(self._last_offsets)
+        except BaseException:
+            # Whatever failed (Kafka, or the caller's iterable mid-batch): nothing of the batch may become visible.
+            # A dead (fenced or fatally failed) producer cannot abort; the broker aborts its transaction for it.
+            if self._dead is None:
+                self._abort()
+            raise
+
+    def _produce(self, record: Record) -> None:
+        while True:
+            try:
+                self._producer.produce(
+                    self.topic, record.value, record.key, partition=record.partition, timestamp=record.timestamp_ms
+                )
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+            except KafkaException as e:
+                self._classify(e, "produce")
+
+    def _delivered(self, error: KafkaError | None, message: Message) -> None:
+        if error is None:
+            partition = message.partition()
+            self._last_offsets[partition] = max(self._last_offsets.get(partition, -1), message.offset())
+
+    def _await_visible(self, last_offsets: dict[int, int]) -> None:
+        """Wait until read_committed readers can see the batch just committed (read-your-writes).
+
+        commit_transaction returns before the broker has written the commit markers, and until it has, a
+        reader's end offsets stop short of the batch. Bounded: another writer's open transaction can hold
+        the markers back for longer, and the batch is committed either way.
+        """
+        if self._visibility is None:
+            self._visibility = self._settings.make(
+                "consumer", Consumer, {"group.id": f"oncelog-visibility-{self.name}", "isolation.level": "read_committed"}
+            )
+        deadline = time.monotonic() + VISIBILITY_WAIT_S
+        pending = dict(last_offsets)
+        while pending and time.monotonic() < deadline:
+            for partition, offset in list(pending.items()):
+                try:
+                    _, stable = self._visibility.get_watermark_offsets(
+                        TopicPartition(self.topic, partition), timeout=VISIBILITY_WAIT_S, cached=False
+                    )
+                except KafkaException:
+                    return
+                if stable > offset:
+                    del pending[partition]
+            if pending:
+                time.sleep(0.005)
+
+    def _abort(self) -> None:
+        self._call("abort_transaction", lambda: self._producer.abort_transaction(self._timeout), aborting=True)
+
+    def _call(self, what: str, operation: Callable[[], T], aborting: bool = False) -> T:
+        """Run a transactional call: retriable errors retried until the write timeout, the rest classified."""
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                return operation()
+            except KafkaException as e:
+                error = e.args[0]
+                if error.retriable() and not error.fatal() and time.monotonic() < deadline:
+                    time.sleep(RETRY_PAUSE_S)
+                    continue
+                if aborting and error.txn_requires_abort():
+                    raise LogWriteError(f"writer {self.name!r}: abort_transaction failed: {error.str()}") from e
+                self._classify(e, what)
+
+    def _classify(self, e: KafkaException, what: str) -> None:
+        """Raise the error that fits: abortable (retry the batch), fenced, fatal, or unavailable."""
+        error: KafkaError = e.args[0]
+        if error.code() in FENCED_CODES:
+            self._dead = FencedError(self.name, error.str())
+            raise self._dead from e
+        if error.fatal():
+            self._dead = LogWriteError(f"writer {self.name!r}: fatal Kafka error in {what}: {error.str()}")
+            raise self._dead from e
+        if error.txn_requires_abort():
+            raise _AbortableError(f"{what}: {error.str()}") from e
+        if error.retriable():
+            outcome = (
+                "the batch may or may not have been committed (re-appending the same events is harmless)"
+                if what == "commit_transaction"
+                else "nothing of the batch is visible"
+            )
+            unanswered = LogUnavailableError if what == "init_transactions" else LogWriteError
+            raise unanswered(
+                f"writer {self.name!r}: Kafka did not answer {what} within {self._timeout:.0f}s "
+                f"(setting write_timeout_s): {error.str()}; {outcome}"
+            ) from e
+        raise LogWriteError(f"writer {self.name!r}: {what} failed: {error.str()}") from e
+
+    def close(self) -> None:
+        self._producer.flush(5)
+        if self._visibility is not None:
+            self._visibility.close()
+            self._visibility = None

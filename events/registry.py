@@ -1,0 +1,48 @@
+"""Every event type oncelog knows, by the name the log records."""
+
+from __future__ import annotations
+
+from events.commit import (
+    CommitSequenceAbandoned,
+    CommitSequenceCompleted,
+    CommitSequencePlanned,
+    CommitStepApplied,
+    CommitStepFailed,
+)
+from events.dataset import DatasetStateCommitted, WatermarkAdvanced
+from events.job import (
+    JobLockAcquired,
+    JobLockReleased,
+    JobRunCancelled,
+    JobRunCommitted,
+    JobRunFailed,
+    JobRunStarted,
+    JobRunSucceeded,
+    WorkUnitsPlanned,
+)
+from events.model import Event
+from events.task import TaskFailed, TaskRetried, TaskStarted, TaskSucceeded
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    JobRunStarted,
+    WorkUnitsPlanned,
+    JobRunSucceeded,
+    JobRunCommitted,
+    JobRunFailed,
+    JobRunCancelled,
+    JobLockAcquired,
+    JobLockReleased,
+    TaskStarted,
+    TaskSucceeded,
+    TaskFailed,
+    TaskRetried,
+    CommitSequencePlanned,
+    CommitStepApplied,
+    CommitStepFailed,
+    CommitSequenceCompleted,
+    CommitSequenceAbandoned,
+    WatermarkAdvanced,
+    DatasetStateCommitted,
+)
+
+EVENT_TYPES_BY_NAME: dict[str, type[Event]] = {t.event_type(): t for t in EVENT_TYPES}

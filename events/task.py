@@ -1,0 +1,93 @@
+"""Task and task-attempt transitions: a task runs one WorkUnit or the WorkUnits of one MultiWorkUnit."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from events.model import Count, Frozen, Name, RunEvent
+
+Attempt = Annotated[int, Field(ge=1)]
+
+
+class OutputFile(Frozen):
+    """A file a task wrote to its task-output folder: what the FsRename step will publish and verify."""
+
+    path: str
+    size: Count
+    checksum: str
+    records: Count = 0
+    branch: Count = 0
+
+
+class WorkUnitResult(Frozen):
+    """What one attempt did for one WorkUnit: the actual high watermark, counts and output files."""
+
+    work_unit_id: Name
+    dataset_urn: Name
+    partition: Name
+    low_watermark: int
+    expected_high_watermark: int
+    actual_high_watermark: int
+    records_extracted: Count = 0
+    records_written: Count = 0
+    bytes_written: Count = 0
+    output_files: tuple[OutputFile, ...] = ()
+
+
+class TaskEvent(RunEvent):
+    """An event of one attempt of one task."""
+
+    task_id: Name
+    attempt: Attempt
+
+    def attempt_key(self, transition: str) -> str:
+        """run/<job>/<run_id>/task/<task_id>/attempt/<n>/<transition>"""
+        return self.run_key("task", self.task_id, "attempt", self.attempt, transition)
+
+
+class TaskStarted(TaskEvent):
+    """An attempt of a task began on an executor."""
+
+    work_unit_ids: tuple[str, ...]
+    executor: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.attempt_key("STARTED")
+
+
+class TaskSucceeded(TaskEvent):
+    """An attempt finished: its output lies in task-output, with the actual high watermarks reached."""
+
+    results: tuple[WorkUnitResult, ...]
+    duration_ms: Count = 0
+
+    @property
+    def key(self) -> str:
+        return self.attempt_key("SUCCEEDED")
+
+
+class TaskFailed(TaskEvent):
+    """An attempt failed; results hold what it did get done (used by the `partial` commit policy)."""
+
+    error: str
+    results: tuple[WorkUnitResult, ...] = ()
+    duration_ms: Count = 0
+
+    @property
+    def key(self) -> str:
+        return self.attempt_key("FAILED")
+
+
+class TaskRetried(TaskEvent):
+    """A failed attempt will be retried (task.maxretries) after a delay (task.retry.intervalinsec)."""
+
+    next_attempt: Attempt
+    delay_s: float = 0.0
+    reason: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.attempt_key("RETRIED")

@@ -1,0 +1,124 @@
+"""Pytest plugin giving tests a real Apache Kafka broker: ``kafka_bootstrap`` (shared) and ``restartable_kafka``.
+
+``kafka_bootstrap`` resolves, in order: ``$KAFKA_BOOTSTRAP``; a testcontainers ``KafkaContainer`` when a Docker
+engine answers; a :class:`~events.kafka_local.LocalKafkaBroker` run from Maven Central jars (Java + Maven only).
+When none works, tests skip with the reason, except under ``CI=true`` where they fail: CI must never go green
+by silently skipping the Kafka suite. Enable with ``pytest_plugins = ["tests.kafka_plugin"]``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+import pytest
+
+from events.errors import KafkaProvisioningError
+from events.kafka_local import LocalKafkaBroker
+
+if TYPE_CHECKING:
+    from testcontainers.community.kafka import KafkaContainer
+
+# Kafka 3.9 (as the local broker), configured like it: one node, transactions usable, no auto-created topics.
+CONTAINER_IMAGE = "confluentinc/cp-kafka:7.9.0"
+
+
+def _unavailable(reason: str) -> NoReturn:
+    """Fail under ``CI=true`` (a skipped Kafka suite must not pass CI), skip otherwise."""
+    message = f"no Kafka broker available: {reason}"
+    if os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}:
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+def _docker_answers(reasons: list[str]) -> bool:
+    """Whether a Docker engine answers a ping quickly; records why not in ``reasons``."""
+    try:
+        import docker
+        from docker.errors import DockerException
+    except ImportError as e:
+        reasons.append(f"the docker package is not importable ({e})")
+        return False
+    try:
+        return bool(docker.from_env(timeout=3).ping())
+    except (DockerException, OSError) as e:
+        reasons.append(f"no Docker engine ({type(e).__name__}: {str(e)[:120]})")
+        return False
+
+
+def _start_container(reasons: list[str]) -> KafkaContainer | None:
+    """A started testcontainers Kafka (KRaft) when Docker answers, else None with the reason recorded."""
+    if not _docker_answers(reasons):
+        return None
+    try:
+        from docker.errors import DockerException
+        from testcontainers.community.kafka import KafkaContainer
+    except ImportError as e:
+        reasons.append(f"testcontainers is not importable ({e})")
+        return None
+    container = (
+        KafkaContainer(CONTAINER_IMAGE)
+        .with_kraft()
+        .with_env("KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", "1")
+        .with_env("KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "1")
+        .with_env("KAFKA_AUTO_CREATE_TOPICS_ENABLE", "false")
+    )
+    try:
+        container.start(timeout=120)
+    except (DockerException, OSError, TimeoutError, RuntimeError) as e:  # RuntimeError: ContainerStartException
+        reasons.append(f"the Kafka container did not start ({type(e).__name__}: {str(e)[:200]})")
+        try:
+            container.stop()
+        except (DockerException, OSError) as stop_error:
+            reasons.append(f"removing it failed too ({type(stop_error).__name__}: {stop_error})")
+        return None
+    return container
+
+
+def _start_local(work_dir: Path, reasons: list[str]) -> LocalKafkaBroker | None:
+    """A started local broker in ``work_dir``, or None with the reason recorded."""
+    broker = LocalKafkaBroker(work_dir)
+    try:
+        broker.start()
+    except KafkaProvisioningError as e:
+        reasons.append(f"the local broker did not start: {e}")
+        return None
+    return broker
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``host:port`` of a Kafka broker shared by the whole session (see the module docstring for the order)."""
+    if explicit := os.environ.get("KAFKA_BOOTSTRAP", "").strip():
+        yield explicit.removeprefix("kafka://")
+        return
+    reasons: list[str] = []
+    container = _start_container(reasons)
+    if container is not None:
+        try:
+            yield container.get_bootstrap_server()
+        finally:
+            container.stop()
+        return
+    broker = _start_local(tmp_path_factory.mktemp("kafka"), reasons)
+    if broker is None:
+        _unavailable("; ".join(reasons))
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def restartable_kafka(tmp_path: Path) -> Iterator[LocalKafkaBroker]:
+    """A started broker of the test's own (own dir and port) that it may stop, kill and restart; stopped after."""
+    reasons: list[str] = []
+    broker = _start_local(tmp_path / "kafka", reasons)
+    if broker is None:
+        _unavailable("; ".join(reasons))
+    try:
+        yield broker
+    finally:
+        broker.stop()

@@ -1,0 +1,141 @@
+"""CommitSequence: apply one dataset's planned steps in order, idempotently; the Committer runs many in parallel.
+
+Each step is verified (already done?) or else executed, and its effect is recorded with a CommitStepApplied
+event in the same atomic batch; last comes CommitSequenceCompleted. A failure is recorded; after `max_attempts`
+failures the sequence is abandoned for its dataset alone, and the error recorded.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from enum import StrEnum
+
+from events.commit import (
+    CommitSequenceAbandoned,
+    CommitSequenceCompleted,
+    CommitStepApplied,
+    CommitStepFailed,
+    FsRenameStep,
+    HighWatermarkStep,
+)
+from events.model import Event
+from projections.commit_steps import CommitStepError, PublishRoots, SequenceRef, UnsafeCommitStepError, step_for
+from projections.faults import NO_FAULTS, FaultInjector
+from projections.sink import EventSink
+from projections.views import SequenceView
+
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_PARALLELISM = 32
+
+
+class Outcome(StrEnum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+    """A step failed; the sequence stays pending and the next run (or `oncelog recover`) tries again."""
+    ABANDONED = "abandoned"
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """How one sequence's commit ended."""
+
+    job: str
+    dataset_urn: str
+    sequence_id: str
+    outcome: Outcome
+    error: str | None = None
+    executed: int = 0
+    verified: int = 0
+
+
+class CommitSequence:
+    """The steps that publish one dataset's output of one run, and the loop that applies them."""
+
+    def __init__(self, view: SequenceView, sink: EventSink, roots: PublishRoots, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+                 faults: FaultInjector = NO_FAULTS) -> None:
+        self.view = view
+        self.sink = sink
+        self.roots = roots
+        self.max_attempts = max_attempts
+        self.faults = faults
+        self.ref = SequenceRef(view.job, view.run_id, view.dataset_urn, view.sequence_id)
+
+    @property
+    def dataset_urn(self) -> str:
+        return self.view.dataset_urn
+
+    def commit(self) -> CommitResult:
+        """Apply every step not yet applied, in order; record completion, a failure, or the abandonment."""
+        started = time.perf_counter()
+        fields = self.ref.fields()
+        try:
+            for index, spec in enumerate(self.view.steps):
+                self.roots.check(index, spec)
+        except UnsafeCommitStepError as e:
+            self.sink.emit([CommitSequenceAbandoned(**fields, attempts=self.view.attempts_failed, error=str(e))])
+            return self._result(Outcome.ABANDONED, str(e))
+        counts = {"executed": 0, "verified": 0}
+        for index, spec in enumerate(self.view.steps):
+            if index in self.view.applied:
+                continue
+            if isinstance(spec, HighWatermarkStep):
+                self.faults.reached("before-watermark")
+            step = step_for(spec, self.ref, self.sink.state)
+            step_started = time.perf_counter()
+            try:
+                done = step.verify()
+                effects: list[Event] = [] if done else step.execute()
+            except (OSError, CommitStepError) as e:
+                return self._failed(index, f"step {index} ({spec.kind}): {e}")
+            outcome = "verified" if done else "executed"
+            counts[outcome] += 1
+            applied = CommitStepApplied(**fields, step_index=index, outcome=outcome,
+                                        duration_ms=(time.perf_counter() - step_started) * 1000)
+            self.sink.emit([*effects, applied])
+            if isinstance(spec, FsRenameStep):
+                self.faults.reached("after-rename")
+            elif isinstance(spec, HighWatermarkStep):
+                self.faults.reached("after-watermark")
+        self.faults.reached("before-completion")
+        self.sink.emit([CommitSequenceCompleted(**fields, duration_ms=(time.perf_counter() - started) * 1000)])
+        return self._result(Outcome.COMPLETED, executed=counts["executed"], verified=counts["verified"])
+
+    def _failed(self, index: int, error: str) -> CommitResult:
+        attempt = self.view.attempts_failed + 1
+        events: list[Event] = [CommitStepFailed(**self.ref.fields(), step_index=index, attempt=attempt, error=error)]
+        if attempt >= self.max_attempts:
+            events.append(CommitSequenceAbandoned(**self.ref.fields(), attempts=attempt, error=error))
+        self.sink.emit(events)
+        return self._result(Outcome.ABANDONED if attempt >= self.max_attempts else Outcome.FAILED, error)
+
+    def _result(self, outcome: Outcome, error: str | None = None, executed: int = 0, verified: int = 0) -> CommitResult:
+        return CommitResult(self.view.job, self.view.dataset_urn, self.view.sequence_id, outcome, error, executed,
+                            verified)
+
+
+class Committer:
+    """Commits sequences, datasets in parallel; shares one sink (one writer, group commits)."""
+
+    def __init__(self, sink: EventSink, roots: PublishRoots, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+                 parallelism: int = DEFAULT_PARALLELISM, faults: FaultInjector = NO_FAULTS) -> None:
+        self.sink = sink
+        self.roots = roots
+        self.max_attempts = max_attempts
+        self.parallelism = parallelism
+        self.faults = faults
+
+    def sequence(self, view: SequenceView) -> CommitSequence:
+        return CommitSequence(view, self.sink, self.roots, self.max_attempts, self.faults)
+
+    def commit_all(self, views: list[SequenceView]) -> list[CommitResult]:
+        """Commit every sequence (one dataset each) in parallel; results in the order given."""
+        if len(views) <= 1 or self.parallelism <= 1:
+            return [self.sequence(v).commit() for v in views]
+        with ThreadPoolExecutor(max_workers=min(self.parallelism, len(views)), thread_name_prefix="commit") as pool:
+            return list(pool.map(lambda v: self.sequence(v).commit(), views))
+
+    def recover(self, job: str) -> list[CommitResult]:
+        """Finish every planned-but-incomplete sequence of a job (what a run does before extracting anything)."""
+        return self.commit_all(self.sink.state.pending_sequences(job))

@@ -1,0 +1,182 @@
+"""CommitSteps (Gobblin's exactly-once design): each knows how to tell it is done (verify) and how to do it (execute).
+
+Steps are data read from a log, so a step runs only if its paths lie under the job's configured roots.
+`execute()` returns the events that record its effect: none for a rename (the file system holds it), the
+watermark or dataset-state transition for the others (the log holds it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+from events.commit import CommitStepSpec, DatasetStateStep, FsRenameStep, HighWatermarkStep
+from events.dataset import DatasetStateCommitted, WatermarkAdvanced
+from events.errors import OncelogError
+from events.model import Event
+from projections.state import State
+
+CHECKSUM_CHUNK = 1 << 20
+
+
+class CommitStepError(OncelogError):
+    """A step cannot be done (the sequence records the failure and tries again later, up to its limit)."""
+
+
+class UnsafeCommitStepError(CommitStepError):
+    """A step would touch a path outside the job's configured roots: refused before anything moves."""
+
+
+def file_checksum(path: Path) -> str:
+    """sha256 of a file's content, hex: what FsRename steps record and verify."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(CHECKSUM_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class PublishRoots:
+    """Where commit steps may move files: from under a task-output root to under a publish root."""
+
+    sources: tuple[Path, ...]
+    destinations: tuple[Path, ...]
+
+    @classmethod
+    def of(cls, sources: list[str | Path], destinations: list[str | Path]) -> PublishRoots:
+        return cls(tuple(Path(s).resolve() for s in sources), tuple(Path(d).resolve() for d in destinations))
+
+    def check(self, index: int, spec: CommitStepSpec) -> None:
+        """Refuse a rename whose source or destination lies outside the roots ('..' and symlinks resolved)."""
+        if not isinstance(spec, FsRenameStep):
+            return
+        for role, path, roots in (("source", spec.src, self.sources), ("destination", spec.dst, self.destinations)):
+            resolved = Path(path).resolve()
+            if not any(resolved.is_relative_to(root) for root in roots):
+                raise UnsafeCommitStepError(
+                    f"commit step {index} (FsRename) has {role} {path!r} outside the configured roots "
+                    f"{[str(r) for r in roots]}; refused before anything moved"
+                )
+
+
+@dataclass(frozen=True)
+class SequenceRef:
+    """The identity of the sequence a step belongs to: what its events are about."""
+
+    job: str
+    run_id: str
+    dataset_urn: str
+    sequence_id: str
+
+    def fields(self) -> dict[str, str]:
+        return {"job": self.job, "run_id": self.run_id, "dataset_urn": self.dataset_urn,
+                "sequence_id": self.sequence_id}
+
+
+class CommitStep(ABC):
+    """A step that must be done atomically with the others of its sequence."""
+
+    @abstractmethod
+    def verify(self) -> bool:
+        """Whether the step's effect is already in place (then it must not run again)."""
+
+    @abstractmethod
+    def execute(self) -> list[Event]:
+        """Do the step; returns the events that record its effect."""
+
+
+class FsRenameCommitStep(CommitStep):
+    """Publish a file: move it from task output to the job output.
+
+    Done when the destination holds the recorded size and checksum and the source is gone: content, not
+    mere existence, since a rename on some stores is a copy that can stop halfway.
+    """
+
+    def __init__(self, spec: FsRenameStep) -> None:
+        self.spec = spec
+        self.src = Path(spec.src)
+        self.dst = Path(spec.dst)
+
+    def _destination_holds_content(self) -> bool:
+        try:
+            if self.dst.stat().st_size != self.spec.size:
+                return False
+        except FileNotFoundError:
+            return False
+        return file_checksum(self.dst) == self.spec.checksum
+
+    def verify(self) -> bool:
+        return not self.src.exists() and self._destination_holds_content()
+
+    def execute(self) -> list[Event]:
+        if not self.src.exists():
+            if self._destination_holds_content():
+                return []
+            raise CommitStepError(
+                f"cannot publish {self.spec.dst}: the source {self.spec.src} is gone and the destination does not "
+                f"hold the recorded content ({self.spec.size} bytes, sha256 {self.spec.checksum[:12]}…)"
+            )
+        self.dst.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(self.src, self.dst)
+        _fsync_directory(self.dst.parent)
+        return []
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a rename durable: the directory entry, not only the file, must reach the disk."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class HighWatermarkCommitStep(CommitStep):
+    """Advance one partition's committed high watermark: the next run starts from it."""
+
+    def __init__(self, spec: HighWatermarkStep, sequence: SequenceRef, state: State) -> None:
+        self.spec = spec
+        self.sequence = sequence
+        self.state = state
+
+    def verify(self) -> bool:
+        dataset = self.state.datasets.get((self.sequence.job, self.sequence.dataset_urn))
+        return dataset is not None and dataset.watermarks.get(self.spec.partition) == self.spec.value
+
+    def execute(self) -> list[Event]:
+        return [WatermarkAdvanced(**self.sequence.fields(), partition=self.spec.partition,
+                                  low_watermark=self.spec.low_watermark, value=self.spec.value)]
+
+
+class DatasetStateCommitStep(CommitStep):
+    """Commit the dataset's state (Gobblin's DatasetState): watermarks and what the sequence published."""
+
+    def __init__(self, spec: DatasetStateStep, sequence: SequenceRef, state: State) -> None:
+        self.spec = spec
+        self.sequence = sequence
+        self.state = state
+
+    def verify(self) -> bool:
+        dataset = self.state.datasets.get((self.sequence.job, self.sequence.dataset_urn))
+        return dataset is not None and dataset.last_sequence_id == self.sequence.sequence_id
+
+    def execute(self) -> list[Event]:
+        return [DatasetStateCommitted(**self.sequence.fields(), watermarks=self.spec.watermarks,
+                                      records_published=self.spec.records_published,
+                                      files_published=self.spec.files_published, properties=self.spec.properties)]
+
+
+def step_for(spec: CommitStepSpec, sequence: SequenceRef, state: State) -> CommitStep:
+    """The runnable step of a recorded step spec."""
+    match spec:
+        case FsRenameStep():
+            return FsRenameCommitStep(spec)
+        case HighWatermarkStep():
+            return HighWatermarkCommitStep(spec, sequence, state)
+        case DatasetStateStep():
+            return DatasetStateCommitStep(spec, sequence, state)
+    raise TypeError(f"no commit step for {spec!r}")

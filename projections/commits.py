@@ -1,0 +1,74 @@
+"""Reducers of the CommitStepStore (commit sequences) and of each dataset's committed state."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from events.commit import (
+    CommitSequenceAbandoned,
+    CommitSequenceCompleted,
+    CommitSequencePlanned,
+    CommitStepApplied,
+    CommitStepFailed,
+)
+from events.dataset import DatasetStateCommitted, WatermarkAdvanced
+from events.model import DatasetEvent
+from projections.views import DatasetView, SequenceStatus, SequenceView
+
+
+def reduce_sequence(view: SequenceView | None, event: DatasetEvent) -> SequenceView | None:
+    """The next state of a commit sequence; once completed or abandoned, nothing changes it."""
+    if isinstance(event, CommitSequencePlanned):
+        if view is None:
+            return SequenceView(
+                event.job, event.dataset_urn, event.sequence_id, event.run_id, SequenceStatus.PLANNED,
+                steps=event.steps, planned_at=event.emitted_at,
+            )
+        extends = event.steps[: len(view.steps)] == view.steps and len(event.steps) > len(view.steps)
+        if view.pending and not view.applied and extends:  # CommitStepStore.put added a step
+            return replace(view, steps=event.steps)
+        return view
+    if view is None or not view.pending:
+        return view
+    match event:
+        case CommitStepApplied():
+            return replace(view, applied=view.applied | {event.step_index})
+        case CommitStepFailed() if (event.step_index, event.attempt) not in view.failures:
+            return replace(view, failures=view.failures | {(event.step_index, event.attempt)}, last_error=event.error)
+        case CommitSequenceCompleted():
+            return replace(view, status=SequenceStatus.COMPLETED, ended_at=event.emitted_at)
+        case CommitSequenceAbandoned():
+            return replace(view, status=SequenceStatus.ABANDONED, ended_at=event.emitted_at, last_error=event.error)
+    return view
+
+
+def reduce_dataset(view: DatasetView | None, event: DatasetEvent, sequence: SequenceView | None) -> DatasetView:
+    """The next committed state of a dataset; `sequence` is the event's sequence before the event.
+
+    Events of a sequence that is already over (a late duplicate) change nothing; watermarks never go backwards.
+    """
+    view = view or DatasetView(event.job, event.dataset_urn)
+    if sequence is not None and not sequence.pending:
+        return view
+    match event:
+        case WatermarkAdvanced():
+            if view.watermarks.get(event.partition, event.value - 1) >= event.value:
+                return view
+            return replace(view, watermarks={**view.watermarks, event.partition: event.value})
+        case DatasetStateCommitted() if view.last_sequence_id != event.sequence_id:
+            merged = dict(view.watermarks)
+            for partition, value in event.watermarks.items():
+                merged[partition] = max(value, merged.get(partition, value))
+            return replace(
+                view,
+                watermarks=merged,
+                last_sequence_id=event.sequence_id,
+                last_run_id=event.run_id,
+                committed_at=event.emitted_at,
+                records_published=view.records_published + event.records_published,
+                files_published=view.files_published + event.files_published,
+                properties=event.properties,
+            )
+        case CommitSequenceAbandoned():
+            return replace(view, blocked_by=event.sequence_id, blocked_error=event.error)
+    return view

@@ -1,0 +1,114 @@
+"""The projector: folds a log into a `State`, from the latest snapshot (state + the offsets it covers) or the start.
+
+A rebuild costs the tail since the snapshot, not the whole history. A record that cannot be decoded is reported
+with its position and skipped (or, with stop_on_error, stops the fold); what was folded before it stays.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from events.errors import EventDecodeError, OncelogError
+from events.log import EventLog, Snapshot
+from events.model import Position
+from projections.snapshot_codec import SnapshotFormatError, decode_state, encode_state
+from projections.state import DETAIL_RUNS, State
+
+DEFAULT_SNAPSHOT = "state"
+PROGRESS_EVERY = 10_000
+
+Progress = Callable[[int], None]
+"""Called with the number of events folded so far, every PROGRESS_EVERY events and at the end."""
+
+
+class ProjectionStopped(OncelogError):
+    """The fold stopped at a record it could not use (stop_on_error); the state holds everything before it."""
+
+    def __init__(self, state: State, error: EventDecodeError) -> None:
+        self.state = state
+        self.error = error
+        super().__init__(f"the fold stopped: {error}")
+
+
+@dataclass(frozen=True)
+class FoldReport:
+    """What a fold did: how many events, how long, and whether it started from a snapshot."""
+
+    events: int
+    seconds: float
+    from_snapshot: bool
+    snapshot_offsets: dict[int, int] | None
+
+    @property
+    def events_per_second(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+
+class Projector:
+    """Builds and keeps up the state of one log."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        snapshot_name: str = DEFAULT_SNAPSHOT,
+        stop_on_error: bool = False,
+        detail_runs: int = DETAIL_RUNS,
+    ) -> None:
+        self.log = log
+        self.snapshot_name = snapshot_name
+        self.stop_on_error = stop_on_error
+        self.detail_runs = detail_runs
+
+    def load_snapshot(self, until: Mapping[int, int] | None = None) -> State | None:
+        """The latest snapshot's state, if there is one this code reads (and, with until, none past it)."""
+        snapshot = self.log.load_snapshot(self.snapshot_name)
+        if snapshot is None:
+            return None
+        if until is not None and any(o > until.get(p, 0) for p, o in snapshot.offsets.items()):
+            return None
+        try:
+            state = decode_state(snapshot.data)
+        except SnapshotFormatError:
+            return None
+        return state if state.detail_runs == self.detail_runs else None
+
+    def rebuild(
+        self, use_snapshot: bool = True, until: Mapping[int, int] | None = None, progress: Progress | None = None
+    ) -> tuple[State, FoldReport]:
+        """The state from the snapshot (when asked and usable) plus the tail, or from the start."""
+        started = time.perf_counter()
+        state = self.load_snapshot(until) if use_snapshot else None
+        from_snapshot = state is not None
+        snapshot_offsets = dict(state.offsets) if state is not None else None
+        if state is None:
+            state = State(detail_runs=self.detail_runs)
+        folded = self.catch_up(state, until, progress)
+        return state, FoldReport(folded, time.perf_counter() - started, from_snapshot, snapshot_offsets)
+
+    def catch_up(self, state: State, until: Mapping[int, int] | None = None, progress: Progress | None = None) -> int:
+        """Fold everything after the state's offsets (up to until); returns how many events were folded."""
+
+        def on_error(error: EventDecodeError) -> None:
+            if self.stop_on_error:
+                raise ProjectionStopped(state, error)
+            state.report(Position(error.partition, error.offset), "undecodable", str(error))
+            state.skip_to({error.partition: error.offset + 1})
+
+        folded = 0
+        apply = state.apply
+        for logged in self.log.read(start=state.offsets, until=until, on_error=on_error):
+            apply(logged)
+            folded += 1
+            if progress is not None and folded % PROGRESS_EVERY == 0:
+                progress(folded)
+        if progress is not None:
+            progress(folded)
+        return folded
+
+    def save_snapshot(self, state: State) -> Snapshot:
+        """Store the state as this log's latest snapshot."""
+        snapshot = Snapshot(self.snapshot_name, encode_state(state), dict(state.offsets), int(time.time() * 1000))
+        self.log.save_snapshot(snapshot)
+        return snapshot

@@ -1,0 +1,78 @@
+"""Reducers of jobs and their runs: pure functions from (view, event) to the next view."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from events.job import (
+    JobLockAcquired,
+    JobLockReleased,
+    JobRunCancelled,
+    JobRunCommitted,
+    JobRunFailed,
+    JobRunStarted,
+    JobRunSucceeded,
+    WorkUnitsPlanned,
+)
+from events.model import RunEvent
+from projections.views import JobView, RunStatus, RunView
+
+
+def advance(view: RunView, status: RunStatus) -> bool:
+    """Whether a run may move to `status`: only forward, and never out of a finished state."""
+    return not view.status.finished and status > view.status
+
+
+def reduce_run(view: RunView | None, event: RunEvent) -> RunView:
+    """The next state of a run after one of its job-level events (duplicates change nothing)."""
+    view = view or RunView(event.job, event.run_id)
+    match event:
+        case JobRunStarted():
+            if view.started_at is not None:
+                return view
+            status = RunStatus.RUNNING if advance(view, RunStatus.RUNNING) else view.status
+            return replace(view, status=status, started_at=event.emitted_at, job_group=event.job_group)
+        case WorkUnitsPlanned():
+            return replace(view, work_units=len(event.work_units))
+        case JobRunSucceeded() if advance(view, RunStatus.SUCCESSFUL):
+            return replace(
+                view,
+                status=RunStatus.SUCCESSFUL,
+                tasks_succeeded=event.tasks,
+                records_extracted=event.records_extracted,
+                records_written=event.records_written,
+            )
+        case JobRunCommitted() if advance(view, RunStatus.COMMITTED):
+            return replace(
+                view,
+                status=RunStatus.COMMITTED,
+                ended_at=event.emitted_at,
+                datasets_committed=event.datasets_committed,
+                datasets_abandoned=event.datasets_abandoned,
+            )
+        case JobRunFailed() if advance(view, RunStatus.FAILED):
+            return replace(
+                view, status=RunStatus.FAILED, ended_at=event.emitted_at, error=event.error,
+                failed_tasks=event.failed_tasks,
+            )
+        case JobRunCancelled() if advance(view, RunStatus.CANCELLED):
+            return replace(view, status=RunStatus.CANCELLED, ended_at=event.emitted_at, error=event.reason)
+    return view
+
+
+def reduce_job(view: JobView | None, event: RunEvent, run_before: RunView | None) -> JobView:
+    """The next state of a job after an event of one of its runs; run_before is that run before the event."""
+    view = view or JobView(event.job)
+    first_time = run_before is None or not run_before.status.finished
+    match event:
+        case JobLockAcquired() if first_time:
+            return replace(view, lock_holder=event.holder, lock_run_id=event.run_id)
+        case JobLockReleased() if view.lock_run_id == event.run_id:
+            return replace(view, lock_holder=None, lock_run_id=None)
+        case JobRunStarted() if run_before is None or run_before.started_at is None:
+            return replace(view, last_run_id=event.run_id)
+        case JobRunCommitted() if first_time:
+            return replace(view, last_committed_run_id=event.run_id, failed_streak=())
+        case JobRunFailed() if first_time and event.run_id not in view.failed_streak:
+            return replace(view, failed_streak=(*view.failed_streak, event.run_id))
+    return view

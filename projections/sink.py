@@ -1,0 +1,92 @@
+"""The event sink: appends events through one writer and folds them into a state, so the writer reads its own writes.
+
+Concurrent emits (datasets committing in parallel) share one transaction: a group commit. Each emit is still
+atomic on its own (its events are all in, or none), and returns only once its events are committed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from events.log import LogWriter
+from events.model import Event
+from projections.state import State
+
+MAX_GROUP_EVENTS = 20_000
+
+
+@dataclass
+class _Request:
+    events: Sequence[Event]
+    done: Future[None] = field(default_factory=Future)
+
+
+class EventSink:
+    """Appends event batches atomically, folding each into `state` once it is committed."""
+
+    def __init__(self, writer: LogWriter, state: State) -> None:
+        self.writer = writer
+        self.state = state
+        self.state_lock = threading.Lock()
+        self._queue: list[_Request] = []
+        self._cv = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def emit(self, events: Sequence[Event]) -> None:
+        """Append `events` as one atomic batch (possibly sharing a transaction with concurrent emits)."""
+        if not events:
+            return
+        request = _Request(list(events))
+        with self._cv:
+            if self._closed:
+                raise RuntimeError("the event sink is closed")
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="oncelog-group-commit", daemon=True)
+                self._thread.start()
+            self._queue.append(request)
+            self._cv.notify()
+        request.done.result()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue and not self._closed:
+                    self._cv.wait()
+                if not self._queue:
+                    return
+                group = self._take_group()
+            self._commit(group)
+
+    def _take_group(self) -> list[_Request]:
+        group, size = [], 0
+        while self._queue and (not group or size + len(self._queue[0].events) <= MAX_GROUP_EVENTS):
+            request = self._queue.pop(0)
+            group.append(request)
+            size += len(request.events)
+        return group
+
+    def _commit(self, group: list[_Request]) -> None:
+        try:
+            self.writer.append(event for request in group for event in request.events)
+        except Exception as e:  # every member of the group sees the failure; none of its events is in
+            for request in group:
+                request.done.set_exception(e)
+            return
+        with self.state_lock:
+            for request in group:
+                for event in request.events:
+                    self.state.apply_event(event)
+        for request in group:
+            request.done.set_result(None)
+
+    def close(self) -> None:
+        """Finish the emits under way, then stop; the writer stays open (its owner closes it)."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join()

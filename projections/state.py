@@ -1,0 +1,247 @@
+"""The projected state of a log: every aggregate's view, and the fold that applies one event to it.
+
+`State` is the fold's accumulator: a container of frozen views, keyed by aggregate. Applying an event hands the
+affected views to the pure reducers (runs, tasks, commits) and puts back what they return. A repeated event
+changes nothing; an event that cannot be placed (a task of a run never started) is reported as a Problem, with
+its position, and skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from events.commit import (
+    CommitSequenceAbandoned,
+    CommitSequenceCompleted,
+    CommitSequencePlanned,
+    CommitStepApplied,
+    CommitStepFailed,
+)
+from events.dataset import DatasetStateCommitted, WatermarkAdvanced
+from events.job import (
+    JobLockAcquired,
+    JobLockReleased,
+    JobRunCancelled,
+    JobRunCommitted,
+    JobRunFailed,
+    JobRunStarted,
+    JobRunSucceeded,
+    WorkUnitsPlanned,
+)
+from events.model import DatasetEvent, Event, LoggedEvent, Position, RunEvent
+from events.task import TaskEvent, TaskFailed, TaskRetried, TaskStarted, TaskSucceeded
+from projections.commits import reduce_dataset, reduce_sequence
+from projections.runs import reduce_job, reduce_run
+from projections.tasks import planned_work_unit, reduce_task, work_unit_committed, work_unit_ended, work_unit_started
+from projections.views import (
+    DatasetView,
+    JobView,
+    RunView,
+    SequenceView,
+    TaskView,
+    SequenceStatus,
+    WorkUnitView,
+)
+
+MAX_PROBLEMS = 1000
+DETAIL_RUNS = 50
+"""Runs per job whose tasks and work units the state keeps; older runs keep their summary (RunView)."""
+
+RunKey = tuple[str, str]
+DatasetKey = tuple[str, str]
+SequenceKey = tuple[str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A record the fold could not use, and where it lies."""
+
+    partition: int | None
+    offset: int | None
+    kind: str
+    message: str
+
+    def where(self) -> str:
+        return "(appended locally)" if self.partition is None else f"[{self.partition}]@{self.offset}"
+
+
+@dataclass
+class State:
+    """Every view of a log's history, and the offsets it covers (next offset to fold, per partition)."""
+
+    jobs: dict[str, JobView] = field(default_factory=dict)
+    runs: dict[RunKey, RunView] = field(default_factory=dict)
+    tasks: dict[RunKey, dict[str, TaskView]] = field(default_factory=dict)
+    work_units: dict[RunKey, dict[str, WorkUnitView]] = field(default_factory=dict)
+    datasets: dict[DatasetKey, DatasetView] = field(default_factory=dict)
+    sequences: dict[SequenceKey, SequenceView] = field(default_factory=dict)
+    """Sequences pending or abandoned; a completed one leaves only its id in `completed`."""
+    completed: dict[DatasetKey, set[str]] = field(default_factory=dict)
+    """Per dataset, the ids of its completed sequences: a late duplicate of their events changes nothing."""
+    offsets: dict[int, int] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    problem_count: int = 0
+    detail_runs: int = DETAIL_RUNS
+
+    def apply(self, logged: LoggedEvent) -> None:
+        """Fold one event read from the log, and move the offsets past it."""
+        if logged.offset < self.offsets.get(logged.partition, 0):
+            return  # already folded: catching up from a position this state covers
+        self.apply_event(logged.event, Position(logged.partition, logged.offset))
+        self.offsets[logged.partition] = logged.offset + 1
+
+    def apply_event(self, event: Event, position: Position | None = None) -> None:
+        """Fold one event (position None: appended by this process and not read back)."""
+        handler = HANDLERS.get(type(event))
+        if handler is None:
+            self.report(position, "unknown-event", f"no reducer for event type {type(event).__name__}")
+            return
+        handler(self, event, position)
+
+    def skip_to(self, offsets: dict[int, int]) -> None:
+        """Record that everything before `offsets` is folded (a record that could not be decoded, say)."""
+        for partition, offset in offsets.items():
+            self.offsets[partition] = max(self.offsets.get(partition, 0), offset)
+
+    def report(self, position: Position | None, kind: str, message: str) -> None:
+        """Keep a problem (the first MAX_PROBLEMS of them; all are counted)."""
+        self.problem_count += 1
+        if len(self.problems) < MAX_PROBLEMS:
+            partition = None if position is None else position.partition
+            offset = None if position is None else position.offset
+            self.problems.append(Problem(partition, offset, kind, message))
+
+    # Queries: what the launcher, the CLI and the live views ask of the state.
+
+    def pending_sequences(self, job: str | None = None) -> list[SequenceView]:
+        """Commit sequences planned and neither completed nor abandoned, oldest first."""
+        pending = [s for s in self.sequences.values() if s.pending and (job is None or s.job == job)]
+        return sorted(pending, key=lambda s: (s.planned_at is None, s.planned_at, s.dataset_urn))
+
+    def dataset_states(self, job: str) -> dict[str, DatasetView]:
+        """The latest committed state of each of a job's datasets, by URN (Gobblin's state by dataset URN)."""
+        return {urn: view for (j, urn), view in self.datasets.items() if j == job}
+
+    def previous_work_unit_states(self, job: str) -> list[WorkUnitView]:
+        """The work units of the job's latest run, with their states and actual high watermarks."""
+        last = self.jobs.get(job)
+        if last is None or last.last_run_id is None:
+            return []
+        return list(self.work_units.get((job, last.last_run_id), {}).values())
+
+    def runs_of(self, job: str) -> list[RunView]:
+        """A job's runs, oldest first."""
+        runs = [r for (j, _), r in self.runs.items() if j == job]
+        return sorted(runs, key=lambda r: (r.started_at is None, r.started_at, r.run_id))
+
+
+Handler = Callable[[State, Event, Position | None], None]
+
+
+def _run_event(state: State, event: Event, position: Position | None) -> None:
+    assert isinstance(event, RunEvent)
+    key = (event.job, event.run_id)
+    before = state.runs.get(key)
+    if before is None and not isinstance(event, (JobLockAcquired, JobRunStarted)):
+        state.report(position, "unknown-run", f"{event.event_type()} for run {event.run_id!r} of job "
+                     f"{event.job!r}, which never started")
+        return
+    state.runs[key] = reduce_run(before, event)
+    job = reduce_job(state.jobs.get(event.job), event, before)
+    if isinstance(event, JobRunStarted) and event.run_id not in job.recent_runs and (
+        before is None or before.started_at is None
+    ):
+        job = _keep_detail_of(state, job, event.run_id)
+    state.jobs[event.job] = job
+    if state.runs[key].detail_dropped:
+        return
+    if isinstance(event, WorkUnitsPlanned):
+        units = state.work_units.setdefault(key, {})
+        for spec in event.work_units:
+            units.setdefault(spec.work_unit_id, planned_work_unit(event.job, event.run_id, spec))
+    elif isinstance(event, JobRunCommitted):
+        committed = set(event.datasets_committed)
+        units = state.work_units.get(key, {})
+        for unit_id, unit in units.items():
+            if unit.spec.dataset_urn in committed:
+                units[unit_id] = work_unit_committed(unit)
+
+
+def _keep_detail_of(state: State, job: JobView, run_id: str) -> JobView:
+    """Add a run to the job's detailed runs; the oldest beyond `detail_runs` keep their summary only."""
+    recent = (*job.recent_runs, run_id)
+    for dropped in recent[: max(0, len(recent) - state.detail_runs)]:
+        key = (job.job, dropped)
+        state.tasks.pop(key, None)
+        state.work_units.pop(key, None)
+        run = state.runs.get(key)
+        if run is not None:
+            state.runs[key] = replace(run, detail_dropped=True)
+    return replace(job, recent_runs=recent[-state.detail_runs :])
+
+
+def _task_event(state: State, event: Event, position: Position | None) -> None:
+    assert isinstance(event, TaskEvent)
+    key = (event.job, event.run_id)
+    run = state.runs.get(key)
+    if run is None:
+        state.report(position, "unknown-run", f"{event.event_type()} of task {event.task_id!r} for run "
+                     f"{event.run_id!r} of job {event.job!r}, which never started")
+        return
+    if run.detail_dropped:
+        return
+    tasks = state.tasks.setdefault(key, {})
+    tasks[event.task_id] = reduce_task(tasks.get(event.task_id), event)
+    units = state.work_units.setdefault(key, {})
+    if isinstance(event, TaskStarted):
+        for unit_id in event.work_unit_ids:
+            unit = units.get(unit_id)
+            if unit is not None:
+                units[unit_id] = work_unit_started(unit, event.task_id, event.attempt)
+    elif isinstance(event, (TaskSucceeded, TaskFailed)):
+        error = event.error if isinstance(event, TaskFailed) else None
+        for result in event.results:
+            unit = units.get(result.work_unit_id)
+            if unit is not None:
+                units[result.work_unit_id] = work_unit_ended(unit, event.task_id, event.attempt, result, error)
+        if isinstance(event, TaskFailed):
+            done = {r.work_unit_id for r in event.results}
+            for unit_id in tasks[event.task_id].work_unit_ids:
+                unit = units.get(unit_id)
+                if unit_id not in done and unit is not None:
+                    units[unit_id] = work_unit_ended(unit, event.task_id, event.attempt, None, event.error)
+
+
+def _dataset_event(state: State, event: Event, position: Position | None) -> None:
+    assert isinstance(event, DatasetEvent)
+    dataset_key = (event.job, event.dataset_urn)
+    if event.sequence_id in state.completed.get(dataset_key, ()):
+        return  # a late duplicate of a completed sequence's event
+    sequence_key = (event.job, event.dataset_urn, event.sequence_id)
+    sequence = state.sequences.get(sequence_key)
+    if sequence is None and not isinstance(event, CommitSequencePlanned):
+        state.report(position, "unknown-sequence", f"{event.event_type()} for commit sequence "
+                     f"{event.sequence_id!r} of {event.dataset_urn!r}, which was never planned")
+        return
+    if isinstance(event, (WatermarkAdvanced, DatasetStateCommitted, CommitSequenceAbandoned)):
+        state.datasets[dataset_key] = reduce_dataset(state.datasets.get(dataset_key), event, sequence)
+    updated = reduce_sequence(sequence, event)
+    if updated is None:
+        return
+    if updated.status == SequenceStatus.COMPLETED:
+        state.sequences.pop(sequence_key, None)
+        state.completed.setdefault(dataset_key, set()).add(event.sequence_id)
+    else:
+        state.sequences[sequence_key] = updated
+
+
+HANDLERS: dict[type[Event], Handler] = {
+    **{t: _run_event for t in (JobRunStarted, WorkUnitsPlanned, JobRunSucceeded, JobRunCommitted, JobRunFailed,
+                               JobRunCancelled, JobLockAcquired, JobLockReleased)},
+    **{t: _task_event for t in (TaskStarted, TaskSucceeded, TaskFailed, TaskRetried)},
+    **{t: _dataset_event for t in (CommitSequencePlanned, CommitStepApplied, CommitStepFailed,
+                                   CommitSequenceCompleted, CommitSequenceAbandoned, WatermarkAdvanced,
+                                   DatasetStateCommitted)},
+}
+

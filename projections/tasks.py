@@ -1,0 +1,92 @@
+"""Reducers of tasks, their attempts, and the work units they run: pure functions of (view, event)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from events.job import WorkUnitSpec
+from events.task import TaskEvent, TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
+from projections.views import AttemptStatus, AttemptView, TaskView, WorkUnitStatus, WorkUnitView
+
+
+def _with_attempt(view: TaskView, attempt: AttemptView) -> TaskView:
+    """The task with `attempt` put in its place (attempts stay ordered by number)."""
+    others = [a for a in view.attempts if a.attempt != attempt.attempt]
+    return replace(view, attempts=tuple(sorted([*others, attempt], key=lambda a: a.attempt)))
+
+
+def reduce_task(view: TaskView | None, event: TaskEvent) -> TaskView:
+    """The next state of a task after an event of one of its attempts (duplicates change nothing)."""
+    view = view or TaskView(event.job, event.run_id, event.task_id)
+    current = next((a for a in view.attempts if a.attempt == event.attempt), None)
+    match event:
+        case TaskStarted():
+            if current is not None and current.started_at is not None:
+                return view
+            started = AttemptView(event.attempt, AttemptStatus.RUNNING, event.emitted_at, executor=event.executor)
+            if current is not None:  # its end was folded first: keep it
+                started = replace(current, started_at=event.emitted_at, executor=event.executor)
+            return _with_attempt(replace(view, work_unit_ids=event.work_unit_ids), started)
+        case TaskSucceeded() | TaskFailed():
+            if current is not None and current.status != AttemptStatus.RUNNING:
+                return view
+            ended = current or AttemptView(event.attempt, AttemptStatus.RUNNING)
+            failed = isinstance(event, TaskFailed)
+            return _with_attempt(
+                view,
+                replace(
+                    ended,
+                    status=AttemptStatus.FAILED if failed else AttemptStatus.SUCCEEDED,
+                    ended_at=event.emitted_at,
+                    error=event.error if isinstance(event, TaskFailed) else None,
+                    duration_ms=event.duration_ms,
+                    results=event.results,
+                ),
+            )
+        case TaskRetried():
+            base = current or AttemptView(event.attempt, AttemptStatus.FAILED)
+            return _with_attempt(view, replace(base, retry_delay_s=event.delay_s))
+    return view
+
+
+def planned_work_unit(job: str, run_id: str, spec: WorkUnitSpec) -> WorkUnitView:
+    """A work unit as the Source planned it, before any task ran it."""
+    return WorkUnitView(job, run_id, spec)
+
+
+def _newer(view: WorkUnitView, attempt: int, status: WorkUnitStatus) -> bool:
+    """Whether (attempt, status) comes after the work unit's current one; COMMITTED is final."""
+    if view.status == WorkUnitStatus.COMMITTED:
+        return False
+    return (attempt, status) > (view.attempt, view.status)
+
+
+def work_unit_started(view: WorkUnitView, task_id: str, attempt: int) -> WorkUnitView:
+    """A task attempt began running the work unit."""
+    if not _newer(view, attempt, WorkUnitStatus.RUNNING):
+        return view
+    return replace(view, status=WorkUnitStatus.RUNNING, attempt=attempt, task_id=task_id)
+
+
+def work_unit_ended(view: WorkUnitView, task_id: str, attempt: int, result: WorkUnitResult | None,
+                    error: str | None) -> WorkUnitView:
+    """A task attempt finished the work unit: SUCCESSFUL, or FAILED with what it got done."""
+    status = WorkUnitStatus.FAILED if error is not None else WorkUnitStatus.SUCCESSFUL
+    if not _newer(view, attempt, status):
+        return view
+    return replace(
+        view,
+        status=status,
+        attempt=attempt,
+        task_id=task_id,
+        error=error,
+        actual_high_watermark=result.actual_high_watermark if result else view.actual_high_watermark,
+        records_written=result.records_written if result else view.records_written,
+    )
+
+
+def work_unit_committed(view: WorkUnitView) -> WorkUnitView:
+    """The work unit's output was published."""
+    if view.status != WorkUnitStatus.SUCCESSFUL:
+        return view
+    return replace(view, status=WorkUnitStatus.COMMITTED)

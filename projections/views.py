@@ -1,0 +1,185 @@
+"""The projected state's values: frozen, one per aggregate (a job, a run, a task, a work unit, a dataset, a sequence).
+
+Reducers build new values from old ones; nothing here changes in place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import IntEnum
+
+from events.commit import CommitStepSpec
+from events.job import WorkUnitSpec
+from events.task import WorkUnitResult
+
+
+class RunStatus(IntEnum):
+    """Gobblin's job states, ranked: a run only moves forward, so a late duplicate cannot move it back."""
+
+    PENDING = 0
+    RUNNING = 1
+    SUCCESSFUL = 2
+    COMMITTED = 3
+    FAILED = 4
+    CANCELLED = 5
+
+    @property
+    def finished(self) -> bool:
+        return self in (RunStatus.COMMITTED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class AttemptStatus(IntEnum):
+    """A task attempt's states, ranked the same way."""
+
+    RUNNING = 0
+    SUCCEEDED = 1
+    FAILED = 2
+
+
+class WorkUnitStatus(IntEnum):
+    """Gobblin's WorkUnitState working states, ranked."""
+
+    PENDING = 0
+    RUNNING = 1
+    SUCCESSFUL = 2
+    FAILED = 3
+    COMMITTED = 4
+
+
+class SequenceStatus(IntEnum):
+    """A commit sequence: planned (pending), then completed or abandoned for good."""
+
+    PLANNED = 0
+    COMPLETED = 1
+    ABANDONED = 2
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A job across its runs: the latest run and the consecutive failures Gobblin alerts on."""
+
+    job: str
+    last_run_id: str | None = None
+    last_committed_run_id: str | None = None
+    failed_streak: tuple[str, ...] = ()
+    """Runs that failed since the last committed one (a run id once, however often its failure is replayed)."""
+    lock_holder: str | None = None
+    lock_run_id: str | None = None
+    recent_runs: tuple[str, ...] = ()
+    """The runs whose tasks and work units the state keeps in detail, oldest first."""
+
+    @property
+    def consecutive_failures(self) -> int:
+        return len(self.failed_streak)
+
+
+@dataclass(frozen=True, slots=True)
+class RunView:
+    """One run of a job."""
+
+    job: str
+    run_id: str
+    status: RunStatus = RunStatus.PENDING
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    job_group: str | None = None
+    work_units: int = 0
+    tasks_succeeded: int = 0
+    records_extracted: int = 0
+    records_written: int = 0
+    error: str | None = None
+    failed_tasks: tuple[str, ...] = ()
+    datasets_committed: tuple[str, ...] = ()
+    datasets_abandoned: tuple[str, ...] = ()
+    detail_dropped: bool = False
+    """Its tasks and work units left the state (the job has run more often since); the log still has them."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptView:
+    """One attempt of a task."""
+
+    attempt: int
+    status: AttemptStatus
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    executor: str = ""
+    error: str | None = None
+    duration_ms: int = 0
+    retry_delay_s: float | None = None
+    results: tuple[WorkUnitResult, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TaskView:
+    """A task of a run and its attempts, by attempt number."""
+
+    job: str
+    run_id: str
+    task_id: str
+    work_unit_ids: tuple[str, ...] = ()
+    attempts: tuple[AttemptView, ...] = ()
+
+    @property
+    def last(self) -> AttemptView | None:
+        return self.attempts[-1] if self.attempts else None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkUnitView:
+    """A WorkUnit of a run and its state (Gobblin's WorkUnitState): what the next run's Source reads."""
+
+    job: str
+    run_id: str
+    spec: WorkUnitSpec
+    status: WorkUnitStatus = WorkUnitStatus.PENDING
+    attempt: int = 0
+    task_id: str | None = None
+    actual_high_watermark: int | None = None
+    records_written: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetView:
+    """A dataset's committed state (Gobblin's DatasetState): kept when a run skips the dataset."""
+
+    job: str
+    dataset_urn: str
+    watermarks: dict[str, int] = field(default_factory=dict)
+    last_sequence_id: str | None = None
+    last_run_id: str | None = None
+    committed_at: datetime | None = None
+    records_published: int = 0
+    files_published: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    blocked_by: str | None = None
+    """The abandoned sequence that stops new runs from pulling this dataset until an operator retries it."""
+    blocked_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceView:
+    """A commit sequence in the CommitStepStore (pending or abandoned): its steps, which are applied, its failures."""
+
+    job: str
+    dataset_urn: str
+    sequence_id: str
+    run_id: str
+    status: SequenceStatus
+    steps: tuple[CommitStepSpec, ...] = ()
+    applied: frozenset[int] = frozenset()
+    failures: frozenset[tuple[int, int]] = frozenset()
+    """(step index, attempt) of each recorded failure."""
+    last_error: str | None = None
+    planned_at: datetime | None = None
+    ended_at: datetime | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.status == SequenceStatus.PLANNED
+
+    @property
+    def attempts_failed(self) -> int:
+        return len(self.failures)

@@ -51,6 +51,16 @@ def up(
 
 
 @app.command()
+def jars() -> None:
+    """Resolve the broker's jars with Maven into the cache (once) and print where they are."""
+    try:
+        path = kafka_local.ensure_jars()
+    except KafkaProvisioningError as e:
+        raise _fail(e) from e
+    typer.echo(str(path))
+
+
+@app.command()
 def down(state_dir: StateDir = Path(".oncelog/kafka")) -> None:
     """Stop the broker that `up` started (its data stays in the state dir)."""
     try:

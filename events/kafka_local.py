@@ -89,8 +89,8 @@ def ensure_jars(cache_dir: Path | None = None) -> Path:
         with console.status(f"Resolving Apache Kafka {KAFKA_VERSION} jars with Maven into {libs} (first run only)"):
             try:
                 done = subprocess.run(command, cwd=staging, capture_output=True, text=True, timeout=900)
-            except subprocess.TimeoutExpired as e:
-                raise KafkaProvisioningError(f"Maven did not resolve the Kafka jars within 15 minutes: {command}") from e
+            except (OSError, subprocess.SubprocessError) as e:  # includes the 15-minute timeout
+                raise KafkaProvisioningError(f"running Maven to resolve the Kafka jars failed: {e}") from e
         if done.returncode != 0:
             (log := version_dir / "maven.log").write_text(done.stdout + done.stderr)
             raise KafkaProvisioningError(
@@ -174,7 +174,7 @@ class LocalKafkaBroker:
         self.cluster_id = str(recorded.get("cluster_id") or _new_cluster_id())
         self._jars = jars
         self._proc: subprocess.Popen[bytes] | None = None
-        self._finalizer: weakref.finalize | None = None
+        self._finalizer: weakref.finalize[[subprocess.Popen[bytes]], LocalKafkaBroker] | None = None
         self._log_offset = 0
 
     @property
@@ -226,12 +226,9 @@ class LocalKafkaBroker:
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "log.dirs": str(self.work_dir / "data"),
             "num.partitions": "1",
-            "default.replication.factor": "1",
-            "min.insync.replicas": "1",
             "offsets.topic.replication.factor": "1",
             "transaction.state.log.replication.factor": "1",
             "transaction.state.log.min.isr": "1",
@@ -260,7 +257,10 @@ class LocalKafkaBroker:
             return
         command = self._java_command("kafka.tools.StorageTool", "format", "-t", self.cluster_id,
                                      "-c", str(self.config_path), "--ignore-formatted")
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise KafkaProvisioningError(f"could not run Kafka's StorageTool: {e}") from e
         with self.log_path.open("a") as log:
             log.write(done.stdout + done.stderr)
         if done.returncode != 0:
@@ -277,37 +277,46 @@ class LocalKafkaBroker:
             if (recorded := self._recorded().get("port")) != self.port:
                 raise KafkaProvisioningError(f"a broker already runs in {self.work_dir} on port {recorded}")
             return
-        self.work_dir.mkdir(parents=True, exist_ok=True)
         for port in (self.port, self.controller_port):
             if not _port_is_free(port):
                 raise KafkaProvisioningError(f"port {port} on 127.0.0.1 is already in use; cannot start the Kafka "
                                              f"broker in {self.work_dir} (another broker? choose another port)")
+        self.work_dir.mkdir(parents=True, exist_ok=True)
         self._write_config()
         self._format()
         command = self._java_command("kafka.Kafka", str(self.config_path))
         with self.log_path.open("a") as log:
             self._log_offset = log.tell()
             log.write(f"---- oncelog: starting kafka.Kafka {KAFKA_VERSION} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-        if detached:  # through sh, so the broker is reparented to init and never becomes our zombie
-            script = 'log="$1"; shift; "$@" </dev/null >>"$log" 2>&1 & echo $!'
-            done = subprocess.run(["/bin/sh", "-c", script, "sh", str(self.log_path), *command],
-                                  capture_output=True, text=True, start_new_session=True, timeout=30)
-            if not done.stdout.strip().isdigit():
-                raise KafkaProvisioningError(f"could not launch the Kafka broker: {done.stderr.strip()}")
-            pid = int(done.stdout)
-        else:
-            with self.log_path.open("ab") as log:
-                self._proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                                              stderr=subprocess.STDOUT, process_group=0)
-            pid = self._proc.pid
-            # Never leak a JVM when the owner forgets to stop it (garbage collection or interpreter exit).
-            self._finalizer = weakref.finalize(self, _reap, self._proc)
-        (self.work_dir / _PID_FILE).write_text(f"{pid}\n")
         try:
+            pid = self._launch(command, detached)
+            (self.work_dir / _PID_FILE).write_text(f"{pid}\n")
             self._wait_ready(timeout)
         except KafkaProvisioningError:
             self.kill()
             raise
+
+    def _launch(self, command: list[str], detached: bool) -> int:
+        """Run the broker with its output appended to the log; its pid."""
+        if detached:  # through sh, so the broker is reparented to init and never becomes our zombie
+            script = 'log="$1"; shift; "$@" </dev/null >>"$log" 2>&1 & echo $!'
+            try:
+                done = subprocess.run(["/bin/sh", "-c", script, "sh", str(self.log_path), *command],
+                                      capture_output=True, text=True, start_new_session=True, timeout=30)
+            except (OSError, subprocess.SubprocessError) as e:
+                raise KafkaProvisioningError(f"could not launch the Kafka broker: {e}") from e
+            if not done.stdout.strip().isdigit():
+                raise KafkaProvisioningError(f"could not launch the Kafka broker: {done.stderr.strip()}")
+            return int(done.stdout)
+        with self.log_path.open("ab") as log:
+            try:
+                self._proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
+                                              stderr=subprocess.STDOUT, process_group=0)
+            except OSError as e:
+                raise KafkaProvisioningError(f"could not launch the Kafka broker: {e}") from e
+        # Never leak a JVM when the owner forgets to stop it (garbage collection or interpreter exit).
+        self._finalizer = weakref.finalize(self, _reap, self._proc)
+        return self._proc.pid
 
     def _wait_ready(self, timeout: float) -> None:
         """Poll until the port accepts connections and a metadata request lists this broker."""

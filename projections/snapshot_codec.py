@@ -16,7 +16,7 @@ from dataclasses import fields, is_dataclass
 from datetime import datetime, timezone
 from enum import IntEnum
 from functools import cache
-from typing import Any, Union
+from typing import Any, TypeVar, Union, cast
 
 from pydantic import BaseModel, TypeAdapter
 
@@ -27,6 +27,7 @@ from projections.views import DatasetView, JobView, RunView, SequenceView, TaskV
 FORMAT_VERSION = 1
 
 Convert = Callable[[Any], Any]
+V = TypeVar("V")
 
 
 class SnapshotFormatError(OncelogError):
@@ -98,6 +99,16 @@ def _dataclass_converters(cls: type) -> tuple[Convert, Convert]:
         return cls(*(convert(v) for convert, v in zip(backs, value)))
 
     return out, back
+
+
+def view_to_json(view: Any) -> list[Any]:
+    """A view as a JSON-able array of its fields (what snapshots and the live projector's tables hold)."""
+    return cast(list[Any], _converters(type(view))[0](view))
+
+
+def view_from_json(cls: type[V], data: list[Any]) -> V:
+    """The view of type cls that view_to_json made `data` from."""
+    return cast(V, _converters(cls)[1](data))
 
 
 def encode_state(state: State) -> bytes:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # stubs omit the re-export
 from typer.testing import CliRunner
 
 from events import kafka_local
@@ -52,12 +52,13 @@ def _consume_all(bootstrap: str, topic: str, isolation: str = "read_committed", 
                 continue
             error = message.error()
             if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                at_eof.add(message.partition())
+                at_eof.add(message.partition() or 0)
                 if len(at_eof) == partitions:
                     return values
                 continue
-            assert error is None, error
-            values.append(message.value())
+            value = message.value()
+            assert error is None and value is not None, error
+            values.append(value)
         raise AssertionError(f"did not reach the end of {topic}; got {values}")
     finally:
         consumer.close()
@@ -199,3 +200,15 @@ def test_cli_up_status_down(tmp_path: Path, busy_port: int) -> None:
     failed = runner.invoke(app, ["up", "--state-dir", str(tmp_path / "busy"), "--port", str(busy_port)])
     assert failed.exit_code == 1
     assert failed.stderr.count("\n") == 1 and failed.stderr.startswith("error: ") and str(busy_port) in failed.stderr
+
+
+def test_missing_maven_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With an empty cache and no ``mvn`` on PATH, ensure_jars says what to install."""
+    java = kafka_local._tool("java", "")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "java").symlink_to(java)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    with pytest.raises(KafkaProvisioningError, match="`mvn` was not found on PATH: install Apache Maven"):
+        kafka_local.ensure_jars(tmp_path / "cache")
+    assert not (tmp_path / "cache" / f"kafka-{kafka_local.KAFKA_VERSION}" / "libs").exists()

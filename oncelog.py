@@ -1,0 +1,29 @@
+"""The `oncelog` command: composes the sub-commands each package owns.
+
+events: `kafka`; replay: `rebuild`, `state`, `replay`, `audit`, `verify`, `tail`, `gc`; projections: `serve`;
+spark_pipeline: `run`, `recover`, `schedule`.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from events.kafka_cli import app as kafka_app
+
+app = typer.Typer(
+    name="oncelog",
+    help="Event-sourced state for Gobblin-style ingestion on Spark, with Kafka (or SQLite) as its log.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(kafka_app, name="kafka")
+
+
+def main() -> None:
+    """Entry point of the console script."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from events.kafka_cli import app as kafka_app
+from replay.cli import register as register_replay
 
 app = typer.Typer(
     name="oncelog",
@@ -18,6 +19,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(kafka_app, name="kafka")
+register_replay(app)
 
 
 def main() -> None:

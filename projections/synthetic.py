@@ -152,9 +152,12 @@ def _run(rng: random.Random, shape: HistoryShape, clock: _Clock, watermarks: dic
 def _apply(rng: random.Random, shape: HistoryShape, clock: _Clock, sequence: dict[str, str],
            steps: list[CommitStepSpec]) -> Iterator[Event]:
     """The events of applying a sequence's steps, with a failed-then-retried step now and then."""
+    failures = 0
     for index, step in enumerate(steps):
-        if rng.random() < shape.step_failure:
-            yield CommitStepFailed(**sequence, step_index=index, attempt=1, error="transient", emitted_at=clock.tick())
+        while failures < 2 and rng.random() < shape.step_failure:
+            failures += 1
+            yield CommitStepFailed(**sequence, step_index=index, attempt=failures, error=f"transient #{failures}",
+                                   emitted_at=clock.tick())
         if isinstance(step, HighWatermarkStep):
             yield WatermarkAdvanced(**sequence, partition=step.partition, low_watermark=step.low_watermark,
                                     value=step.value, emitted_at=clock.tick())

@@ -1,0 +1,157 @@
+"""What the replay commands print: JSON documents for machines, rich tables for people."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+
+from projections.projector import FoldReport
+from projections.state import State
+from projections.views import DatasetView, RunView, SequenceView
+from replay.audit import AuditTimeline
+from replay.verify import VerifyReport
+
+
+def when(moment: datetime | None) -> str | None:
+    """A time as ISO-8601 UTC with milliseconds, or None."""
+    return None if moment is None else moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def dataset_json(view: DatasetView) -> dict[str, Any]:
+    return {
+        "job": view.job, "dataset_urn": view.dataset_urn, "watermarks": view.watermarks,
+        "last_run_id": view.last_run_id, "last_sequence_id": view.last_sequence_id,
+        "committed_at": when(view.committed_at), "records_published": view.records_published,
+        "files_published": view.files_published, "blocked_by": view.blocked_by, "blocked_error": view.blocked_error,
+    }
+
+
+def sequence_json(view: SequenceView) -> dict[str, Any]:
+    return {
+        "job": view.job, "dataset_urn": view.dataset_urn, "sequence_id": view.sequence_id, "run_id": view.run_id,
+        "status": view.status.name.lower(), "steps": len(view.steps), "applied": sorted(view.applied),
+        "failed_attempts": view.attempts_failed, "last_error": view.last_error, "planned_at": when(view.planned_at),
+    }
+
+
+def run_json(view: RunView) -> dict[str, Any]:
+    return {
+        "job": view.job, "run_id": view.run_id, "status": view.status.name, "started_at": when(view.started_at),
+        "ended_at": when(view.ended_at), "work_units": view.work_units, "records_written": view.records_written,
+        "error": view.error, "datasets_committed": list(view.datasets_committed),
+        "datasets_abandoned": list(view.datasets_abandoned),
+    }
+
+
+def state_json(state: State, urn: str | None = None, job: str | None = None) -> dict[str, Any]:
+    """The datasets (with watermarks and last run), pending sequences and problems of a state."""
+    def wanted(j: str, u: str | None) -> bool:
+        return (job is None or j == job) and (urn is None or u == urn)
+
+    datasets = [dataset_json(v) for (j, u), v in sorted(state.datasets.items()) if wanted(j, u)]
+    pending = [sequence_json(v) for v in state.pending_sequences() if wanted(v.job, v.dataset_urn)]
+    abandoned = [sequence_json(v) for v in state.sequences.values() if not v.pending and wanted(v.job, v.dataset_urn)]
+    jobs = {j: {"consecutive_failures": v.consecutive_failures, "last_run_id": v.last_run_id,
+                "lock_holder": v.lock_holder} for j, v in sorted(state.jobs.items()) if job is None or j == job}
+    return {
+        "offsets": {str(p): o for p, o in sorted(state.offsets.items())},
+        "jobs": jobs, "datasets": datasets, "pending_sequences": pending, "abandoned_sequences": abandoned,
+        "problems": [{"where": p.where(), "kind": p.kind, "message": p.message} for p in state.problems],
+        "problem_count": state.problem_count,
+    }
+
+
+def state_tables(document: dict[str, Any]) -> RenderableType:
+    """`state_json` as tables."""
+    datasets = Table(title="Datasets", title_justify="left")
+    for column in ("job", "dataset", "watermarks", "last run", "committed at", "records", "files", "blocked by"):
+        datasets.add_column(column)
+    for d in document["datasets"]:
+        marks = ", ".join(f"{p}={v}" for p, v in sorted(d["watermarks"].items()))
+        datasets.add_row(d["job"], d["dataset_urn"], marks, d["last_run_id"] or "-", d["committed_at"] or "-",
+                         str(d["records_published"]), str(d["files_published"]), d["blocked_by"] or "")
+    pending = Table(title="Pending commit sequences", title_justify="left")
+    for column in ("job", "dataset", "sequence", "steps applied", "failed attempts", "last error"):
+        pending.add_column(column)
+    for s in document["pending_sequences"]:
+        pending.add_row(s["job"], s["dataset_urn"], s["sequence_id"], f"{len(s['applied'])}/{s['steps']}",
+                        str(s["failed_attempts"]), s["last_error"] or "")
+    parts: list[RenderableType] = [datasets, pending if document["pending_sequences"] else "No pending commit sequences."]
+    if document["problem_count"]:
+        problems = Table(title=f"Problems ({document['problem_count']})", title_justify="left")
+        for column in ("where", "kind", "message"):
+            problems.add_column(column)
+        for p in document["problems"]:
+            problems.add_row(p["where"], p["kind"], p["message"])
+        parts.append(problems)
+    return Group(*parts)
+
+
+def fold_json(report: FoldReport) -> dict[str, Any]:
+    return {"events": report.events, "seconds": round(report.seconds, 3),
+            "events_per_second": round(report.events_per_second, 1), "from_snapshot": report.from_snapshot,
+            "snapshot_offsets": report.snapshot_offsets}
+
+
+def verify_json(report: VerifyReport) -> dict[str, Any]:
+    return {"ok": report.ok, "events": report.events, "sequences": report.sequences,
+            "published_files": report.published_files, "pending": report.pending,
+            "violations": [{"kind": v.kind, "message": v.message, "position": v.position} for v in report.violations]}
+
+
+def audit_json(timeline: AuditTimeline) -> dict[str, Any]:
+    """The timeline of a run, as data."""
+    return {
+        "run": run_json(timeline.run),
+        "work_units": [{"work_unit_id": w.spec.work_unit_id, "dataset_urn": w.spec.dataset_urn,
+                        "partition": w.spec.partition, "low_watermark": w.spec.low_watermark,
+                        "expected_high_watermark": w.spec.expected_high_watermark,
+                        "actual_high_watermark": w.actual_high_watermark, "status": w.status.name,
+                        "attempt": w.attempt} for w in timeline.work_units],
+        "attempts": [{"task_id": t.task_id, "attempt": a.attempt, "status": a.status.name,
+                      "started_at": when(a.started_at), "ended_at": when(a.ended_at), "executor": a.executor,
+                      "error": a.error, "retry_delay_s": a.retry_delay_s} for t, a in timeline.attempts],
+        "sequences": [{"dataset_urn": s.dataset_urn, "status": s.status, "planned_at": when(s.planned_at),
+                       "ended_at": when(s.ended_at), "error": s.error} for s in timeline.sequences],
+        "commit_steps": [{"dataset_urn": s.dataset_urn, "index": s.index, "kind": s.kind, "detail": s.detail,
+                          "outcome": s.outcome, "applied_at": when(s.applied_at), "duration_ms": s.duration_ms,
+                          "failures": list(s.failures)} for s in timeline.steps],
+        "watermarks": [{"dataset_urn": m.dataset_urn, "partition": m.partition, "from": m.low, "to": m.value,
+                        "at": when(m.at)} for m in timeline.watermarks],
+        "events": len(timeline.events),
+    }
+
+
+def audit_tables(document: dict[str, Any]) -> RenderableType:
+    """`audit_json` as a timeline of tables."""
+    run = document["run"]
+    header = (f"[bold]{run['job']}[/] run [bold]{run['run_id']}[/]: {run['status']}  "
+              f"{run['started_at'] or '?'} → {run['ended_at'] or '…'}  ({document['events']} events)")
+    if run["error"]:
+        header += f"\n[red]{run['error']}[/]"
+    units = _table("Work units", ["work unit", "dataset", "partition", "low", "expected high", "actual high",
+                                  "status"], [[w["work_unit_id"], w["dataset_urn"], w["partition"], w["low_watermark"],
+                                               w["expected_high_watermark"], w["actual_high_watermark"], w["status"]]
+                                              for w in document["work_units"]])
+    attempts = _table("Task attempts", ["task", "attempt", "status", "started", "ended", "executor", "error / retry"],
+                      [[a["task_id"], a["attempt"], a["status"], a["started_at"], a["ended_at"], a["executor"],
+                        a["error"] or (f"retried after {a['retry_delay_s']}s" if a["retry_delay_s"] is not None
+                                       else "")] for a in document["attempts"]])
+    steps = _table("Commit steps", ["dataset", "step", "kind", "detail", "outcome", "applied at", "ms", "failures"],
+                   [[s["dataset_urn"], s["index"], s["kind"], s["detail"], s["outcome"], s["applied_at"],
+                     f"{s['duration_ms']:.1f}", "; ".join(s["failures"])] for s in document["commit_steps"]])
+    marks = _table("Watermarks moved", ["dataset", "partition", "from", "to", "at"],
+                   [[m["dataset_urn"], m["partition"], m["from"], m["to"], m["at"]] for m in document["watermarks"]])
+    return Group(header, units, attempts, steps, marks)
+
+
+def _table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row))
+    return table

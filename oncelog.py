@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from events.kafka_cli import app as kafka_app
+from projections.live_cli import register as register_live
 from replay.cli import register as register_replay
 
 app = typer.Typer(
@@ -20,6 +21,7 @@ app = typer.Typer(
 )
 app.add_typer(kafka_app, name="kafka")
 register_replay(app)
+register_live(app)
 
 
 def main() -> None:

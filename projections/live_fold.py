@@ -96,6 +96,7 @@ class _Scratch:
         return self.before[(table, key)]
 
     def load_dataset_event(self, event: DatasetEvent) -> None:
+        """The dataset (every job's state of it), the event's sequence, and whether that sequence completed."""
         urn, job, seq = event.dataset_urn, event.job, event.sequence_id
         for j, data in (self.load(DATASETS, table_key(urn)) or {}).items():
             self.state.datasets[(j, urn)] = view_from_json(DatasetView, data)
@@ -106,12 +107,14 @@ class _Scratch:
             self.state.completed[(job, urn)] = {seq}
 
     def load_run(self, job: str, run_id: str) -> None:
+        """A run and its task counts."""
         entry = self.load(RUNS, table_key(job, run_id))
         if entry is not None:
             self.state.runs[(job, run_id)] = view_from_json(RunView, entry["run"])
             self.counts[table_key(job, run_id)] = dict(entry["tasks"])
 
     def load_run_event(self, event: RunEvent) -> None:
+        """The run, and its task (task events) or its job and the runs a new run may drop the detail of."""
         self.load_run(event.job, event.run_id)
         if isinstance(event, TaskEvent):
             task = self.load(TASKS, table_key(event.job, event.run_id, event.task_id))
@@ -153,6 +156,7 @@ class _Scratch:
         return out
 
     def _run_entry(self, event: Event, key: bytes, parts: list[str]) -> Any:
+        """A run's entry after the fold: the run, and its task counts moved by the task's change of status."""
         run = self.state.runs.get((parts[0], parts[1]))
         if run is None:
             return None

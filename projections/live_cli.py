@@ -1,0 +1,72 @@
+"""`oncelog serve`: run the live projector (a faust worker) over a Kafka log, with its HTTP views.
+
+Mount it with `register(parent)` (adds the `serve` command to the `oncelog` Typer app); `app` runs it on its own:
+`python -m projections.live_cli serve --log kafka://127.0.0.1:9092?topic=oncelog.events`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from events.errors import ConfigError, OncelogError
+from events.log import DEFAULT_URL
+from projections.live import (
+    DEFAULT_APP_ID,
+    DEFAULT_DATA_DIR,
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    LiveSettings,
+    create_app,
+    run_worker,
+)
+
+app = typer.Typer(
+    name="serve",
+    help="The live projector: Faust tables folded from the events topic, with HTTP views.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _group() -> None:
+    """The live projector (keeps `serve` a named sub-command when this app runs on its own)."""
+
+
+@app.command("serve")
+def serve(
+    log: Annotated[
+        str,
+        typer.Option(
+            "--log", envvar="ONCELOG_LOG", help="The log: kafka://host:port?topic=… (the live projector needs Kafka)."
+        ),
+    ] = DEFAULT_URL,
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="HTTP port of the views.")] = DEFAULT_PORT,
+    host: Annotated[str, typer.Option("--host", help="Address the HTTP views listen on.")] = DEFAULT_HOST,
+    app_id: Annotated[
+        str, typer.Option("--app-id", help="Faust app id: the consumer group and the prefix of the changelog topics.")
+    ] = DEFAULT_APP_ID,
+    data_dir: Annotated[Path, typer.Option("--data-dir", help="Faust's data directory.")] = DEFAULT_DATA_DIR,
+    loglevel: Annotated[str, typer.Option("--loglevel", help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Fold the events topic into live tables and serve /datasets, /datasets/{urn}, /runs/{run_id}, /commits/pending."""
+    settings = LiveSettings(log_url=log, port=port, host=host, app_id=app_id, data_dir=data_dir)
+    try:
+        faust_app = create_app(settings)
+    except OncelogError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(code=2 if isinstance(e, ConfigError) else 1) from e
+    run_worker(faust_app, loglevel)
+
+
+def register(parent: typer.Typer) -> None:
+    """Add the `serve` command to the `oncelog` CLI."""
+    parent.command("serve")(serve)
+
+
+if __name__ == "__main__":
+    app()

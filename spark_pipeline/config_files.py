@@ -1,0 +1,338 @@
+"""Job files to flat properties: YAML and Java `.properties` / `.pull` / `.job` parsers, and `${...}` substitution.
+
+Every parser returns what it could read plus a list of `Problem`s (never raises on bad content), so the
+loader can report every problem of every file at once. Values are always strings, as in Gobblin's `State`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+YAML_SUFFIXES = (".yaml", ".yml")
+PROPERTIES_SUFFIXES = (".properties", ".pull", ".job")
+JOB_FILE_SUFFIXES = YAML_SUFFIXES + PROPERTIES_SUFFIXES
+
+_WHITESPACE = " \t\f"  # java.util.Properties whitespace: space, tab, form feed (not newline)
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+_REFERENCE = re.compile(r"\$\$\{|\$\{([^{}]*)\}")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a job file, located (file, line when known) and naming the key when there is one."""
+
+    file: str
+    message: str
+    line: int | None = None
+    key: str | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A raw value as written in a file and the line it starts on (None when the value did not come from a file)."""
+
+    value: str
+    line: int | None = None
+
+
+@dataclass
+class ParsedFile:
+    """The flat key → entry map read from one file, with the problems met while reading it."""
+
+    file: str
+    entries: dict[str, Entry] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    readable: bool = True  # False: the file as a whole could not be read, so its keys are not checked
+
+    def fail(self, message: str, line: int | None = None) -> None:
+        """Record a problem that makes the whole file unreadable."""
+        self.problems.append(Problem(self.file, message, line))
+        self.readable = False
+
+    def add(self, key: str, value: str, line: int | None) -> None:
+        """Record a key; a key given twice is a problem naming both lines (silent last-wins hides typos)."""
+        if key in self.entries:
+            first = self.entries[key].line
+            where = f" (first set on line {first})" if first else ""
+            self.problems.append(Problem(self.file, f"key {key!r} is set more than once{where}", line, key))
+            return
+        self.entries[key] = Entry(value, line)
+
+
+def parse_job_file(path: Path) -> ParsedFile:
+    """Read a job file, choosing the syntax by extension; an unknown extension or unreadable file is a problem."""
+    parsed = ParsedFile(str(path))
+    suffix = path.suffix.lower()
+    if suffix not in JOB_FILE_SUFFIXES:
+        expected = ", ".join(JOB_FILE_SUFFIXES)
+        parsed.fail(f"unknown job file extension {path.suffix!r}; expected {expected}")
+        return parsed
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except OSError as e:
+        parsed.fail(f"cannot read the file: {e.strerror or e}")
+        return parsed
+    except UnicodeDecodeError as e:
+        parsed.fail(f"not UTF-8 text (byte {e.start}: {e.reason})")
+        return parsed
+    if suffix in YAML_SUFFIXES:
+        parse_yaml(text, parsed)
+    else:
+        parse_properties(text, parsed)
+    return parsed
+
+
+# --- java.util.Properties ---------------------------------------------------------------------------------------
+
+
+def parse_properties(text: str, parsed: ParsedFile) -> None:
+    """Parse Java properties syntax into `parsed`, following java.util.Properties.load line by line."""
+    lines = _LINE_BREAK.split(text)
+    index = 0
+    while index < len(lines):
+        number = index + 1
+        logical = lines[index].lstrip(_WHITESPACE)
+        index += 1
+        if not logical or logical[0] in "#!":
+            continue  # blank or comment line; a comment line is never continued
+        while _continues(logical):
+            logical = logical[:-1]
+            if not logical or index >= len(lines):
+                break  # as Java: a line of just `\` is empty, and the next line starts afresh (may be a comment)
+            logical += lines[index].lstrip(_WHITESPACE)
+            index += 1
+        if logical:
+            _add_property(logical, number, parsed)
+
+
+def _continues(line: str) -> bool:
+    """Whether a natural line ends with an odd number of backslashes (then the next line continues it)."""
+    trailing = len(line) - len(line.rstrip("\\"))
+    return trailing % 2 == 1
+
+
+def _add_property(logical: str, number: int, parsed: ParsedFile) -> None:
+    """Split one logical line into key and value, unescape both, and record them."""
+    raw_key, raw_value = split_key_value(logical)
+    try:
+        key = unescape(raw_key)
+        value = unescape(raw_value)
+    except ValueError as e:
+        parsed.problems.append(Problem(parsed.file, f"{e} in {raw_key!r}", number, raw_key))
+        return
+    if not key:
+        parsed.problems.append(Problem(parsed.file, f"a line has a value but no key: {logical!r}", number))
+        return
+    parsed.add(key, value, number)
+
+
+def split_key_value(logical: str) -> tuple[str, str]:
+    """The raw (still escaped) key and value of a logical line: `k=v`, `k: v`, `k v`, as java.util.Properties."""
+    pos, length, separated = 0, len(logical), False
+    while pos < length:
+        char = logical[pos]
+        if char == "\\":
+            pos += 2
+            continue
+        if char in "=:":
+            separated = True
+            break
+        if char in _WHITESPACE:
+            break
+        pos += 1
+    key_end = min(pos, length)
+    pos = key_end + 1 if separated else key_end
+    while pos < length and logical[pos] in _WHITESPACE:
+        pos += 1
+    if not separated and pos < length and logical[pos] in "=:":
+        pos += 1
+        while pos < length and logical[pos] in _WHITESPACE:
+            pos += 1
+    return logical[:key_end], logical[pos:]
+
+
+def unescape(raw: str) -> str:
+    """Undo Java properties escapes: `\\uXXXX`, `\\t \\n \\r \\f`, and `\\x` meaning x; bad `\\u` is a ValueError."""
+    out: list[str] = []
+    pos, length = 0, len(raw)
+    while pos < length:
+        char = raw[pos]
+        if char != "\\" or pos + 1 >= length:
+            out.append(char if char != "\\" else "")
+            pos += 1
+            continue
+        nxt = raw[pos + 1]
+        if nxt == "u":
+            digits = raw[pos + 2 : pos + 6]
+            if len(digits) != 4 or any(c not in "0123456789abcdefABCDEF" for c in digits):
+                raise ValueError(f"malformed \\uXXXX escape '\\u{digits}'")
+            out.append(chr(int(digits, 16)))
+            pos += 6
+            continue
+        out.append(_ESCAPES.get(nxt, nxt))
+        pos += 2
+    return "".join(out)
+
+
+# --- YAML -------------------------------------------------------------------------------------------------------
+
+
+def parse_yaml(text: str, parsed: ParsedFile) -> None:
+    """Parse YAML into flat keys: nested maps join with dots, lists of scalars become comma-separated strings."""
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return
+        if not isinstance(root, MappingNode):
+            line = root.start_mark.line + 1
+            parsed.fail("the top level must be a mapping of keys to values", line)
+            return
+        _walk_mapping(loader, root, "", parsed, ())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        reason = getattr(e, "problem", None) or str(e)
+        parsed.fail(f"invalid YAML: {reason}", line)
+    finally:
+        loader.dispose()
+
+
+def _walk_mapping(loader: yaml.SafeLoader, node: MappingNode, prefix: str, parsed: ParsedFile,
+                  seen: tuple[int, ...]) -> None:
+    """Flatten one mapping node under `prefix`, recursing into nested mappings (recursive aliases are a problem)."""
+    if id(node) in seen:
+        parsed.problems.append(Problem(parsed.file, f"recursive alias under {prefix!r}", node.start_mark.line + 1))
+        return
+    loader.flatten_mapping(node)  # resolves `<<: *anchor` merge keys
+    for key_node, value_node in node.value:
+        line = key_node.start_mark.line + 1
+        if not isinstance(key_node, ScalarNode) or not str(key_node.value).strip():
+            parsed.problems.append(Problem(parsed.file, "a key must be a non-empty scalar", line))
+            continue
+        key = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
+        if isinstance(value_node, MappingNode):
+            _walk_mapping(loader, value_node, key, parsed, (*seen, id(node)))
+        elif isinstance(value_node, SequenceNode):
+            _add_sequence(loader, key, value_node, line, parsed)
+        else:
+            parsed.add(key, _scalar_text(loader, value_node), line)
+
+
+def _add_sequence(loader: yaml.SafeLoader, key: str, node: SequenceNode, line: int, parsed: ParsedFile) -> None:
+    """A YAML list for a list-valued key: scalars only, none containing a comma (the list separator)."""
+    items: list[str] = []
+    for item in node.value:
+        if not isinstance(item, ScalarNode):
+            parsed.problems.append(Problem(parsed.file, f"{key!r}: list items must be plain values", line, key))
+            return
+        text = _scalar_text(loader, item)
+        if "," in text:
+            message = f"{key!r}: list item {text!r} contains a comma, the list separator"
+            parsed.problems.append(Problem(parsed.file, message, item.start_mark.line + 1, key))
+            return
+        items.append(text)
+    parsed.add(key, ",".join(items), line)
+
+
+def _scalar_text(loader: yaml.SafeLoader, node: Node) -> str:
+    """A YAML scalar as the string a properties file would hold: true/false, numbers as written, null as empty."""
+    value = loader.construct_object(node, deep=True)
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, dt.date):
+        return str(node.value)  # a date or timestamp stays as written
+    return str(value)
+
+
+# --- ${...} substitution ----------------------------------------------------------------------------------------
+
+
+def substitute(parsed: ParsedFile, environ: Mapping[str, str]) -> dict[str, str]:
+    """Resolve `${key}` and `${env:NAME}` in every value (`$${` is a literal `${`); problems name key and file."""
+    resolver = _Resolver(parsed, environ)
+    for key in parsed.entries:
+        resolver.resolve(key, ())
+    return {key: resolver.done[key] for key in parsed.entries if key in resolver.done}
+
+
+class _Resolver:
+    """Depth-first resolution with memoisation; each undefined reference or cycle is reported once."""
+
+    def __init__(self, parsed: ParsedFile, environ: Mapping[str, str]) -> None:
+        self.parsed = parsed
+        self.environ = environ
+        self.done: dict[str, str] = {}
+        self.failed: set[str] = set()
+
+    def resolve(self, key: str, stack: tuple[str, ...]) -> str | None:
+        """The final value of `key`, or None when it (or something it references) cannot be resolved."""
+        if key in self.done:
+            return self.done[key]
+        if key in self.failed:
+            return None
+        if key in stack:
+            cycle = " -> ".join((*stack[stack.index(key):], key))
+            self._problem(stack[-1], f"circular reference: {cycle}")
+            self.failed.update(stack[stack.index(key):])
+            return None
+        value = self._expand(key, (*stack, key))
+        if value is None:
+            self.failed.add(key)
+        else:
+            self.done[key] = value
+        return value
+
+    def _expand(self, key: str, stack: tuple[str, ...]) -> str | None:
+        """Replace each reference in the raw value of `key`."""
+        raw = self.parsed.entries[key].value
+        out: list[str] = []
+        last, ok = 0, True
+        for match in _REFERENCE.finditer(raw):
+            out.append(raw[last : match.start()])
+            last = match.end()
+            if match.group(0) == "$${":
+                out.append("${")
+                continue
+            value = self._reference(key, match.group(1).strip(), stack)
+            ok = ok and value is not None
+            out.append(value or "")
+        out.append(raw[last:])
+        return "".join(out) if ok else None
+
+    def _reference(self, key: str, name: str, stack: tuple[str, ...]) -> str | None:
+        """The value one `${name}` stands for: an environment variable or another key of the same file."""
+        if name.startswith("env:"):
+            variable = name[4:]
+            if variable not in self.environ:
+                self._problem(key, f"references ${{{name}}} but environment variable {variable!r} is not set")
+                return None
+            return self.environ[variable]
+        if not name:
+            self._problem(key, "has an empty reference ${}")
+            return None
+        if name not in self.parsed.entries:
+            self._problem(key, f"references ${{{name}}} but no key {name!r} is defined in this file")
+            return None
+        return self.resolve(name, stack)
+
+    def _problem(self, key: str, message: str) -> None:
+        """Record a substitution problem on `key`."""
+        line = self.parsed.entries[key].line
+        self.parsed.problems.append(Problem(self.parsed.file, f"{key!r} {message}", line, key))

@@ -849,21 +849,16 @@ class _Checker:
 
 
     def _check_default_dirs(self, core: JobConfig, branch: BranchConfig) -> None:
-        """The default writer and publisher move files: they need their directories (unless a CONFIG_MODEL says)."""
+        """The default writer and publisher move files: they need their directories."""
         needed: list[tuple[str, str]] = []
-        if branch.writer_builder_class == DEFAULT_WRITER_BUILDER and not self._declares_model(DEFAULT_WRITER_BUILDER):
+        if branch.writer_builder_class == DEFAULT_WRITER_BUILDER:
             needed += [("writer.staging.dir", DEFAULT_WRITER_BUILDER), ("writer.output.dir", DEFAULT_WRITER_BUILDER)]
-        if core.publisher_type == DEFAULT_PUBLISHER and not self._declares_model(DEFAULT_PUBLISHER):
+        if core.publisher_type == DEFAULT_PUBLISHER:
             needed.append(("data.publisher.final.dir", DEFAULT_PUBLISHER))
         for base, user in needed:
             if getattr(branch, _PATH_KEYS[base]) is None:
                 per_branch = f" (or {base}.{branch.index} for branch {branch.index})" if core.fork_branches > 1 else ""
                 self.problem(None, f"required key {base!r}{per_branch} is missing: {user} needs it")
-
-    def _declares_model(self, path: str) -> bool:
-        """Whether an imported class declares a CONFIG_MODEL (which then states what it requires)."""
-        cls = self.imported.get(path)
-        return cls is not None and construct_model(cls) is not None
 
 
 def _suggestion(key: str, known: frozenset[str] | set[str], branch_keys: set[str]) -> str:

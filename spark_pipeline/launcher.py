@@ -1,0 +1,263 @@
+"""The job launcher: Gobblin's job flow on Spark, publishing exactly once through commit-step events.
+
+lock → recover unfinished commit sequences → plan work units → tasks on Spark → commit policy → all commit
+sequences in one atomic batch → apply them (datasets in parallel) → job committed → clean up → release the lock.
+SIGINT / SIGTERM before the sequences are planned cancels the run: nothing is published, the run is recorded as
+cancelled. Once planned, the sequences are the point of no return: the commit finishes (or the next run does it).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from types import FrameType
+
+from pyspark.sql import SparkSession
+
+from events.errors import FencedError, OncelogError
+from events.job import (
+    JobLockAcquired,
+    JobLockReleased,
+    JobRunCancelled,
+    JobRunCommitted,
+    JobRunFailed,
+    JobRunStarted,
+    JobRunSucceeded,
+    WorkUnitsPlanned,
+)
+from events.log import EventLog, open_log
+from events.sqlite_store import SqliteLog
+from projections.commit_sequence import CommitResult, Outcome
+from projections.commit_steps import PublishRoots
+from projections.faults import NO_FAULTS, FaultInjector
+from projections.session import CommitSession, open_session
+from projections.views import RunStatus
+from spark_pipeline.config import JobCommitPolicy, JobConfig
+from spark_pipeline.constructs import DataPublisher, DatasetOutput, SourceState
+from spark_pipeline.job_lock import FileJobLock
+from spark_pipeline.paths import absolute_config, run_dirs, stale_run_dirs
+from spark_pipeline.planning import plan_work_units
+from spark_pipeline.spark_runner import run_tasks, slots, spark_session
+from spark_pipeline.task_flow import make_construct
+from spark_pipeline.task_runner import TaskOutcome
+from spark_pipeline.writers import remove_tree
+
+SECRET_HINTS = ("password", "secret", "token", "credential", "jaas", "private")
+
+
+class RunCancelled(OncelogError):
+    """The run was cancelled (SIGINT / SIGTERM) before anything was published."""
+
+
+@dataclass
+class RunResult:
+    """How a run ended, and what it did."""
+
+    job: str
+    run_id: str
+    status: RunStatus
+    error: str | None = None
+    recovered: list[CommitResult] = field(default_factory=list)
+    tasks: list[TaskOutcome] = field(default_factory=list)
+    commits: list[CommitResult] = field(default_factory=list)
+
+    @property
+    def records_written(self) -> int:
+        return sum(r.records_written for t in self.tasks for r in t.results)
+
+
+def new_run_id(now: datetime) -> str:
+    """A run id that sorts by start time and cannot collide: 20261121T120000123Z-1a2b3c."""
+    return f"{now.strftime('%Y%m%dT%H%M%S')}{now.microsecond // 1000:03d}Z-{uuid.uuid4().hex[:6]}"
+
+
+class JobLauncher:
+    """Runs a job once; `spark` may be given (tests, notebooks), else one is built from the job's settings."""
+
+    def __init__(self, config: JobConfig, spark: SparkSession | None = None, faults: FaultInjector = NO_FAULTS,
+                 run_id: str | None = None) -> None:
+        self.config = absolute_config(config)
+        self._spark = spark
+        self.faults = faults
+        self.run_id = run_id or new_run_id(datetime.now(timezone.utc))
+        self.cancel = threading.Event()
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            self._spark = spark_session(self.config)
+        return self._spark
+
+    def run(self) -> RunResult:
+        """The whole job flow; returns how it ended (FencedError if another run took the job over)."""
+        config = self.config
+        with open_log(config.log_url, config.log_settings) as log, self._signals():
+            log.ensure_topic()
+            lock = self._file_lock(log)
+            holder = lock.acquire(self.run_id) if lock else f"writer {config.job_name}"
+            try:
+                roots = PublishRoots.of([d.output for d in run_dirs(config, "")],
+                                        [d.final for d in run_dirs(config, "")])
+                with open_session(log, self._writer_name(), roots, config.commit_sequence_max_attempts,
+                                  config.commit_parallelism, self.faults) as session:
+                    return self._run(session, holder)
+            finally:
+                if lock:
+                    lock.release()
+
+    def _writer_name(self) -> str:
+        """The job's writer: one name per job fences a concurrent run (Kafka's job lock), unless locking is off."""
+        return self.config.job_name if self.config.job_lock_enabled else f"{self.config.job_name}.{self.run_id}"
+
+    def _file_lock(self, log: EventLog) -> FileJobLock | None:
+        if not self.config.job_lock_enabled or not isinstance(log, SqliteLog):
+            return None
+        return FileJobLock(log.path.parent / f"{log.path.name}.locks" / f"{self.config.job_name}.lock",
+                           self.config.job_name)
+
+    def _run(self, session: CommitSession, holder: str) -> RunResult:
+        config, run = self.config, {"job": self.config.job_name, "run_id": self.run_id}
+        emit = session.sink.emit
+        emit([JobLockAcquired(**run, holder=holder),
+              JobRunStarted(**run, job_group=config.job_group, properties=public_properties(config))])
+        result = RunResult(config.job_name, self.run_id, RunStatus.RUNNING)
+        try:
+            self._clean_stale(session)
+            result.recovered = session.committer.recover(config.job_name)
+            self._extract(session, result)
+            if result.status is RunStatus.CANCELLED:
+                return result
+            self._publish(session, result)
+        except FencedError:
+            raise
+        except RunCancelled as e:
+            self._finish(session, result, RunStatus.CANCELLED, str(e))
+        except Exception as e:
+            self._finish(session, result, RunStatus.FAILED, f"{type(e).__name__}: {e}")
+            raise
+        return result
+
+    def _extract(self, session: CommitSession, result: RunResult) -> None:
+        """Plan work units from the committed state and run the tasks on Spark."""
+        config, run = self.config, {"job": self.config.job_name, "run_id": self.run_id}
+        state = session.state
+        datasets = state.dataset_states(config.job_name)
+        source_state = SourceState(
+            config, self.run_id, datasets, tuple(state.previous_work_unit_states(config.job_name)),
+            frozenset(urn for urn, view in datasets.items() if view.blocked_by is not None),
+        )
+        work_units, mwus = plan_work_units(config, source_state, slots(self.spark))
+        session.sink.emit([WorkUnitsPlanned(**run, work_units=tuple(work_units))])
+        self._check_cancelled()
+        if mwus:
+            result.tasks = run_tasks(self.spark, config, self.run_id, mwus, config.log_url, config.log_settings)
+        self._check_cancelled()
+        self.faults.reached("after-task-output")
+        session.catch_up()
+
+    def _publish(self, session: CommitSession, result: RunResult) -> None:
+        """Apply the commit policy, plan every dataset's sequence in one batch, and commit them."""
+        config, run = self.config, {"job": self.config.job_name, "run_id": self.run_id}
+        failed = [t for t in result.tasks if not t.succeeded]
+        if failed and config.job_commit_policy is JobCommitPolicy.FULL:
+            self._finish(session, result, RunStatus.FAILED, failure_message(failed), [t.task_id for t in failed])
+            return
+        if not failed:
+            session.sink.emit([JobRunSucceeded(**run, tasks=len(result.tasks),
+                                               records_extracted=sum(r.records_extracted for t in result.tasks
+                                                                     for r in t.results),
+                                               records_written=result.records_written)])
+        publisher = make_construct(config, "data.publisher.type", config.publisher_type, DataPublisher)
+        kept = result.tasks if config.job_commit_policy is JobCommitPolicy.PARTIAL else [
+            t for t in result.tasks if t.succeeded]
+        planned = publisher.plan(self.run_id, dataset_outputs(kept), session.state.dataset_states(config.job_name))
+        self._check_cancelled()
+        session.sink.emit(planned)  # every dataset's sequence, one atomic batch: the point of no return
+        self.faults.reached("after-planning")
+        views = [session.state.sequences[(p.job, p.dataset_urn, p.sequence_id)] for p in planned]
+        result.commits = session.committer.commit_all(views)
+        committed = tuple(c.dataset_urn for c in result.commits if c.outcome is Outcome.COMPLETED)
+        abandoned = tuple(c.dataset_urn for c in result.commits if c.outcome is Outcome.ABANDONED)
+        unfinished = [c for c in result.commits if c.outcome is not Outcome.COMPLETED]
+        if failed or unfinished:
+            errors = [failure_message(failed)] if failed else []
+            errors += [f"commit of {c.dataset_urn} {c.outcome}: {c.error}" for c in unfinished]
+            self._finish(session, result, RunStatus.FAILED, "; ".join(errors), [t.task_id for t in failed])
+            return
+        session.sink.emit([JobRunCommitted(**run, datasets_committed=committed, datasets_abandoned=abandoned)])
+        result.status = RunStatus.COMMITTED
+        self._clean_up(session)
+
+    def _finish(self, session: CommitSession, result: RunResult, status: RunStatus, error: str,
+                failed_tasks: list[str] | None = None) -> None:
+        """End the run as failed or cancelled: recorded, its unpublished output removed, the lock released."""
+        run = {"job": self.config.job_name, "run_id": self.run_id}
+        result.status, result.error = status, error
+        ending = (JobRunCancelled(**run, reason=error) if status is RunStatus.CANCELLED
+                  else JobRunFailed(**run, error=error[:4000], failed_tasks=tuple(failed_tasks or ())))
+        session.sink.emit([ending])
+        self._clean_up(session)
+
+    def _clean_up(self, session: CommitSession) -> None:
+        """Remove the run's staging and what is left of its task output, then release the lock."""
+        for dirs in run_dirs(self.config, self.run_id):
+            remove_tree(dirs.staging)
+            self.faults.reached("during-cleanup")
+            if not any(s.run_id == self.run_id for s in session.state.pending_sequences(self.config.job_name)):
+                remove_tree(dirs.output)
+        session.sink.emit([JobLockReleased(job=self.config.job_name, run_id=self.run_id)])
+
+    def _clean_stale(self, session: CommitSession) -> None:
+        """Remove staging and task output left by crashed runs whose sequences are all finished."""
+        pending = {s.run_id for s in session.state.pending_sequences(self.config.job_name)}
+        for stale in stale_run_dirs(self.config, keep=pending | {self.run_id}):
+            remove_tree(stale)
+
+    def _check_cancelled(self) -> None:
+        if self.cancel.is_set():
+            raise RunCancelled("cancelled by a signal before anything was published")
+
+    @contextmanager
+    def _signals(self) -> Iterator[None]:
+        """SIGINT / SIGTERM set the cancel flag and stop the Spark tasks (main thread only)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            self.cancel.set()
+            if self._spark is not None:  # not from the handler itself: the main thread may be inside py4j
+                context = self._spark.sparkContext
+                threading.Thread(target=context.cancelJobGroup, args=(f"oncelog-{self.run_id}",), daemon=True).start()
+
+        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for signum, old in previous.items():
+                signal.signal(signum, old)
+
+
+def dataset_outputs(tasks: list[TaskOutcome]) -> list[DatasetOutput]:
+    """The work-unit results of the tasks, grouped by dataset URN (in URN order)."""
+    grouped: dict[str, list] = {}
+    for task in tasks:
+        for result in task.results:
+            grouped.setdefault(result.dataset_urn, []).append(result)
+    return [DatasetOutput(urn, tuple(results)) for urn, results in sorted(grouped.items())]
+
+
+def failure_message(failed: list[TaskOutcome]) -> str:
+    """What failed, in one line per task."""
+    return "; ".join(f"task {t.task_id} failed after {t.attempts} attempt(s): {t.error}" for t in failed)
+
+
+def public_properties(config: JobConfig) -> dict[str, str]:
+    """The job's properties for the JobRunStarted event, without secret-looking values."""
+    return {k: ("***" if any(h in k.lower() for h in SECRET_HINTS) else v) for k, v in config.properties.items()}
+

@@ -1,0 +1,37 @@
+"""Planning a run: the Source's work units (blocked datasets left out, failed ones retried by policy), packed."""
+
+from __future__ import annotations
+
+from events.job import WorkUnitSpec
+from projections.views import WorkUnitStatus
+from spark_pipeline.config import JobConfig
+from spark_pipeline.constructs import MultiWorkUnit, Source, SourceState
+from spark_pipeline.task_flow import make_construct
+
+
+def retried_work_units(config: JobConfig, state: SourceState, planned: list[WorkUnitSpec]) -> list[WorkUnitSpec]:
+    """The previous run's failed work units that the new plan does not cover (workunit.retry.policy)."""
+    if not config.retries_failed_work_units:
+        return []
+    covered = {(w.dataset_urn, w.partition) for w in planned}
+    retried = []
+    for previous in state.previous_work_units:
+        spec = previous.spec
+        if previous.status is WorkUnitStatus.FAILED and (spec.dataset_urn, spec.partition) not in covered:
+            low = state.watermark(spec.dataset_urn, spec.partition, spec.low_watermark)
+            retried.append(spec.model_copy(update={"low_watermark": low, "multi_work_unit_id": None}))
+    return retried
+
+
+def plan_work_units(config: JobConfig, state: SourceState, slots: int) -> tuple[list[WorkUnitSpec], list[MultiWorkUnit]]:
+    """The run's work units and the tasks that run them (at most `slots` tasks)."""
+    source = make_construct(config, "source.class", config.source_class, Source)
+    planned = [w for w in source.get_work_units(state) if w.dataset_urn not in state.blocked_datasets]
+    planned += [w for w in retried_work_units(config, state, planned) if w.dataset_urn not in state.blocked_datasets]
+    ids = [w.work_unit_id for w in planned]
+    if len(ids) != len(set(ids)):
+        raise ValueError(f"{config.source_class} planned work units with the same id: ids must be unique in a run")
+    packed = source.pack(planned, slots)
+    by_task = {w.work_unit_id: m.multi_work_unit_id for m in packed for w in m.work_units}
+    work_units = [w.model_copy(update={"multi_work_unit_id": by_task[w.work_unit_id]}) for w in planned]
+    return work_units, packed

@@ -1,0 +1,49 @@
+"""The default DataPublisher: plans, per dataset, the sequence that publishes the run's output; moves nothing.
+
+Steps, in order: an FsRename per output file (task output → the branch's data.publisher.final.dir, same relative
+path), a HighWatermark per partition that moved, and the DatasetState with every partition's watermark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from events.commit import CommitSequencePlanned, CommitStepSpec, DatasetStateStep, FsRenameStep, HighWatermarkStep
+from projections.views import DatasetView
+from spark_pipeline.constructs import DataPublisher, DatasetOutput
+
+
+class BaseDataPublisher(DataPublisher):
+    """Publishes file output by renames, then moves the watermarks and commits the dataset state."""
+
+    def destination(self, run_id: str, path: str, branch: int) -> str:
+        """Where a task output file is published: the same path under the branch's final directory."""
+        settings = self.config.branch(branch)
+        relative = Path(path).relative_to(Path(str(settings.writer_output_dir)) / run_id)
+        return str(Path(str(settings.publisher_final_dir)) / relative)
+
+    def plan(self, run_id: str, outputs: list[DatasetOutput], dataset_states: Mapping[str, DatasetView]
+             ) -> list[CommitSequencePlanned]:
+        planned = []
+        for output in outputs:
+            previous = dataset_states.get(output.dataset_urn)
+            watermarks = dict(previous.watermarks) if previous else {}
+            steps: list[CommitStepSpec] = []
+            for result in output.results:
+                steps += [FsRenameStep(src=f.path, dst=self.destination(run_id, f.path, f.branch), size=f.size,
+                                       checksum=f.checksum) for f in result.output_files]
+            for result in output.results:
+                if result.actual_high_watermark != watermarks.get(result.partition, result.low_watermark):
+                    steps.append(HighWatermarkStep(partition=result.partition, low_watermark=result.low_watermark,
+                                                   value=result.actual_high_watermark))
+                watermarks[result.partition] = result.actual_high_watermark
+            if not steps:
+                continue  # nothing extracted and no watermark moved: the dataset keeps its state
+            records = sum(r.records_written for r in output.results)
+            files = sum(len(r.output_files) for r in output.results)
+            steps.append(DatasetStateStep(watermarks=watermarks, records_published=records, files_published=files))
+            planned.append(CommitSequencePlanned(job=self.config.job_name, run_id=run_id,
+                                                 dataset_urn=output.dataset_urn, sequence_id=run_id,
+                                                 steps=tuple(steps)))
+        return planned

@@ -1,0 +1,1 @@
+"""Built-in sources: synthetic, Kafka topic, directory."""

@@ -1,0 +1,57 @@
+"""Tasks on Spark: one Spark task per MultiWorkUnit, run on the executors, each recording its attempts in the log."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator, Mapping
+
+from pyspark.sql import SparkSession
+
+from events.log import open_log
+from spark_pipeline.config import JobConfig
+from spark_pipeline.constructs import MultiWorkUnit
+from spark_pipeline.task_runner import TaskOutcome, run_task
+
+SPARK_DEFAULTS = {
+    "spark.ui.showConsoleProgress": "false",
+    "spark.task.maxFailures": "1",  # retries are task.maxretries', recorded in the log; Spark's would be silent
+    "spark.sql.shuffle.partitions": "8",
+}
+
+
+def spark_session(config: JobConfig) -> SparkSession:
+    """The Spark session for a job: its spark.* settings over oncelog's defaults (spark-submit's win over both)."""
+    # PySpark starts its Python workers with $PYSPARK_PYTHON (spark.pyspark.python is read by spark-submit only):
+    # without it they would run the system's python3, which lacks oncelog's packages.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(f"oncelog {config.job_name}")
+    settings = {**SPARK_DEFAULTS, **config.spark_conf}
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def execute(config: JobConfig, run_id: str, mwu: MultiWorkUnit, log_url: str, log_settings: Mapping[str, str]
+            ) -> TaskOutcome:
+    """Run one task where it is (an executor), recording its attempts through a writer of its own."""
+    with open_log(log_url, log_settings) as log, log.writer(f"{config.job_name}.{run_id}.{mwu.multi_work_unit_id}") as w:
+        return run_task(config, run_id, mwu, w.append)
+
+
+def run_tasks(spark: SparkSession, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], log_url: str,
+              log_settings: Mapping[str, str]) -> list[TaskOutcome]:
+    """Run every task on the cluster (one Spark task each) and bring their outcomes back."""
+    settings = dict(log_settings)
+
+    def tasks(units: Iterator[MultiWorkUnit]) -> Iterator[TaskOutcome]:
+        for unit in units:
+            yield execute(config, run_id, unit, log_url, settings)
+
+    spark.sparkContext.setJobGroup(f"oncelog-{run_id}", f"{config.job_name} run {run_id}", interruptOnCancel=True)
+    return spark.sparkContext.parallelize(mwus, len(mwus)).mapPartitions(tasks).collect()
+
+
+def slots(spark: SparkSession) -> int:
+    """How many tasks run at once: the cluster's default parallelism."""
+    return max(1, int(spark.sparkContext.defaultParallelism))

@@ -1,0 +1,101 @@
+"""A task: the work units of one MultiWorkUnit, run in order, with `task.maxretries` in-run retries.
+
+It runs on a Spark executor and records each attempt in the log itself (TaskStarted, then TaskSucceeded or
+TaskFailed, and TaskRetried before a retry). A failed attempt's staged output is dropped, except the last
+attempt's: what it fully wrote stays, for the `partial` commit policy to publish.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from events.model import Event
+from events.task import TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
+from spark_pipeline.config import JobConfig
+from spark_pipeline.constructs import MultiWorkUnit, WorkUnitState
+from spark_pipeline.task_flow import Constructs, WorkUnitFlow, build_constructs
+
+Emit = Callable[[Sequence[Event]], None]
+Sleep = Callable[[float], None]
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """How a task ended: its last attempt's results (complete, or partial when it failed)."""
+
+    task_id: str
+    succeeded: bool
+    attempts: int
+    results: tuple[WorkUnitResult, ...]
+    error: str | None = None
+
+
+class AttemptFailed(Exception):
+    """An attempt failed; `results` holds what it got done (the work units before, and a partial one)."""
+
+    def __init__(self, error: BaseException, results: list[WorkUnitResult]) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.results = results
+        self.detail = "".join(traceback.format_exception(error)[-3:]).strip()
+
+
+def executor_name() -> str:
+    """host:pid of the process running the task, for the audit."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def run_attempt(constructs: Constructs, run_id: str, mwu: MultiWorkUnit, attempt: int, last: bool
+                ) -> list[WorkUnitResult]:
+    """One attempt over every work unit of the task; AttemptFailed carries the partial results when `last`."""
+    results: list[WorkUnitResult] = []
+    for unit in mwu.work_units:
+        state = WorkUnitState(unit, constructs.config, run_id, mwu.multi_work_unit_id, attempt)
+        flow: WorkUnitFlow | None = None
+        try:
+            extractor = constructs.source.get_extractor(state)
+            try:
+                flow = WorkUnitFlow(constructs, state, extractor)
+                results.append(flow.run())
+            finally:
+                extractor.close()
+        except Exception as e:
+            if flow is not None and last:
+                partial = flow.commit_partial()
+                if partial is not None:
+                    results.append(partial)
+            elif flow is not None:
+                flow.abort()
+            raise AttemptFailed(e, results) from e
+    return results
+
+
+def run_task(config: JobConfig, run_id: str, mwu: MultiWorkUnit, emit: Emit, sleep: Sleep = time.sleep) -> TaskOutcome:
+    """Run a task with its retries, recording every attempt through `emit`."""
+    task = {"job": config.job_name, "run_id": run_id, "task_id": mwu.multi_work_unit_id}
+    unit_ids = tuple(u.work_unit_id for u in mwu.work_units)
+    attempts = config.task_max_retries + 1
+    constructs = build_constructs(config)
+    for attempt in range(1, attempts + 1):
+        started = time.perf_counter()
+        emit([TaskStarted(**task, attempt=attempt, work_unit_ids=unit_ids, executor=executor_name())])
+        try:
+            results = run_attempt(constructs, run_id, mwu, attempt, last=attempt == attempts)
+        except AttemptFailed as failure:
+            elapsed = int((time.perf_counter() - started) * 1000)
+            emit([TaskFailed(**task, attempt=attempt, error=f"{failure}\n{failure.detail}"[:4000],
+                             results=tuple(failure.results), duration_ms=elapsed)])
+            if attempt == attempts:
+                return TaskOutcome(mwu.multi_work_unit_id, False, attempt, tuple(failure.results), str(failure))
+            delay = float(config.task_retry_interval_s)
+            emit([TaskRetried(**task, attempt=attempt, next_attempt=attempt + 1, delay_s=delay, reason=str(failure))])
+            sleep(delay)
+            continue
+        elapsed = int((time.perf_counter() - started) * 1000)
+        emit([TaskSucceeded(**task, attempt=attempt, results=tuple(results), duration_ms=elapsed)])
+        return TaskOutcome(mwu.multi_work_unit_id, True, attempt, tuple(results))
+    raise AssertionError("unreachable: the last attempt returns")

@@ -1,7 +1,7 @@
 """The `oncelog` command: composes the sub-commands each package owns.
 
 events: `kafka`; replay: `rebuild`, `state`, `replay`, `audit`, `verify`, `tail`, `gc`; projections: `serve`;
-spark_pipeline: `run`, `recover`, `schedule`.
+spark_pipeline: `run`, `recover`, `schedule`. Heavy imports (PySpark) wait until a command needs them.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import typer
 from events.kafka_cli import app as kafka_app
 from projections.live_cli import register as register_live
 from replay.cli import register as register_replay
+from spark_pipeline.cli import register as register_pipeline
 
 app = typer.Typer(
     name="oncelog",
@@ -20,6 +21,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(kafka_app, name="kafka")
+register_pipeline(app)
 register_replay(app)
 register_live(app)
 

@@ -13,10 +13,9 @@ from __future__ import annotations
 import importlib.util
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from datetime import datetime
 from enum import IntEnum
-from pathlib import Path
 from typing import Any, NoReturn, cast
 
 import faust
@@ -36,30 +35,16 @@ from events.log import parse_url
 from events.model import Position
 from projections import live_fold
 from projections.live_fold import DATASETS, RUNS, SEQUENCES, TABLES, fold_event, key_parts, table_key
+from projections.live_settings import LiveSettings
 from projections.snapshot_codec import view_from_json, view_to_json
 from projections.views import DatasetView, RunView, SequenceView
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_APP_ID = "oncelog-live"
-DEFAULT_PORT = 6066
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_DATA_DIR = Path(".oncelog/live")
 MAX_REPLICATION = 3
 ONCELOG_SETTINGS = ("topic", "partitions", "replication", "write_timeout_s", "read_timeout_s")
 
 Tables = Mapping[str, TableT[bytes, Any]]
-
-
-@dataclass(frozen=True)
-class LiveSettings:
-    """What `oncelog serve` is told: the log, the HTTP port and host, the app id (consumer group), the data dir."""
-
-    log_url: str
-    port: int = DEFAULT_PORT
-    host: str = DEFAULT_HOST
-    app_id: str = DEFAULT_APP_ID
-    data_dir: Path = DEFAULT_DATA_DIR
 
 
 def kafka_settings(url: str) -> KafkaSettings:

@@ -13,15 +13,7 @@ import typer
 
 from events.errors import ConfigError, OncelogError
 from events.log import DEFAULT_URL
-from projections.live import (
-    DEFAULT_APP_ID,
-    DEFAULT_DATA_DIR,
-    DEFAULT_HOST,
-    DEFAULT_PORT,
-    LiveSettings,
-    create_app,
-    run_worker,
-)
+from projections.live_settings import DEFAULT_APP_ID, DEFAULT_DATA_DIR, DEFAULT_HOST, DEFAULT_PORT, LiveSettings
 
 app = typer.Typer(
     name="serve",
@@ -54,6 +46,8 @@ def serve(
     loglevel: Annotated[str, typer.Option("--loglevel", help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Fold the events topic into live tables and serve /datasets, /datasets/{urn}, /runs/{run_id}, /commits/pending."""
+    from projections.live import create_app, run_worker  # faust takes a while to import: only when serving
+
     settings = LiveSettings(log_url=log, port=port, host=host, app_id=app_id, data_dir=data_dir)
     try:
         faust_app = create_app(settings)

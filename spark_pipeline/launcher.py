@@ -127,8 +127,8 @@ class JobLauncher:
               JobRunStarted(**run, job_group=config.job_group, properties=public_properties(config))])
         result = RunResult(config.job_name, self.run_id, RunStatus.RUNNING)
         try:
-            self._clean_stale(session)
             result.recovered = session.committer.recover(config.job_name)
+            self._clean_stale(session)
             self._extract(session, result)
             if result.status is RunStatus.CANCELLED:
                 return result

@@ -2,4 +2,4 @@
 
 from __future__ import annotations
 
-pytest_plugins = ["tests.kafka_plugin", "tests.log_fixtures"]
+pytest_plugins = ["tests.kafka_plugin", "tests.log_fixtures", "tests.spark_plugin"]

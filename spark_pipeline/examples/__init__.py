@@ -1,0 +1,1 @@
+"""Example constructs and job files: what the demo runs, and a starting point for your own."""

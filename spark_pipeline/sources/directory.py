@@ -1,0 +1,403 @@
+"""Directory source: the files of a directory that no earlier run ingested, each published exactly once.
+
+Why not one watermark over the directory (e.g. the greatest modification time ingested): files do not arrive in
+modification-time order. The usual way to publish a file — write it elsewhere, then rename it in — keeps its old
+mtime, so it could land behind such a watermark and be skipped; two files can share an mtime. So each file is a
+partition of its own, keyed by its path relative to the data directory: the dataset state remembers every file
+ingested (Gobblin's file-based source keeps the same list, its "fs snapshot"). "New since the watermark" means:
+no committed watermark for that path. The dataset URN is `dataset.urn` (else the job name), plus `/<sub/dir>` for
+files below the top directory, so one dataset's state stays one directory's list.
+
+A file's watermark is how far it was read: `offset * 1_000_000 + k`, where `offset` is a byte offset at a line
+boundary (`lines`, `json`) or an Avro block boundary (`avro`) and `k` the records already read from the Avro block
+starting there (0 for lines). A file read to its end has watermark `size * 1_000_000 + 999_999` ("complete").
+The invariants:
+- a file without a watermark is read from its start; a partly read one (a failed task whose output the
+  `partial` commit policy published) from its watermark, so no record is published twice nor skipped;
+- a complete file is never read again. If it changed since (another size, or an mtime after the dataset's last
+  commit) the source logs a warning: it is not re-ingested silently. A same-size rewrite that keeps its old mtime
+  is the one change it cannot see;
+- a file is read up to its size at planning: files must be complete when they appear under a visible name (write
+  elsewhere or under a hidden name, then rename). Names starting with '.' or '_' are hidden (Hadoop's convention),
+  as are empty files and Avro files without records until something is written to them.
+Files are taken oldest first (mtime, then path), at most `source.filebased.max.files.per.run` per run.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Annotated, Any, Literal
+
+import fastavro
+from fastavro.read import SchemaResolutionError
+from fastavro.schema import SchemaParseException
+from fastavro.validation import ValidationError as AvroValidationError
+from fastavro.validation import validate
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+from events.job import WorkUnitSpec
+from projections.views import DatasetView
+from spark_pipeline.constructs import Extractor, Record, Schema, Source, SourceState, WorkUnitState
+from spark_pipeline.sources.kafka_topic import SourceError
+
+log = logging.getLogger(__name__)
+
+SCALE = 1_000_000
+COMPLETE = SCALE - 1
+FILE, SCHEMA_PROPERTY = "source.filebased.file", "source.filebased.avro.schema"
+LINES_SCHEMA: dict[str, Any] = {
+    "type": "record", "name": "TextLine", "namespace": "oncelog.files",
+    "fields": [{"name": "file", "type": "string"}, {"name": "line_number", "type": "long"},
+               {"name": "text", "type": "string"}],
+}
+JSON_SCHEMA: dict[str, Any] = {
+    "type": "record", "name": "JsonLine", "namespace": "oncelog.files",
+    "fields": [{"name": "file", "type": "string"}, {"name": "line_number", "type": "long"},
+               {"name": "json", "type": "string"}],
+}
+
+
+def position(offset: int, records: int = 0) -> int:
+    """The watermark of a place in a file: a byte offset, plus records read from the Avro block there."""
+    return offset * SCALE + records
+
+
+def complete(size: int) -> int:
+    """The watermark of a file read to its end (`size` bytes)."""
+    return size * SCALE + COMPLETE
+
+
+def _lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
+
+
+class DirectorySettings(BaseModel):
+    """The keys of the directory source (Gobblin's `source.filebased.*` names)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
+    directory: str = Field(alias="source.filebased.data.directory", min_length=1)
+    pattern: str = Field(default="*", alias="source.filebased.files.pattern", min_length=1)
+    """A glob matched against file names (against the relative path when it holds a '/')."""
+    recursive: bool = Field(default=False, alias="source.filebased.recursive")
+    format: Annotated[Literal["lines", "avro", "json"], BeforeValidator(_lower)] = Field(
+        default="lines", alias="source.filebased.format")
+    max_files: int | None = Field(default=None, ge=1, alias="source.filebased.max.files.per.run")
+    json_schema: str | None = Field(default=None, alias="source.filebased.json.schema")
+    """For `json`: an Avro record schema the objects are records of; without it, records carry the JSON text."""
+
+    @field_validator("json_schema")
+    @classmethod
+    def _schema(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                fastavro.parse_schema(json.loads(value))
+            except (ValueError, TypeError, KeyError, SchemaParseException) as e:
+                raise ValueError(f"not an Avro schema in JSON: {e}") from e
+        return value
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A file the run may read: where, and from which watermark."""
+
+    path: Path
+    relative: str
+    size: int
+    mtime_ns: int
+    low: int
+
+
+class DirectorySource(Source):
+    """`source.class: spark_pipeline.sources.directory.DirectorySource`: one work unit per new (or partly read) file."""
+
+    CONFIG_MODEL = DirectorySettings
+
+    def get_work_units(self, state: SourceState) -> list[WorkUnitSpec]:
+        settings: DirectorySettings = self.settings()
+        root = Path(settings.directory).resolve()
+        if not root.is_dir():
+            raise SourceError(f"source.filebased.data.directory: {root} is not a directory")
+        candidates = sorted((c for c in self._candidates(root, settings, state) if _has_records(c, settings)),
+                            key=lambda c: (c.mtime_ns, c.relative))[:settings.max_files]
+        schema = _avro_schema(candidates[0].path) if candidates and settings.format == "avro" else None
+        units = []
+        for c in candidates:
+            properties = {FILE: str(c.path)} | ({SCHEMA_PROPERTY: schema} if schema else {})
+            units.append(WorkUnitSpec(
+                work_unit_id=f"{c.relative}@{c.low}", dataset_urn=self._urn(c.relative), partition=c.relative,
+                low_watermark=c.low, expected_high_watermark=complete(c.size),
+                estimated_records=c.size - c.low // SCALE, properties=properties))
+        return units
+
+    def _urn(self, relative: str) -> str:
+        """The dataset of a file: the base URN, plus its sub-directory."""
+        parent = Path(relative).parent.as_posix()
+        base = self.config.default_dataset_urn
+        return base if parent == "." else f"{base}/{parent}"
+
+    def _candidates(self, root: Path, settings: DirectorySettings, state: SourceState) -> Iterator[Candidate]:
+        """Every visible matching file with something left to read."""
+        for path in _files(root, settings):
+            relative = path.relative_to(root).as_posix()
+            try:
+                stat = path.stat()
+            except FileNotFoundError:
+                continue  # gone since it was listed
+            dataset = state.dataset_states.get(self._urn(relative))
+            watermark = None if dataset is None else dataset.watermarks.get(relative)
+            low = _start(relative, stat.st_size, stat.st_mtime_ns, watermark, dataset)
+            if low is not None:
+                yield Candidate(path, relative, stat.st_size, stat.st_mtime_ns, low)
+
+    def get_extractor(self, state: WorkUnitState) -> Extractor:
+        settings: DirectorySettings = self.settings()
+        if settings.format == "avro":
+            return AvroFileExtractor(state)
+        return LinesExtractor(state) if settings.format == "lines" else JsonLinesExtractor(state, settings.json_schema)
+
+
+def _files(root: Path, settings: DirectorySettings) -> Iterator[Path]:
+    """Visible regular files under `root` matching the pattern (one level unless recursive)."""
+    for directory, subdirectories, names in os.walk(root):
+        subdirectories[:] = sorted(d for d in subdirectories if settings.recursive and not d.startswith((".", "_")))
+        for name in sorted(names):
+            path = Path(directory) / name
+            target = path.relative_to(root).as_posix() if "/" in settings.pattern else name
+            if not name.startswith((".", "_")) and fnmatch.fnmatchcase(target, settings.pattern) and path.is_file():
+                yield path
+
+
+def _start(relative: str, size: int, mtime_ns: int, watermark: int | None, dataset: DatasetView | None) -> int | None:
+    """Where to read a file from, or None when there is nothing to read (warning when it changed after ingestion)."""
+    if watermark is None:
+        return 0 if size > 0 else None
+    offset = watermark // SCALE
+    changed_after_commit = dataset is not None and dataset.committed_at is not None and \
+        mtime_ns > _nanoseconds(dataset.committed_at)
+    if watermark % SCALE == COMPLETE:
+        if size != offset or changed_after_commit:
+            log.warning("%s was modified after it was ingested (%d bytes then, %d now): it is not ingested again",
+                        relative, offset, size)
+        return None
+    if size < offset or changed_after_commit:
+        log.warning("%s was modified after it was partly ingested (up to byte %d): it is not read further",
+                    relative, offset)
+        return None
+    return watermark
+
+
+def _nanoseconds(moment: datetime) -> int:
+    """A datetime (naive means UTC) as nanoseconds since the epoch, exactly."""
+    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+    delta = aware - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
+
+
+def _has_records(candidate: Candidate, settings: DirectorySettings) -> bool:
+    """False for an Avro file that is only a header (no record yet); other formats are not looked into."""
+    if settings.format != "avro" or candidate.low > 0:
+        return True
+    with candidate.path.open("rb") as stream:
+        try:
+            fastavro.block_reader(stream)
+        except (ValueError, EOFError) as e:
+            raise SourceError(f"{candidate.path} is not an Avro container file: {e}") from e
+        return stream.tell() < candidate.size
+
+
+def _avro_schema(path: Path) -> str:
+    """The writer schema of an Avro file, as JSON: the schema of every Avro record the run reads."""
+    with path.open("rb") as stream:
+        return json.dumps(fastavro.block_reader(stream).writer_schema, separators=(",", ":"))
+
+
+class FileExtractor(Extractor):
+    """Reads one file from the low watermark up to its size at planning."""
+
+    def __init__(self, state: WorkUnitState) -> None:
+        super().__init__(state)
+        unit = state.work_unit
+        self.relative = unit.partition
+        self.path = Path(unit.properties[FILE])
+        self.size = unit.expected_high_watermark // SCALE
+        self._stream: IO[bytes] | None = None
+
+    def open(self) -> IO[bytes]:
+        """The file, opened once; a file gone since planning is an error naming it."""
+        if self._stream is None:
+            try:
+                self._stream = self.path.open("rb")
+            except OSError as e:
+                raise SourceError(f"cannot read {self.path} (planned in this run): {e}") from e
+        return self._stream
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+
+class LinesExtractor(FileExtractor):
+    """`lines`: every line a record {file, line_number, text}; the watermark is the byte offset after it."""
+
+    def __init__(self, state: WorkUnitState) -> None:
+        super().__init__(state)
+        self.offset = state.work_unit.low_watermark // SCALE
+        self.line_number: int | None = None
+
+    def get_schema(self) -> Schema:
+        return LINES_SCHEMA
+
+    def next_line(self) -> tuple[int, str] | None:
+        """The next line (number, text without its end of line) before the planned size, or None."""
+        stream = self.open()
+        if self.line_number is None:
+            self.line_number = _count_lines(stream, self.offset)
+            stream.seek(self.offset)
+        if self.offset >= self.size:
+            return None
+        raw = stream.readline(self.size - self.offset)
+        if not raw:
+            raise SourceError(f"{self.path} ended at byte {self.offset}, before its size at planning ({self.size})")
+        self.offset += len(raw)
+        self.line_number += 1
+        text = raw[:-1] if raw.endswith(b"\n") else raw
+        try:
+            return self.line_number, (text[:-1] if text.endswith(b"\r") else text).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise SourceError(f"{self.path} line {self.line_number} is not UTF-8: {e}") from e
+
+    def watermark(self) -> int:
+        """The watermark after what was read: complete at the planned size."""
+        return complete(self.size) if self.offset >= self.size else position(self.offset)
+
+    def read_record(self) -> Record | None:
+        line = self.next_line()
+        self.next_watermark = self.watermark()
+        if line is None:
+            return None
+        return {"file": self.relative, "line_number": line[0], "text": line[1]}
+
+
+def _count_lines(stream: IO[bytes], offset: int) -> int:
+    """How many lines the first `offset` bytes hold (to number lines when resuming mid-file)."""
+    stream.seek(0)
+    count, left = 0, offset
+    while left > 0 and (chunk := stream.read(min(left, 1 << 20))):
+        count += chunk.count(b"\n")
+        left -= len(chunk)
+    return count
+
+
+class JsonLinesExtractor(LinesExtractor):
+    """`json`: every non-blank line a JSON value; blank lines after a record are read with it (no empty tail)."""
+
+    def __init__(self, state: WorkUnitState, schema_json: str | None) -> None:
+        super().__init__(state)
+        self.schema: dict[str, Any] = json.loads(schema_json) if schema_json else JSON_SCHEMA
+        self.parsed = fastavro.parse_schema(self.schema) if schema_json else None
+        self._pending: tuple[int, str] | None = None
+        self._looked = False
+
+    def get_schema(self) -> Schema:
+        return self.schema
+
+    def _next_value_line(self) -> tuple[int, str] | None:
+        while (line := self.next_line()) is not None and not line[1].strip():
+            pass
+        return line
+
+    def read_record(self) -> Record | None:
+        line = self._pending if self._looked else self._next_value_line()
+        if line is None:
+            self.next_watermark = self.watermark()
+            return None
+        after = position(self.offset)  # the end of this line and the blank lines after it
+        self._pending, self._looked = self._next_value_line(), True
+        self.next_watermark = self.watermark() if self._pending is None else after
+        return self._record(*line)
+
+    def _record(self, number: int, text: str) -> Record:
+        try:
+            value = json.loads(text)
+        except ValueError as e:
+            raise SourceError(f"{self.path} line {number} is not JSON: {e}") from e
+        if self.parsed is None:
+            return {"file": self.relative, "line_number": number, "json": text}
+        try:
+            validate(value, self.parsed, raise_errors=True)
+        except AvroValidationError as e:
+            raise SourceError(f"{self.path} line {number} does not match source.filebased.json.schema: {e}") from e
+        return value
+
+
+_END = object()
+"""Marks the end of a block's records (a record itself may be None, for a `null` schema)."""
+
+
+class AvroFileExtractor(FileExtractor):
+    """`avro`: the records of an Avro container file, read with the schema of the run's first file."""
+
+    def __init__(self, state: WorkUnitState) -> None:
+        super().__init__(state)
+        self.schema: dict[str, Any] = json.loads(state.work_unit.properties[SCHEMA_PROPERTY])
+        self.offset, self.skip = divmod(state.work_unit.low_watermark, SCALE)
+        self._blocks: Iterator[Any] | None = None
+        self._records: Iterator[Any] = iter(())
+        self._block_offset = self._block_end = self.offset
+        self._block_records = self._index = 0
+
+    def get_schema(self) -> Schema:
+        return self.schema
+
+    def read_record(self) -> Record | None:
+        try:
+            while (record := next(self._records, _END)) is _END:
+                if not self._next_block():
+                    self.next_watermark = complete(self.size)
+                    return None
+        except (SchemaResolutionError, ValueError, EOFError) as e:
+            raise SourceError(f"cannot read {self.path} at byte {self._block_offset}: {type(e).__name__}: {e}") from e
+        self._index += 1
+        if self._index < self._block_records:
+            self.next_watermark = position(self._block_offset, self._index)
+        else:
+            self.next_watermark = complete(self.size) if self._block_end >= self.size else position(self._block_end)
+        return record
+
+    def _next_block(self) -> bool:
+        """Move to the next block before the planned size; False at the end (an early end is an error)."""
+        if self._blocks is None:
+            stream = self.open()
+            reader = fastavro.block_reader(stream, reader_schema=self.schema)
+            if self.offset > 0:
+                stream.seek(self.offset)  # resume at the block boundary the watermark names
+            else:
+                self._block_offset = self._block_end = stream.tell()  # the first block follows the header
+            self._blocks = iter(reader)
+        block = next(self._blocks, None)
+        if block is None or block.offset >= self.size:
+            if self._block_end < self.size:
+                raise SourceError(f"{self.path} ended at byte {self._block_end}, before its size at planning "
+                                  f"({self.size})")
+            return False
+        if block.offset != self._block_end:
+            raise SourceError(f"{self.path}: expected an Avro block at byte {self._block_end}, found {block.offset}")
+        if block.num_records >= COMPLETE:
+            raise SourceError(f"{self.path}: the block at byte {block.offset} holds {block.num_records} records, "
+                              f"more than a watermark can count ({COMPLETE - 1})")
+        self._block_offset, self._block_end = block.offset, block.offset + block.size
+        self._block_records, self._index = block.num_records, 0
+        self._records = iter(block)
+        for _ in range(self.skip):
+            next(self._records)
+            self._index += 1
+        self.skip = 0
+        return True

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from events.commit import CommitSequencePlanned
+from events.errors import OncelogError
 from events.job import WorkUnitSpec
 from events.task import OutputFile, WorkUnitResult
 from projections.views import DatasetView, WorkUnitView
@@ -27,6 +28,10 @@ Record = Any
 
 WorkUnit = WorkUnitSpec
 """Gobblin's WorkUnit: one dataset partition to pull from its low to its expected high watermark."""
+
+
+class SourceError(OncelogError):
+    """A source cannot read what it planned (missing topic, partition or file, lost offsets, unreachable brokers)."""
 
 
 @dataclass(frozen=True)

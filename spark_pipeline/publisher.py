@@ -34,7 +34,8 @@ class BaseDataPublisher(DataPublisher):
                 steps += [FsRenameStep(src=f.path, dst=self.destination(run_id, f.path, f.branch), size=f.size,
                                        checksum=f.checksum) for f in result.output_files]
             for result in output.results:
-                if result.actual_high_watermark != watermarks.get(result.partition, result.low_watermark):
+                # A partition seen for the first time records where it starts, even with nothing in range.
+                if result.partition not in watermarks or result.actual_high_watermark != watermarks[result.partition]:
                     steps.append(HighWatermarkStep(partition=result.partition, low_watermark=result.low_watermark,
                                                    value=result.actual_high_watermark))
                 watermarks[result.partition] = result.actual_high_watermark

@@ -189,6 +189,8 @@ class WorkUnitFlow:
                         writer.write(out)
             self._clean = True
             self.processed_watermark = self.extractor.next_watermark
+        # The range may end past the last record (Kafka's transaction markers): the extractor says where.
+        self.processed_watermark = self.extractor.next_watermark
         self._task_checks()
         return self._commit()
 

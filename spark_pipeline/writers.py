@@ -86,6 +86,9 @@ class AvroDataWriter(DataWriter):
         self.records_written += 1
 
     def commit(self, actual_high_watermark: int) -> list[OutputFile]:
+        if self.records_written == 0:  # an empty range publishes no file (its watermark still moves)
+            self.abort()
+            return []
         self._writer.flush()
         self._file.close()
         self.bytes_written = self._file.size

@@ -20,7 +20,9 @@ The invariants:
 - a file is read up to its size at planning: files must be complete when they appear under a visible name (write
   elsewhere or under a hidden name, then rename). Names starting with '.' or '_' are hidden (Hadoop's convention),
   as are empty files and Avro files without records until something is written to them.
-Files are taken oldest first (mtime, then path), at most `source.filebased.max.files.per.run` per run.
+Files are taken oldest first (mtime, then path), at most `source.filebased.max.files.per.run` per run; a work
+unit's estimated_records is the bytes it has left to read. The state grows by one entry per file: keep a
+directory's files few (move old ones away, or lay them out in sub-directories: one dataset each).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import IO, Annotated, Any, Literal
 
@@ -44,8 +46,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from events.job import WorkUnitSpec
 from projections.views import DatasetView
-from spark_pipeline.constructs import Extractor, Record, Schema, Source, SourceState, WorkUnitState
-from spark_pipeline.sources.kafka_topic import SourceError
+from spark_pipeline.constructs import Extractor, Record, Schema, Source, SourceError, SourceState, WorkUnitState
 
 log = logging.getLogger(__name__)
 
@@ -196,8 +197,7 @@ def _start(relative: str, size: int, mtime_ns: int, watermark: int | None, datas
 def _nanoseconds(moment: datetime) -> int:
     """A datetime (naive means UTC) as nanoseconds since the epoch, exactly."""
     aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
-    delta = aware - datetime(1970, 1, 1, tzinfo=timezone.utc)
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
+    return (aware - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1) * 1_000
 
 
 def _has_records(candidate: Candidate, settings: DirectorySettings) -> bool:

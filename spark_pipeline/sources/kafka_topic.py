@@ -3,7 +3,9 @@
 Dataset URN `<topic>.<partition>` (Gobblin's `PageViewEvent.5`), watermark partition key `<topic>:<partition>`.
 A run pulls every whitelisted partition from its committed watermark (else the earliest or latest offset, per
 `bootstrap.with.offset`) to its end offset at planning time: with `read_committed` (the default) that is the last
-stable offset, so an open transaction is left for a later run.
+stable offset, so an open transaction is left for a later run. `topic.whitelist` / `topic.blacklist` entries are
+regular expressions matched against whole topic names (Gobblin's semantics); a whitelist entry matching no topic
+is an error (a typo must not pass for "no data"); internal `__` topics are never pulled.
 
 Watermarks and transactions: offsets of a transactional topic include control records (commit / abort markers)
 and the records of aborted transactions, which a `read_committed` consumer never returns. So the watermark after
@@ -16,7 +18,8 @@ keeps the state). A partition without a committed watermark always gets one, eve
 partition starts (with `bootstrap.with.offset: latest`, skipping it would let the next run start at a later
 "latest" and skip what came in between). So does a partition whose committed watermark fell below the earliest
 retained offset: the run starts at the earliest offset, says so in a warning and in the work unit's properties
-(`kafka.offsets.lost`), and the watermark's jump shows as a skipped range in `oncelog verify`.
+(`kafka.offsets.lost: <committed>-<earliest>`, the offsets deleted unread), and the watermark's jump shows as a
+skipped range in `oncelog verify`. A committed watermark past the partition's end (topic recreated) is an error.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from events.errors import ConfigError, OncelogError
 from events.job import WorkUnitSpec
-from spark_pipeline.constructs import Extractor, Record, Schema, Source, SourceState, WorkUnitState
+from spark_pipeline.constructs import Extractor, Record, Schema, Source, SourceError, SourceState, WorkUnitState
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +65,6 @@ SCHEMA: dict[str, Any] = {
 _BROKER = re.compile(r"^[^\s:,]+:\d{1,5}$")
 _MISSING = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
 _OUT_OF_RANGE = {KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
-
-
-class SourceError(OncelogError):
-    """A source cannot read what it planned (missing topic or partition, lost offsets, unreachable brokers)."""
 
 
 def _lower(value: Any) -> Any:
@@ -235,7 +234,7 @@ class KafkaTopicExtractor(Extractor):
         self.topic = unit.properties[TOPIC]
         self.partition = int(unit.properties[PARTITION])
         self.high = unit.expected_high_watermark
-        self._buffer: deque[Message] = deque()
+        self._buffer: deque[tuple[int, Message]] = deque()
         self._ended = unit.low_watermark >= self.high
         self._consumer: Consumer | None = None
 
@@ -251,13 +250,13 @@ class KafkaTopicExtractor(Extractor):
         if not self._buffer:
             self.next_watermark = max(self.next_watermark, self.high)
             return None
-        message = self._buffer.popleft()
-        self.next_watermark = message.offset() + 1
+        offset, message = self._buffer.popleft()
+        self.next_watermark = offset + 1
         self._fill()
         if not self._buffer and self._ended:
             self.next_watermark = self.high  # nothing else in range: past any trailing transaction marker
         timestamp_type, timestamp = message.timestamp()
-        return {"topic": self.topic, "partition": self.partition, "offset": message.offset(),
+        return {"topic": self.topic, "partition": self.partition, "offset": offset,
                 "timestamp": None if timestamp_type == TIMESTAMP_NOT_AVAILABLE else timestamp,
                 "key": message.key(), "value": message.value()}
 
@@ -306,7 +305,7 @@ class KafkaTopicExtractor(Extractor):
         if error is None:
             offset = message.offset()
             if offset is not None and offset < self.high:
-                self._buffer.append(message)
+                self._buffer.append((offset, message))
             self._ended = self._ended or offset is None or offset >= self.high - 1
         elif error.code() == KafkaError._PARTITION_EOF:
             end = message.offset()

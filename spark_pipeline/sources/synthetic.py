@@ -8,6 +8,7 @@ check that every record was published exactly once.
 
 from __future__ import annotations
 
+import time
 import zlib
 from typing import Any
 
@@ -45,6 +46,8 @@ class SyntheticSettings(BaseModel):
     fail_after: int = Field(default=0, ge=0, alias="source.synthetic.fail.after.records")
     fail_datasets: tuple[str, ...] = Field(default=(), alias="source.synthetic.fail.datasets")
     """Test hook: only work units of these dataset URNs fail (all, when empty)."""
+    records_per_second: int = Field(default=0, ge=0, alias="source.synthetic.records.per.second")
+    """Throttle per extractor (0: none): makes a run last, for demos and concurrency tests."""
 
 
 class SyntheticFailure(OncelogError):
@@ -94,6 +97,7 @@ class SyntheticExtractor(Extractor):
         fails = settings.fail_attempts >= state.attempt and (
             not settings.fail_datasets or unit.dataset_urn in settings.fail_datasets)
         self.fail_at = unit.low_watermark + settings.fail_after if fails else None
+        self.started = time.monotonic()
 
     def get_schema(self) -> Schema:
         return SCHEMA
@@ -106,5 +110,8 @@ class SyntheticExtractor(Extractor):
             raise SyntheticFailure(f"injected failure at offset {offset} of {self.state.work_unit.partition} "
                                    f"(attempt {self.state.attempt})")
         self.next_watermark = offset + 1
+        if self.settings.records_per_second and offset % 100 == 0:
+            due = self.started + (offset - self.state.work_unit.low_watermark) / self.settings.records_per_second
+            time.sleep(max(0.0, due - time.monotonic()))
         return synthetic_record(self.settings.seed, self.state.work_unit.dataset_urn, self.partition, offset,
                                 self.settings.payload_bytes)

@@ -1,0 +1,96 @@
+"""Two runs of one job at once, and a Kafka broker stopped mid-run: nothing is published twice, nothing lost."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from events.job import JobRunStarted, WorkUnitsPlanned
+from events.kafka_local import LocalKafkaBroker
+from events.log import open_log
+from projections.views import RunStatus
+from spark_pipeline.config import load_job_config
+from spark_pipeline.job_lock import JobLockedError
+from spark_pipeline.launcher import JobLauncher
+from tests.fault.pipeline_checks import assert_exactly_once, write_job
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+SLOW = {"source.synthetic.records.per.second": 40}  # 200 records per partition: about 5 s of tasks
+
+
+def start_cli(job: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "oncelog", "run", str(job), "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+
+
+def wait_for_planned_run(url: str, timeout: float = 120) -> None:
+    """Until a run has planned its work units (its tasks are under way)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open_log(url) as log:
+            if any(isinstance(i.event, WorkUnitsPlanned) for i in log.read()):
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"no run planned its work units within {timeout}s")
+
+
+def test_a_second_run_of_a_running_job_is_refused_on_sqlite(tmp_path: Path, spark: SparkSession) -> None:
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    job = write_job(tmp_path, url, **SLOW)
+    first = start_cli(job)
+    wait_for_planned_run(url)
+    with pytest.raises(JobLockedError, match="already running"):
+        JobLauncher(load_job_config(job), spark=spark).run()
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err[-3000:]
+    assert json.loads(out)["status"] == "COMMITTED"
+    assert JobLauncher(load_job_config(job), spark=spark).run().status is RunStatus.COMMITTED
+    marks = assert_exactly_once(url, tmp_path)
+    assert set(marks.values()) == {400}
+
+
+def test_a_second_run_fences_the_first_on_kafka(kafka_bootstrap: str, tmp_path: Path, spark: SparkSession) -> None:
+    url = f"kafka://{kafka_bootstrap}?topic=oncelog.fence.{uuid.uuid4().hex[:12]}&partitions=3"
+    with open_log(url) as log:
+        log.ensure_topic()
+    job = write_job(tmp_path, url, **SLOW)
+    first = start_cli(job)
+    wait_for_planned_run(url)
+    second = JobLauncher(load_job_config(job), spark=spark).run()
+    assert second.status is RunStatus.COMMITTED
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 3 and "fenced" in err, f"exit {first.returncode}: {err[-3000:]}"
+    assert JobLauncher(load_job_config(job), spark=spark).run().status is RunStatus.COMMITTED  # cleans up after both
+    marks = assert_exactly_once(url, tmp_path)
+    with open_log(url) as log:
+        runs = [i.event.run_id for i in log.read() if isinstance(i.event, JobRunStarted)]
+    assert len(runs) == 3 and set(marks.values()) == {400}
+
+
+def test_a_broker_stopped_mid_run_then_the_next_run_publishes_exactly_once(
+        restartable_kafka: LocalKafkaBroker, tmp_path: Path, spark: SparkSession) -> None:
+    url = (f"kafka://{restartable_kafka.bootstrap}?topic=oncelog.outage.{uuid.uuid4().hex[:12]}&partitions=3"
+           f"&write_timeout_s=20&read_timeout_s=20")
+    with open_log(url) as log:
+        log.ensure_topic()
+    job = write_job(tmp_path, url, **SLOW)
+    run = start_cli(job)
+    wait_for_planned_run(url)
+    restartable_kafka.stop()
+    time.sleep(8)
+    restartable_kafka.start()
+    out, err = run.communicate(timeout=300)
+    assert run.returncode in (0, 1, 3), f"the run neither completed nor failed cleanly: exit {run.returncode}\n{err[-3000:]}"
+    after = JobLauncher(load_job_config(job), spark=spark).run()
+    assert after.status is RunStatus.COMMITTED, after.error
+    assert_exactly_once(url, tmp_path)
+
+

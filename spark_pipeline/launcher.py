@@ -155,7 +155,11 @@ class JobLauncher:
         session.sink.emit([WorkUnitsPlanned(**run, work_units=tuple(work_units))])
         self._check_cancelled()
         if mwus:
-            result.tasks = run_tasks(self.spark, config, self.run_id, mwus, config.log_url, config.log_settings)
+            try:
+                result.tasks = run_tasks(self.spark, config, self.run_id, mwus, config.log_url, config.log_settings)
+            except Exception:
+                self._check_cancelled()  # Spark's tasks were cancelled by our signal handler
+                raise
         self._check_cancelled()
         self.faults.reached("after-task-output")
         session.catch_up()
@@ -220,7 +224,7 @@ class JobLauncher:
 
     def _check_cancelled(self) -> None:
         if self.cancel.is_set():
-            raise RunCancelled("cancelled by a signal before anything was published")
+            raise RunCancelled("cancelled by a signal before anything was published; the next run starts over")
 
     @contextmanager
     def _signals(self) -> Iterator[None]:

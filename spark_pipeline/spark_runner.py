@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Iterator, Mapping
 
+from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
 from events.log import open_log
@@ -26,10 +27,19 @@ def spark_session(config: JobConfig) -> SparkSession:
     # without it they would run the system's python3, which lacks oncelog's packages.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(f"oncelog {config.job_name}")
+    submitted = submitted_settings()
     settings = {**SPARK_DEFAULTS, **config.spark_conf}
     for key, value in settings.items():
-        builder = builder.config(key, value)
+        if key not in submitted:
+            builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def submitted_settings() -> set[str]:
+    """The keys spark-submit set (its --master, --conf ...): they win over the job file's."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not started by spark-submit
+        return set()
+    return {key for key, _ in SparkConf().getAll()}
 
 
 def execute(config: JobConfig, run_id: str, mwu: MultiWorkUnit, log_url: str, log_settings: Mapping[str, str]

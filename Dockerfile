@@ -1,0 +1,17 @@
+# oncelog's image: the CLI, the live projector, and Spark master / worker processes (the same Python everywhere,
+# so Spark's Python workers can import oncelog's packages).
+FROM python:3.11-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
+ && rm -rf /var/lib/apt/lists/*
+ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 PYSPARK_PYTHON=python3
+WORKDIR /app
+COPY pyproject.toml README.md oncelog.py ./
+COPY events events
+COPY projections projections
+COPY spark_pipeline spark_pipeline
+COPY replay replay
+RUN pip install --no-cache-dir .
+WORKDIR /data
+ENTRYPOINT []
+CMD ["oncelog", "--help"]

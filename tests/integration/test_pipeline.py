@@ -1,0 +1,177 @@
+"""The job flow on real Spark, end to end: constructs, forks, retries, commit policies, cancellation, CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import fastavro
+import pytest
+import yaml
+from pyspark.sql import SparkSession
+from typer.testing import CliRunner
+
+from events.job import JobRunCancelled
+from events.log import open_log
+from events.task import TaskRetried
+from oncelog import app
+from projections.views import RunStatus
+from spark_pipeline.config import load_job_config
+from spark_pipeline.constructs import Converter, Record, RowLevelPolicy, Schema, WorkUnitState
+from spark_pipeline.launcher import JobLauncher
+from tests.fault.pipeline_checks import assert_exactly_once, published_records, write_job
+
+pytestmark = pytest.mark.spark
+ROOT = Path(__file__).parents[2]
+
+
+class EvenOffsetsOnly(RowLevelPolicy):
+    """Passes records with an even offset."""
+
+    def check(self, record: Record) -> bool:
+        return record["offset"] % 2 == 0
+
+
+class Doubled(Converter):
+    """1:N — each record becomes two, the copy marked."""
+
+    def convert_schema(self, input_schema: Schema, state: WorkUnitState) -> Schema:
+        return {**input_schema, "fields": [*input_schema["fields"], {"name": "copy", "type": "boolean"}]}
+
+    def convert_record(self, output_schema: Schema, record: Record, state: WorkUnitState) -> Iterable[Record]:
+        yield {**record, "copy": False}
+        yield {**record, "copy": True}
+
+
+def run(job: Path, spark: SparkSession) -> RunStatus:
+    return JobLauncher(load_job_config(job), spark=spark).run().status
+
+
+def avro_records(folder: Path) -> list[dict]:
+    found = []
+    for path in sorted(folder.rglob("*.avro")):
+        with path.open("rb") as f:
+            found += list(fastavro.reader(f))
+    return found
+
+
+def test_a_properties_job_with_converters_and_row_checks(tmp_path: Path, spark: SparkSession) -> None:
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    write_job(tmp_path, url)
+    job = yaml.safe_load((tmp_path / "job.yaml").read_text())
+    job.update({"converter.classes": "spark_pipeline.examples.converters.AmountInCents",
+                "qualitychecker.row.policies": f"{__name__}.EvenOffsetsOnly",
+                "qualitychecker.row.policy.types": "MANDATORY"})
+    properties = tmp_path / "job.pull"
+    properties.write_text("# a Gobblin-style job file\n" + "\n".join(f"{k}={v}" for k, v in job.items()) + "\n")
+    assert run(properties, spark) is RunStatus.COMMITTED
+    records = avro_records(tmp_path / "published")
+    assert records and all(r["offset"] % 2 == 0 and r["amount_cents"] == r["amount"] * 100 for r in records)
+    assert len(records) == 2 * 2 * 100  # 2 datasets × 2 partitions × half of 200 records
+
+
+def test_fork_branches_each_with_their_converters_and_folders(tmp_path: Path, spark: SparkSession) -> None:
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    branch = {f"{key}.{n}": str(tmp_path / f"{name}{n}") for n in (0, 1)
+              for key, name in (("writer.staging.dir", "staging"), ("writer.output.dir", "task-output"),
+                                ("data.publisher.final.dir", "published"))}
+    job = write_job(tmp_path, url, **{"fork.branches": 2, "converter.classes.1": f"{__name__}.Doubled", **branch})
+    assert run(job, spark) is RunStatus.COMMITTED
+    plain, doubled = avro_records(tmp_path / "published0"), avro_records(tmp_path / "published1")
+    assert len(plain) == 800 and len(doubled) == 1600
+    assert sorted(r["offset"] for r in doubled if r["copy"]) == sorted(r["offset"] for r in plain)
+
+
+def test_a_failed_attempt_is_retried_and_only_the_retry_is_published(tmp_path: Path, spark: SparkSession) -> None:
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    job = write_job(tmp_path, url, **{"source.synthetic.fail.attempts": 1, "source.synthetic.fail.after.records": 10})
+    assert run(job, spark) is RunStatus.COMMITTED
+    with open_log(url) as log:
+        assert any(isinstance(i.event, TaskRetried) for i in log.read())
+    assert set(assert_exactly_once(url, tmp_path).values()) == {200}
+
+
+@pytest.mark.parametrize(("policy", "published"), [("full", set()), ("successful", {"ds.0"}), ("partial", {"ds.0", "ds.1"})])
+def test_commit_policies_when_a_dataset_keeps_failing(policy: str, published: set[str], tmp_path: Path,
+                                                      spark: SparkSession) -> None:
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    failing = {"source.synthetic.fail.attempts": 9, "source.synthetic.fail.after.records": 50,
+               "source.synthetic.fail.datasets": "ds.1", "source.synthetic.datasets": 2, "source.synthetic.partitions": 1}
+    job = write_job(tmp_path, url, policy, **failing)
+    assert run(job, spark) is RunStatus.FAILED
+    marks = assert_exactly_once(url, tmp_path)
+    assert {urn for (urn, _), value in marks.items() if value > 0} == published
+    if policy == "partial":
+        assert marks[("ds.1", "ds.1:0")] == 50  # what the failed task fully wrote
+    healed = write_job(tmp_path, url, policy, **{**failing, "source.synthetic.fail.attempts": 0})
+    assert run(healed, spark) is RunStatus.COMMITTED
+    assert_exactly_once(url, tmp_path)  # the failed ranges are pulled again, from the committed watermarks
+
+
+def test_sigterm_cancels_a_run_and_publishes_nothing(tmp_path: Path, spark: SparkSession) -> None:
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    job = write_job(tmp_path, url, **{"source.synthetic.records.per.second": 20})
+    process = subprocess.Popen([sys.executable, "-m", "oncelog", "run", str(job)], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(12)  # the tasks take 10 s: the signal comes while they run
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err[-2000:]
+    with open_log(url) as log:
+        assert any(isinstance(i.event, JobRunCancelled) for i in log.read())
+    assert published_records(tmp_path / "published") == {}
+    assert run(job, spark) is RunStatus.COMMITTED
+    assert set(assert_exactly_once(url, tmp_path).values()) == {200}
+
+
+def test_an_invalid_job_file_runs_nothing(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"job.name": "x", "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",
+                                   "job.comit.policy": "full", "task.maxretries": "many",
+                                   "oncelog.log.url": f"sqlite:///{tmp_path / 'events.db'}"}))
+    result = CliRunner().invoke(app, ["run", str(bad)])
+    assert result.exit_code == 2
+    assert "job.comit.policy" in result.stderr and "did you mean 'job.commit.policy'" in result.stderr
+    assert "task.maxretries" in result.stderr and str(bad) in result.stderr
+    assert not (tmp_path / "events.db").exists()
+
+
+def test_schedule_runs_a_folder_of_jobs(tmp_path: Path) -> None:
+    for name in ("one", "two"):
+        base = tmp_path / name
+        base.mkdir()
+        write_job(base, f"sqlite:///{tmp_path / 'events.db'}", **{"job.name": name, "job.schedule": "0 0 * * *"})
+        (base / "job.yaml").rename(tmp_path / f"{name}.yaml")
+    result = subprocess.run([sys.executable, "-m", "oncelog", "schedule", str(tmp_path), "--once"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.count("COMMITTED") == 2
+    assert published_records(tmp_path / "one" / "published") and published_records(tmp_path / "two" / "published")
+
+
+def test_spark_submit_runs_a_job(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    job = write_job(tmp_path, url)
+    submit = Path(sys.executable).parent / "spark-submit"
+    result = subprocess.run([str(submit), "--master", "local[1]", str(ROOT / "oncelog.py"), "run", str(job), "--json"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+                            env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout)["status"] == "COMMITTED"
+    assert set(assert_exactly_once(url, tmp_path).values()) == {200}
+
+
+def test_the_demo_runs_twice_and_shows_state_and_audits(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "spark_pipeline.demo"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=600, check=False, env={**os.environ, "PYTHONPATH": str(ROOT),
+                                                                       "COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("COMMITTED") >= 2 and "Watermarks moved" in result.stdout
+    reports = list((tmp_path / ".oncelog" / "demo").glob("audit-*.html"))
+    assert len(reports) == 2

@@ -30,3 +30,13 @@ class DatasetStateCommitted(DatasetEvent):
     @property
     def key(self) -> str:
         return self.commit_key("DATASET_STATE")
+
+
+class DatasetReleased(DatasetEvent):
+    """An operator released a dataset blocked by its abandoned sequence (`sequence_id`): runs pull it again."""
+
+    reason: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.commit_key("RELEASED")

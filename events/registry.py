@@ -9,7 +9,7 @@ from events.commit import (
     CommitStepApplied,
     CommitStepFailed,
 )
-from events.dataset import DatasetStateCommitted, WatermarkAdvanced
+from events.dataset import DatasetReleased, DatasetStateCommitted, WatermarkAdvanced
 from events.job import (
     JobLockAcquired,
     JobLockReleased,
@@ -43,6 +43,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     CommitSequenceAbandoned,
     WatermarkAdvanced,
     DatasetStateCommitted,
+    DatasetReleased,
 )
 
 EVENT_TYPES_BY_NAME: dict[str, type[Event]] = {t.event_type(): t for t in EVENT_TYPES}

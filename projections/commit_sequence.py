@@ -20,6 +20,7 @@ from events.commit import (
     FsRenameStep,
     HighWatermarkStep,
 )
+from events.dataset import DatasetReleased
 from events.model import Event
 from projections.commit_steps import CommitStepError, PublishRoots, SequenceRef, UnsafeCommitStepError, step_for
 from projections.faults import NO_FAULTS, FaultInjector
@@ -135,6 +136,16 @@ class Committer:
             return [self.sequence(v).commit() for v in views]
         with ThreadPoolExecutor(max_workers=min(self.parallelism, len(views)), thread_name_prefix="commit") as pool:
             return list(pool.map(lambda v: self.sequence(v).commit(), views))
+
+    def release(self, job: str, dataset_urn: str, reason: str) -> str:
+        """Let runs pull a dataset blocked by an abandoned sequence again; returns that sequence's id."""
+        dataset = self.sink.state.datasets.get((job, dataset_urn))
+        if dataset is None or dataset.blocked_by is None:
+            raise CommitStepError(f"dataset {dataset_urn!r} of job {job!r} is not blocked: nothing to release")
+        blocked = self.sink.state.sequences[(job, dataset_urn, dataset.blocked_by)]
+        self.sink.emit([DatasetReleased(job=job, run_id=blocked.run_id, dataset_urn=dataset_urn,
+                                        sequence_id=blocked.sequence_id, reason=reason)])
+        return blocked.sequence_id
 
     def recover(self, job: str) -> list[CommitResult]:
         """Finish every planned-but-incomplete sequence of a job (what a run does before extracting anything)."""

@@ -11,7 +11,7 @@ from events.commit import (
     CommitStepApplied,
     CommitStepFailed,
 )
-from events.dataset import DatasetStateCommitted, WatermarkAdvanced
+from events.dataset import DatasetReleased, DatasetStateCommitted, WatermarkAdvanced
 from events.model import DatasetEvent
 from projections.views import DatasetView, SequenceStatus, SequenceView
 
@@ -48,6 +48,9 @@ def reduce_dataset(view: DatasetView | None, event: DatasetEvent, sequence: Sequ
     Events of a sequence that is already over (a late duplicate) change nothing; watermarks never go backwards.
     """
     view = view or DatasetView(event.job, event.dataset_urn)
+    if isinstance(event, DatasetReleased):
+        released = view.blocked_by == event.sequence_id
+        return replace(view, blocked_by=None, blocked_error=None) if released else view
     if sequence is not None and not sequence.pending:
         return view
     match event:

@@ -18,7 +18,7 @@ from events.commit import (
     CommitStepApplied,
     CommitStepFailed,
 )
-from events.dataset import DatasetStateCommitted, WatermarkAdvanced
+from events.dataset import DatasetReleased, DatasetStateCommitted, WatermarkAdvanced
 from events.job import (
     JobLockAcquired,
     JobLockReleased,
@@ -224,8 +224,10 @@ def _dataset_event(state: State, event: Event, position: Position | None) -> Non
         state.report(position, "unknown-sequence", f"{event.event_type()} for commit sequence "
                      f"{event.sequence_id!r} of {event.dataset_urn!r}, which was never planned")
         return
-    if isinstance(event, (WatermarkAdvanced, DatasetStateCommitted, CommitSequenceAbandoned)):
+    if isinstance(event, (WatermarkAdvanced, DatasetStateCommitted, CommitSequenceAbandoned, DatasetReleased)):
         state.datasets[dataset_key] = reduce_dataset(state.datasets.get(dataset_key), event, sequence)
+    if isinstance(event, DatasetReleased):
+        return
     updated = reduce_sequence(sequence, event)
     if updated is None:
         return
@@ -242,6 +244,6 @@ HANDLERS: dict[type[Event], Handler] = {
     **{t: _task_event for t in (TaskStarted, TaskSucceeded, TaskFailed, TaskRetried)},
     **{t: _dataset_event for t in (CommitSequencePlanned, CommitStepApplied, CommitStepFailed,
                                    CommitSequenceCompleted, CommitSequenceAbandoned, WatermarkAdvanced,
-                                   DatasetStateCommitted)},
+                                   DatasetStateCommitted, DatasetReleased)},
 }
 

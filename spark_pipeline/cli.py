@@ -81,7 +81,9 @@ def run(job_file: JobFile, as_json: AsJson = False) -> None:
     raise typer.Exit(EXIT.get(result.status, 1))
 
 
-def recover(job_file: JobFile, as_json: AsJson = False) -> None:
+def recover(job_file: JobFile, release: Annotated[list[str] | None, typer.Option(
+        help="Release this dataset, blocked by an abandoned commit sequence, so runs pull it again (repeatable).")]
+            = None, as_json: AsJson = False) -> None:
     """Finish the job's planned-but-unfinished commit sequences, without extracting anything."""
     try:
         config = absolute_config(load_job_config(job_file))
@@ -90,6 +92,9 @@ def recover(job_file: JobFile, as_json: AsJson = False) -> None:
         with open_log(config.log_url, config.log_settings) as log, open_session(
                 log, config.job_name, roots, config.commit_sequence_max_attempts, config.commit_parallelism) as s:
             results = s.committer.recover(config.job_name)
+            for urn in release or ():
+                sequence = s.committer.release(config.job_name, urn, "released with oncelog recover --release")
+                console.print(f"released {urn} (blocked by abandoned sequence {sequence})")
     except OncelogError as e:
         raise fail(str(e)) from e
     document = [{"dataset_urn": r.dataset_urn, "sequence_id": r.sequence_id, "outcome": r.outcome.value,

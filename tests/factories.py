@@ -14,7 +14,7 @@ from events.commit import (
     FsRenameStep,
     HighWatermarkStep,
 )
-from events.dataset import DatasetStateCommitted, WatermarkAdvanced
+from events.dataset import DatasetReleased, DatasetStateCommitted, WatermarkAdvanced
 from events.job import (
     JobLockAcquired,
     JobLockReleased,
@@ -72,6 +72,7 @@ def one_of_each(job: str = "MyJob", run_id: str = "run-1", urn: str = "MyTopic")
                               emitted_at=at(12)),
         CommitSequenceCompleted(**dataset, duration_ms=3.0, emitted_at=at(13)),
         CommitSequenceAbandoned(**{**dataset, "sequence_id": "run-0"}, attempts=3, error="gone", emitted_at=at(14)),
+        DatasetReleased(**{**dataset, "sequence_id": "run-0"}, reason="operator", emitted_at=at(14.5)),
         JobRunCommitted(**common, datasets_committed=(urn,), emitted_at=at(15)),
         JobRunFailed(**{**common, "run_id": "run-0"}, error="x", failed_tasks=("task-9",), emitted_at=at(16)),
         JobRunCancelled(**{**common, "run_id": "run-00"}, reason="SIGTERM", emitted_at=at(17)),

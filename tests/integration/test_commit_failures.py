@@ -1,0 +1,112 @@
+"""Commit steps that fail or must be refused: abandoned for their dataset alone, nothing moved that should not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from events.commit import CommitSequencePlanned, FsRenameStep, HighWatermarkStep
+from events.log import EventLog, open_log
+from projections.commit_sequence import Outcome
+from projections.commit_steps import CommitStepError, PublishRoots, file_checksum
+from projections.session import open_session
+from projections.views import RunStatus
+from replay.verify import verify
+from spark_pipeline.config import load_job_config
+from spark_pipeline.launcher import JobLauncher
+from tests.fault.pipeline_checks import write_job
+
+pytestmark = pytest.mark.kafka
+
+
+def roots(base: Path) -> PublishRoots:
+    return PublishRoots.of([base / "task-output"], [base / "published"])
+
+
+def planned(job: str, urn: str, *steps: FsRenameStep | HighWatermarkStep) -> CommitSequencePlanned:
+    return CommitSequencePlanned(job=job, run_id="r1", dataset_urn=urn, sequence_id="r1", steps=steps)
+
+
+def test_a_step_outside_the_roots_is_refused_before_anything_moves(event_log: EventLog, tmp_path: Path) -> None:
+    inside = tmp_path / "task-output" / "a.avro"
+    inside.parent.mkdir(parents=True)
+    inside.write_bytes(b"data")
+    escape = tmp_path / "published" / ".." / ".." / "etc-passwd-copy"
+    steps = (FsRenameStep(src=str(inside), dst=str(tmp_path / "published" / "a.avro"), size=4,
+                          checksum=file_checksum(inside)),
+             FsRenameStep(src=str(inside), dst=str(escape), size=4, checksum=file_checksum(inside)))
+    with open_session(event_log, "job", roots(tmp_path)) as session:
+        session.sink.emit([planned("job", "ds", *steps)])
+        result = session.committer.recover("job")[0]
+        assert result.outcome is Outcome.ABANDONED
+        assert "step 1 (FsRename) has destination" in (result.error or "") and "outside the configured roots" in (
+            result.error or "")
+        assert inside.exists() and not (tmp_path / "published").exists()  # nothing moved, not even step 0
+        assert session.state.datasets[("job", "ds")].blocked_by == "r1"
+
+
+def test_a_step_that_keeps_failing_abandons_its_dataset_alone(event_log: EventLog, tmp_path: Path) -> None:
+    good = tmp_path / "task-output" / "good.avro"
+    good.parent.mkdir(parents=True)
+    good.write_bytes(b"good")
+    missing = tmp_path / "task-output" / "vanished.avro"
+    ok = planned("job", "fine", FsRenameStep(src=str(good), dst=str(tmp_path / "published" / "good.avro"), size=4,
+                                             checksum=file_checksum(good)),
+                 HighWatermarkStep(partition="fine:0", low_watermark=0, value=10))
+    doomed = planned("job", "doomed", FsRenameStep(src=str(missing), dst=str(tmp_path / "published" / "x.avro"),
+                                                   size=4, checksum="0" * 64))
+    outcomes = []
+    for attempt in range(3):
+        with open_session(event_log, "job", roots(tmp_path), max_attempts=3) as session:
+            if attempt == 0:
+                session.sink.emit([ok, doomed])
+            outcomes.append({r.dataset_urn: r.outcome for r in session.committer.recover("job")})
+    assert outcomes[0] == {"fine": Outcome.COMPLETED, "doomed": Outcome.FAILED}
+    assert outcomes[1] == {"doomed": Outcome.FAILED} and outcomes[2] == {"doomed": Outcome.ABANDONED}
+    with open_session(event_log, "job", roots(tmp_path)) as session:
+        state = session.state
+        assert state.pending_sequences("job") == []
+        assert state.datasets[("job", "fine")].watermarks == {"fine:0": 10}
+        assert state.datasets[("job", "doomed")].blocked_by == "r1"
+        assert "is gone and the destination does not hold the recorded content" in (
+            state.datasets[("job", "doomed")].blocked_error or "")
+    assert verify(event_log).ok  # abandoned before publishing anything: no broken invariant
+
+
+@pytest.mark.spark
+def test_a_run_skips_a_blocked_dataset_and_keeps_its_watermark(tmp_path: Path, spark: SparkSession) -> None:
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    job = write_job(tmp_path, url, **{"source.synthetic.partitions": 1})
+    assert JobLauncher(load_job_config(job), spark=spark).run().status is RunStatus.COMMITTED
+    config = load_job_config(job)
+
+    with open_log(url) as log, open_session(log, "crashy", roots(tmp_path), max_attempts=1) as session:
+        session.sink.emit([CommitSequencePlanned(
+            job="crashy", run_id="manual", dataset_urn="ds.0", sequence_id="manual",
+            steps=(FsRenameStep(src=str(tmp_path / "task-output" / "nope"), dst=str(tmp_path / "published" / "n"),
+                                size=1, checksum="0" * 64),))])
+        assert session.committer.recover("crashy")[0].outcome is Outcome.ABANDONED
+    second = JobLauncher(config, spark=spark).run()
+    assert second.status is RunStatus.COMMITTED
+    planned_urns = {c.dataset_urn for c in second.commits}
+    assert planned_urns == {"ds.1"}  # ds.0 is blocked: not pulled, its watermark kept
+    with open_log(url) as log, open_session(log, "crashy", roots(tmp_path)) as session:
+        assert session.state.datasets[("crashy", "ds.0")].watermarks == {"ds.0:0": 200}
+        assert session.state.datasets[("crashy", "ds.1")].watermarks == {"ds.1:0": 400}
+
+
+def test_an_operator_releases_a_blocked_dataset(event_log: EventLog, tmp_path: Path) -> None:
+    doomed = planned("job", "doomed", FsRenameStep(src=str(tmp_path / "task-output" / "gone"),
+                                                   dst=str(tmp_path / "published" / "x"), size=1, checksum="0" * 64))
+    with open_session(event_log, "job", roots(tmp_path), max_attempts=1) as session:
+        session.sink.emit([doomed])
+        session.committer.recover("job")
+        assert session.state.datasets[("job", "doomed")].blocked_by == "r1"
+        assert session.committer.release("job", "doomed", "fixed the disk") == "r1"
+        assert session.state.datasets[("job", "doomed")].blocked_by is None
+        with pytest.raises(CommitStepError, match="not blocked"):
+            session.committer.release("job", "doomed", "again")
+    with open_session(event_log, "job", roots(tmp_path)) as session:
+        assert session.state.datasets[("job", "doomed")].blocked_by is None  # as folded from the log

@@ -17,7 +17,7 @@ from projections.commit_steps import PublishRoots
 from projections.faults import FaultInjector
 from projections.session import open_session
 from projections.views import RunStatus
-from spark_pipeline.config import load_job_config
+from spark_pipeline.config_validation import load_job_config
 from spark_pipeline.job_lock import JobLockedError
 from spark_pipeline.launcher import JobLauncher, RunResult
 from spark_pipeline.paths import absolute_config, run_dirs

@@ -1,30 +1,27 @@
 """Job configuration: Gobblin's keys in YAML or `.properties`/`.pull`/`.job` files, validated before anything runs.
 
-`load_job_config(path)` parses, substitutes `${...}`, imports every configured construct class, checks every key
+`config_validation.load_job_config(path)` parses, substitutes `${...}`, imports every configured construct class, checks every key
 against the core model and the `CONFIG_MODEL`s the constructs declare, and raises one `JobConfigError` listing every
 problem (file, line, key) — or returns a frozen `JobConfig`. The key reference is docs/job-config.md.
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from enum import StrEnum
-from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
 
-from croniter import croniter
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from events.errors import ConfigError
 from events.log import DEFAULT_URL, parse_url
-from spark_pipeline.config_files import JOB_FILE_SUFFIXES, Entry, ParsedFile, Problem, parse_job_file, substitute
+from spark_pipeline.config_files import Entry, ParsedFile, Problem
+from spark_pipeline.cron import CronSchedule, parse_cron
 
 DEFAULT_WRITER_BUILDER = "spark_pipeline.writers.AvroDataWriterBuilder"
 DEFAULT_PUBLISHER = "spark_pipeline.publisher.BaseDataPublisher"
@@ -35,9 +32,8 @@ SPARK_PREFIX = "spark."
 LOG_PREFIX = "oncelog.log."
 
 __all__ = [
-    "DEFAULT_PUBLISHER", "DEFAULT_WRITER_BUILDER", "BranchConfig", "CronSchedule", "JobCommitPolicy", "JobConfig",
+    "DEFAULT_PUBLISHER", "DEFAULT_WRITER_BUILDER", "BranchConfig", "JobCommitPolicy", "JobConfig",
     "JobConfigError", "PolicyType", "Problem", "QualityPolicy", "WorkUnitRetryPolicy", "WriterOutputFormat",
-    "load_job_config", "load_job_dir", "parse_cron",
 ]
 
 
@@ -91,7 +87,7 @@ class WriterOutputFormat(StrEnum):
 # --- value types shared by JobConfig and BranchConfig ------------------------------------------------------------
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
-_DOTTED_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
+DOTTED_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
 
 
 def split_list(value: Any) -> Any:
@@ -110,7 +106,7 @@ def _safe_name(value: str) -> str:
 
 def _class_path(value: str) -> str:
     """A dotted path `package.module.Class`."""
-    if not _DOTTED_PATH.match(value):
+    if not DOTTED_PATH.match(value):
         raise ValueError(f"{value!r} is not a dotted path to a Python class (module.Class)")
     return value
 
@@ -168,84 +164,6 @@ def pair_policies(policies: tuple[str, ...], types: tuple[PolicyType, ...] | Non
     """Policies with their types; without a types key every policy is MANDATORY (a configured check is enforced)."""
     kinds = types if types is not None else (PolicyType.MANDATORY,) * len(policies)
     return tuple(QualityPolicy(p, t) for p, t in zip(policies, kinds, strict=True))
-
-
-# --- cron ----------------------------------------------------------------------------------------------------------
-
-_QUARTZ_DAYS = frozenset("SUN MON TUE WED THU FRI SAT".split())
-
-
-@dataclass(frozen=True)
-class CronSchedule:
-    """A validated `job.schedule`: as written, and the croniter form of it (Quartz forms have a seconds field)."""
-
-    expression: str
-    croniter_expression: str
-    has_seconds: bool
-
-    def next_after(self, moment: datetime) -> datetime:
-        """The first fire time strictly after `moment` (naive or aware, as given)."""
-        fire: datetime = croniter(self.croniter_expression, moment, second_at_beginning=self.has_seconds).get_next(
-            datetime)
-        return fire
-
-
-def parse_cron(expression: str) -> CronSchedule:
-    """Standard 5-field cron, or Gobblin's Quartz form `sec min hour day-of-month month day-of-week [year]`."""
-    fields = expression.split()
-    if len(fields) == 5:
-        schedule = CronSchedule(expression, " ".join(fields), has_seconds=False)
-    elif len(fields) in (6, 7):
-        schedule = CronSchedule(expression, _from_quartz(fields), has_seconds=True)
-    else:
-        raise ValueError(
-            f"{expression!r} has {len(fields)} fields; expected 5 (cron: min hour day month weekday) or 6-7 "
-            "(Quartz: sec min hour day-of-month month day-of-week [year])"
-        )
-    try:
-        schedule.next_after(datetime.now(UTC))
-    except ValueError as e:  # croniter's errors are ValueErrors, including "never fires again"
-        raise ValueError(f"invalid schedule {expression!r}: {e}") from e
-    return schedule
-
-
-def _from_quartz(fields: list[str]) -> str:
-    """Translate a Quartz expression to croniter's seconds-first form (Quartz numbers weekdays 1=SUN..7=SAT)."""
-    day_of_month, day_of_week = fields[3], fields[5]
-    if (day_of_month == "?") == (day_of_week == "?"):
-        raise ValueError("a Quartz expression needs '?' in exactly one of day-of-month and day-of-week")
-    if "W" in day_of_month.upper() or day_of_month.upper().startswith("L-"):
-        raise ValueError(f"day-of-month {day_of_month!r}: Quartz 'W' and 'L-n' are not supported")
-    converted = list(fields)
-    converted[3] = "*" if day_of_month == "?" else day_of_month
-    converted[5] = "*" if day_of_week == "?" else ",".join(_quartz_weekday(t) for t in day_of_week.split(","))
-    return " ".join(converted)
-
-
-def _quartz_weekday(token: str) -> str:
-    """One day-of-week list item, Quartz → croniter: `6#3` → `5#3`, `6L` → `L5`, `2-6/2` → `1-5/2`."""
-    item = token.upper()
-    if item == "L":
-        return "6"  # Quartz: L alone in day-of-week is the last day of the week, Saturday
-    if item.endswith("L"):
-        return "L" + _quartz_day(item[:-1])
-    if "#" in item:
-        day, _, nth = item.partition("#")
-        return f"{_quartz_day(day)}#{nth}"
-    base, slash, step = item.partition("/")
-    if base == "*":
-        return item
-    low, dash, high = base.partition("-")
-    return _quartz_day(low) + (dash + _quartz_day(high) if dash else "") + slash + step
-
-
-def _quartz_day(day: str) -> str:
-    """A Quartz weekday (1-7 or SUN-SAT) as croniter's (0-6 or SUN-SAT)."""
-    if day in _QUARTZ_DAYS:
-        return day
-    if day.isdigit() and 1 <= int(day) <= 7:
-        return str(int(day) - 1)
-    raise ValueError(f"day-of-week {day!r}: Quartz numbers days 1 (SUN) to 7 (SAT), or use SUN-SAT")
 
 
 # --- the models ----------------------------------------------------------------------------------------------------
@@ -331,6 +249,8 @@ class JobConfig(BaseModel):
     def from_properties(cls, properties: Mapping[str, str], *, source: str = "<properties>",
                         environ: Mapping[str, str] | None = None) -> JobConfig:
         """Validate flat properties as a job file would be (substitution included); raises JobConfigError."""
+        from spark_pipeline.config_validation import validate_parsed  # it builds JobConfigs: imported late
+
         parsed = ParsedFile(source, {k: Entry(v) for k, v in properties.items()})
         return validate_parsed(parsed, os.environ if environ is None else environ)
 
@@ -395,84 +315,23 @@ class JobConfig(BaseModel):
         """The validated CONFIG_MODEL of a construct class, reading `key.N` over `key` when `branch` is given."""
         model = construct_model(cls)
         if model is None:
-            raise TypeError(f"{_qualified(cls)} declares no CONFIG_MODEL")
+            raise TypeError(f"{qualified_name(cls)} declares no CONFIG_MODEL")
         data, used = construct_input(model, self.properties, branch)
         try:
             return model.model_validate(data)
         except ValidationError as e:
-            errors = validation_messages(e, lambda alias: used.get(alias, alias), f"read by {_qualified(cls)}")
+            errors = validation_messages(e, lambda alias: used.get(alias, alias), f"read by {qualified_name(cls)}")
             raise JobConfigError([Problem(f"job {self.job_name!r}", m, key=k) for k, m in errors]) from e
 
 
-# --- loading -------------------------------------------------------------------------------------------------------
-
-
-def load_job_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -> JobConfig:
-    """Load and fully validate one job file; raises JobConfigError listing every problem before anything runs."""
-    parsed = parse_job_file(Path(path))
-    return validate_parsed(parsed, os.environ if environ is None else environ)
-
-
-def validate_parsed(parsed: ParsedFile, environ: Mapping[str, str]) -> JobConfig:
-    """Substitute, validate and build a JobConfig from a parsed file, or raise JobConfigError."""
-    if not parsed.readable:
-        raise JobConfigError(_ordered(parsed.problems))
-    values = substitute(parsed, environ)
-    config = _Checker(parsed, values).run()
-    if parsed.problems or config is None:
-        raise JobConfigError(_ordered(parsed.problems))
-    return config
-
-
-def load_job_dir(directory: str | Path, *, environ: Mapping[str, str] | None = None) -> list[JobConfig]:
-    """Every job file under `directory` (recursively, hidden entries skipped), sorted by path.
-
-    One bad file fails the whole directory, with every file's problems listed; two files with one job.name too
-    (they would fence each other's runs).
-    """
-    root = Path(directory)
-    if not root.is_dir():
-        raise JobConfigError([Problem(str(root), "not a directory of job files")])
-    configs: list[JobConfig] = []
-    problems: list[Problem] = []
-    owners: dict[str, Path] = {}
-    for path in sorted(p for p in root.rglob("*") if _is_job_file(p, root)):
-        try:
-            config = load_job_config(path, environ=environ)
-        except JobConfigError as e:
-            problems.extend(e.problems)
-            continue
-        if config.job_name in owners:
-            message = f"'job.name' {config.job_name!r} is already the name of the job in {owners[config.job_name]}"
-            problems.append(Problem(str(path), message, key="job.name"))
-            continue
-        owners[config.job_name] = path
-        configs.append(config)
-    if problems:
-        raise JobConfigError(problems)
-    return configs
-
-
-def _is_job_file(path: Path, root: Path) -> bool:
-    """A file with a job-file extension, not hidden and not under a hidden directory."""
-    hidden = any(part.startswith(".") for part in path.relative_to(root).parts)
-    return not hidden and path.is_file() and path.suffix.lower() in JOB_FILE_SUFFIXES
-
-
-def _ordered(problems: Sequence[Problem]) -> list[Problem]:
-    """Problems without duplicates, by file then line (problems without a line first)."""
-    unique = list(dict.fromkeys(problems))
-    return sorted(unique, key=lambda p: (p.file, p.line or 0))
-
-
-# --- checks --------------------------------------------------------------------------------------------------------
+# --- keys and constructs ------------------------------------------------------------------------------------------
 
 CORE_KEYS = frozenset(f.alias for f in JobConfig.model_fields.values() if f.alias)
 BRANCH_KEYS = frozenset(f.alias for f in BranchConfig.model_fields.values() if f.alias)
-_PATH_KEYS = {"writer.staging.dir": "writer_staging_dir", "writer.output.dir": "writer_output_dir",
+PATH_KEYS = {"writer.staging.dir": "writer_staging_dir", "writer.output.dir": "writer_output_dir",
               "data.publisher.final.dir": "publisher_final_dir"}
-_ROW, _ROW_TYPES = "qualitychecker.row.policies", "qualitychecker.row.policy.types"
-_TASK, _TASK_TYPES = "qualitychecker.task.policies", "qualitychecker.task.policy.types"
+ROW_POLICIES, ROW_POLICY_TYPES = "qualitychecker.row.policies", "qualitychecker.row.policy.types"
+TASK_POLICIES, TASK_POLICY_TYPES = "qualitychecker.task.policies", "qualitychecker.task.policy.types"
 _SUFFIX = re.compile(r"^(.+)\.(\d+)$")
 _SENSITIVE = re.compile(r"password|secret|token|credential|jaas|private", re.IGNORECASE)  # never echo these values
 GOBBLIN_KEYS_NOT_USED = {
@@ -491,7 +350,8 @@ KeyMessage = tuple[str | None, str]
 """A problem not yet located in a file: the key it is about (None: the job as a whole) and the message."""
 
 
-def _qualified(cls: type) -> str:
+
+def qualified_name(cls: type) -> str:
     """A class's dotted path, as a job file names it."""
     return f"{cls.__module__}.{cls.__qualname__}"
 
@@ -564,7 +424,7 @@ def construct_model(cls: type) -> type[BaseModel] | None:
         return None
     if isinstance(model, type) and issubclass(model, BaseModel):
         return model
-    raise TypeError(f"{_qualified(cls)}.CONFIG_MODEL must be a pydantic BaseModel subclass, not {model!r}")
+    raise TypeError(f"{qualified_name(cls)}.CONFIG_MODEL must be a pydantic BaseModel subclass, not {model!r}")
 
 
 def model_keys(model: type[BaseModel]) -> dict[str, str]:
@@ -611,15 +471,15 @@ def branch_sources(values: Mapping[str, str], n: int, branches: int) -> dict[str
         if chosen is not None:
             out[base] = (chosen, values[chosen].strip())
 
-    for base in ("fork.branch.name", "converter.classes", _ROW, _ROW_TYPES):
+    for base in ("fork.branch.name", "converter.classes", ROW_POLICIES, ROW_POLICY_TYPES):
         take(base, f"{base}.{n}")  # branch-only: the unsuffixed keys belong to the master branch
-    own = bool(values.get(f"{_TASK}.{n}", "").strip())
-    take(_TASK, f"{_TASK}.{n}" if own else _TASK)
-    take(_TASK_TYPES, f"{_TASK_TYPES}.{n}" if own else _TASK_TYPES)
-    for base in ("qualitychecker.row.err.file", "writer.builder.class", "writer.output.format", *_PATH_KEYS):
+    own = bool(values.get(f"{TASK_POLICIES}.{n}", "").strip())
+    take(TASK_POLICIES, f"{TASK_POLICIES}.{n}" if own else TASK_POLICIES)
+    take(TASK_POLICY_TYPES, f"{TASK_POLICY_TYPES}.{n}" if own else TASK_POLICY_TYPES)
+    for base in ("qualitychecker.row.err.file", "writer.builder.class", "writer.output.format", *PATH_KEYS):
         take(base, f"{base}.{n}", base)
     name = out.get("fork.branch.name", ("", f"{DEFAULT_BRANCH_NAME_PREFIX}{n}"))[1]
-    for base in _PATH_KEYS:
+    for base in PATH_KEYS:
         if base in out and out[base][0] == base and branches > 1:
             out[base] = (base, f"{out[base][1].rstrip('/')}/{name}")  # shared root: one sub-directory per branch
     return out
@@ -635,13 +495,13 @@ def build_branch(values: Mapping[str, str], n: int,
         branch = BranchConfig.model_validate({"index": n, **data})
     except ValidationError as e:
         return None, sources, validation_messages(e, lambda alias: sources.get(alias, (alias, ""))[0])
-    errors = policy_messages(branch.row_policy_classes, branch.row_policy_types, sources.get(_ROW_TYPES, ("", ""))[0],
+    errors = policy_messages(branch.row_policy_classes, branch.row_policy_types, sources.get(ROW_POLICY_TYPES, ("", ""))[0],
                              row_level=True, row_err_file=branch.row_err_file)
     errors += policy_messages(branch.task_policy_classes, branch.task_policy_types,
-                              sources.get(_TASK_TYPES, ("", ""))[0], row_level=False)
-    stray = f"{_TASK_TYPES}.{n}"
-    if values.get(stray, "").strip() and sources.get(_TASK, ("",))[0] != f"{_TASK}.{n}":
-        errors.append((stray, f"{stray!r} is set but {f'{_TASK}.{n}'!r} is not; give both or neither"))
+                              sources.get(TASK_POLICY_TYPES, ("", ""))[0], row_level=False)
+    stray = f"{TASK_POLICY_TYPES}.{n}"
+    if values.get(stray, "").strip() and sources.get(TASK_POLICIES, ("",))[0] != f"{TASK_POLICIES}.{n}":
+        errors.append((stray, f"{stray!r} is set but {f'{TASK_POLICIES}.{n}'!r} is not; give both or neither"))
     return branch, sources, errors
 
 
@@ -659,212 +519,3 @@ def policy_messages(policies: tuple[str, ...], types: tuple[PolicyType, ...] | N
     if PolicyType.ERR_FILE in types and row_err_file is None:
         return [(types_key, f"{types_key!r} uses ERR_FILE but 'qualitychecker.row.err.file' is not set")]
     return []
-
-
-@dataclass(frozen=True)
-class _Usage:
-    """A construct class the job uses: the key naming it, and which branch's view of the keys it reads."""
-
-    cls: type
-    key: str
-    branch: int | None
-    branch_level: bool  # its keys may take a `.N` suffix
-
-
-class _Checker:
-    """Runs every check over one file's resolved values, recording problems in the parsed file."""
-
-    def __init__(self, parsed: ParsedFile, values: dict[str, str]) -> None:
-        self.parsed = parsed
-        self.values = values
-        self.failed = frozenset(parsed.entries) - frozenset(values)  # substitution failed: already reported
-        self.imported: dict[str, type | None] = {}
-
-    def problem(self, key: str | None, message: str) -> None:
-        """Record a problem about `key`, on the line the key is set when there is one."""
-        entry = self.parsed.entries.get(key) if key else None
-        self.parsed.problems.append(Problem(self.parsed.file, message, entry.line if entry else None, key))
-
-    def run(self) -> JobConfig | None:
-        """Every check in order; the JobConfig when the core keys are valid (other problems may remain)."""
-        core = self._core()
-        raw_branches = self.values.get("fork.branches", "").strip() or "1"
-        lenient = int(raw_branches) if raw_branches.isdigit() and 1 <= int(raw_branches) <= MAX_BRANCHES else None
-        branches = core.fork_branches if core else lenient  # None: invalid, reported; suffixes go unchecked
-        usages, imports_ok = self._usages(branches or 1)
-        self._check_keys(usages, branches, imports_ok)
-        self._check_constructs(usages)
-        if core is not None:
-            self._check_master(core)
-            self._check_branches(core)
-        return core
-
-    def _core(self) -> JobConfig | None:
-        """Validate the core keys (values trimmed; an empty value means unset)."""
-        data: dict[str, Any] = {k: v.strip() for k, v in self.values.items() if k in CORE_KEYS and v.strip()}
-        try:
-            return JobConfig.model_validate({**data, "properties": dict(self.values)})
-        except ValidationError as e:
-            for key, message in validation_messages(e, str, skip_missing=self.failed):
-                self.problem(key, message)
-            return None
-
-    def _references(self, branches: int) -> list[tuple[str, str, int | None, bool]]:
-        """Every (key, class path, branch view, branch-level) the job names, defaults included."""
-        refs: list[tuple[str, str, int | None, bool]] = []
-        for key, level in (("source.class", False), ("fork.operator.class", False),
-                           ("converter.classes", True), (_ROW, True)):
-            refs += [(key, path, None, level) for path in split_list(self.values.get(key, ""))]
-        publisher = self.values.get("data.publisher.type", "").strip() or DEFAULT_PUBLISHER
-        for n in range(branches):
-            sources = branch_sources(self.values, n, branches)
-            sources.setdefault("writer.builder.class", ("writer.builder.class", DEFAULT_WRITER_BUILDER))
-            for base in ("converter.classes", _ROW, _TASK, "writer.builder.class"):
-                key, raw = sources.get(base, (base, ""))
-                refs += [(key, path, n, True) for path in split_list(raw)]
-            refs.append(("data.publisher.type", publisher, n, True))
-        return refs
-
-    def _usages(self, branches: int) -> tuple[list[_Usage], bool]:
-        """Import every named class (once each); failures are problems naming key, value and file."""
-        usages: list[_Usage] = []
-        all_ok = True
-        for key, path, branch, level in self._references(branches):
-            if not _DOTTED_PATH.match(path):
-                all_ok = False  # the model checks report the malformed path
-                continue
-            if path not in self.imported:
-                self.imported[path] = self._import(key, path)
-            cls = self.imported[path]
-            all_ok = all_ok and cls is not None
-            if cls is not None:
-                usages.append(_Usage(cls, key, branch, level))
-        return list(dict.fromkeys(usages)), all_ok
-
-    def _import(self, key: str, path: str) -> type | None:
-        """Import one class and check its CONFIG_MODEL; None (and a problem) when it cannot be used."""
-        given = "" if key in self.values else " (the default)"
-        try:
-            cls = import_class(path)
-            construct_model(cls)
-        except (ValueError, TypeError) as e:
-            self.problem(key, f"{key!r}: cannot use {path!r}{given}: {e}")
-            return None
-        return cls
-
-    def _check_keys(self, usages: list[_Usage], branches: int | None, imports_ok: bool) -> None:
-        """Every key must be core, `spark.*`/`oncelog.log.*`, or read by a configured construct."""
-        construct_keys: set[str] = set()
-        branch_keys = set(BRANCH_KEYS)
-        for usage in usages:
-            model = construct_model(usage.cls)
-            keys = set(model_keys(model)) if model else set()
-            construct_keys |= keys
-            branch_keys |= keys if usage.branch_level else set()
-        for key in self.parsed.entries:
-            if key in CORE_KEYS or key in construct_keys or key.startswith((SPARK_PREFIX, LOG_PREFIX)):
-                continue
-            suffixed = split_suffix(key)
-            if suffixed and suffixed[0] in branch_keys:
-                if branches is not None and suffixed[1] >= branches:
-                    self.problem(key, f"{key!r}: branch {suffixed[1]} does not exist: fork.branches is {branches} "
-                                      f"(branches are numbered from 0)")
-                continue
-            self._unknown(key, CORE_KEYS | construct_keys, branch_keys, imports_ok)
-
-    def _unknown(self, key: str, known: frozenset[str] | set[str], branch_keys: set[str], imports_ok: bool) -> None:
-        """Report an unknown key, with a hint for Gobblin keys oncelog does not use, or a close match."""
-        if key in GOBBLIN_KEYS_NOT_USED:
-            self.problem(key, f"{key!r} is a Gobblin key oncelog does not use: {GOBBLIN_KEYS_NOT_USED[key]}")
-        elif key in BRANCH_KEYS:
-            self.problem(key, f"{key!r} needs a branch suffix: {key}.N for branch N")
-        else:
-            hint = _suggestion(key, known, branch_keys)
-            if imports_ok or hint:  # else it may be a key of a class that failed to import: not reported
-                self.problem(key, f"unknown key {key!r}{hint}")
-
-    def _check_constructs(self, usages: list[_Usage]) -> None:
-        """Validate each construct's CONFIG_MODEL over the keys it reads, in each branch it is used in."""
-        for usage in usages:
-            model = construct_model(usage.cls)
-            if model is None:
-                continue
-            data, used = construct_input(model, self.values, usage.branch)
-            try:
-                model.model_validate(data)
-            except ValidationError as e:
-                owner = f"read by {_qualified(usage.cls)}, named by {usage.key!r}"
-                for key, message in validation_messages(e, lambda a: used.get(a, a), owner, self.failed):
-                    self.problem(key or usage.key, message)
-
-    def _check_master(self, core: JobConfig) -> None:
-        """The master branch's row policies, and the unsuffixed task policies."""
-        errors = policy_messages(core.row_policy_classes, core.row_policy_types, _ROW_TYPES,
-                                 row_level=True, row_err_file=core.row_err_file)
-        errors += policy_messages(core.task_policy_classes, core.task_policy_types, _TASK_TYPES, row_level=False)
-        for key, message in errors:
-            self.problem(key, message)
-
-    def _check_branches(self, core: JobConfig) -> None:
-        """Each branch's settings, what its writer and publisher need, and that branches do not share directories."""
-        built: list[tuple[BranchConfig, dict[str, tuple[str, str]]]] = []
-        for n in range(core.fork_branches):
-            branch, sources, errors = build_branch(self.values, n, core.fork_branches)
-            for key, message in errors:
-                self.problem(key, message)
-            if branch is not None:
-                built.append((branch, sources))
-                self._check_writer(core, branch, sources)
-        self._check_distinct_dirs(built, core.fork_branches)
-
-    def _check_distinct_dirs(self, built: list[tuple[BranchConfig, dict[str, tuple[str, str]]]],
-                             branches: int) -> None:
-        """No directory serves twice: staging, output and final directories of every branch are all distinct."""
-        seen: dict[str, str] = {}
-        for branch, sources in built:
-            for base, attribute in _PATH_KEYS.items():
-                value = getattr(branch, attribute)
-                if value is None:
-                    continue
-                where = f"{sources[base][0]!r}" + (f" (branch {branch.index})" if branches > 1 else "")
-                normal = value.rstrip("/") or "/"
-                if normal in seen:
-                    self.problem(sources[base][0], f"{where} and {seen[normal]} are both {value!r}; every staging, "
-                                                   f"output and final directory must be a different one")
-                else:
-                    seen[normal] = where
-
-    def _check_writer(self, core: JobConfig, branch: BranchConfig, sources: dict[str, tuple[str, str]]) -> None:
-        """The output format is one the builder writes; file-based defaults have their directories, all distinct."""
-        builder = self.imported.get(branch.writer_builder_class)
-        supported = getattr(builder, "SUPPORTED_OUTPUT_FORMATS", None)
-        if supported is None and branch.writer_builder_class == DEFAULT_WRITER_BUILDER:
-            supported = (WriterOutputFormat.AVRO,)
-        if supported is not None and branch.writer_output_format not in {str(f).upper() for f in supported}:
-            key = sources.get("writer.output.format", ("writer.output.format",))[0]
-            formats = ", ".join(sorted(str(f).upper() for f in supported))
-            self.problem(key, f"{key!r}: {branch.writer_output_format.value} is not written by "
-                              f"{branch.writer_builder_class} (it writes {formats})")
-        self._check_default_dirs(core, branch)
-
-
-    def _check_default_dirs(self, core: JobConfig, branch: BranchConfig) -> None:
-        """The default writer and publisher move files: they need their directories."""
-        needed: list[tuple[str, str]] = []
-        if branch.writer_builder_class == DEFAULT_WRITER_BUILDER:
-            needed += [("writer.staging.dir", DEFAULT_WRITER_BUILDER), ("writer.output.dir", DEFAULT_WRITER_BUILDER)]
-        if core.publisher_type == DEFAULT_PUBLISHER:
-            needed.append(("data.publisher.final.dir", DEFAULT_PUBLISHER))
-        for base, user in needed:
-            if getattr(branch, _PATH_KEYS[base]) is None:
-                per_branch = f" (or {base}.{branch.index} for branch {branch.index})" if core.fork_branches > 1 else ""
-                self.problem(None, f"required key {base!r}{per_branch} is missing: {user} needs it")
-
-
-def _suggestion(key: str, known: frozenset[str] | set[str], branch_keys: set[str]) -> str:
-    """` (did you mean 'x'?)` for the closest known key, suffix-aware; empty when nothing is close."""
-    suffixed = split_suffix(key)
-    close = difflib.get_close_matches(suffixed[0], sorted(branch_keys), n=1, cutoff=0.75) if suffixed else []
-    matches = [f"{close[0]}.{suffixed[1]}"] if close and suffixed else []
-    matches = matches or difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
-    return f" (did you mean {matches[0]!r}?)" if matches else ""

@@ -19,7 +19,7 @@ from replay.audit import audit
 from replay.audit_html import write_html
 from replay.render import audit_json, audit_tables, state_json, state_tables
 from spark_pipeline.cli import show
-from spark_pipeline.config import load_job_config
+from spark_pipeline.config_validation import load_job_config
 from spark_pipeline.launcher import JobLauncher
 from spark_pipeline.spark_runner import spark_session
 

@@ -16,7 +16,8 @@ from pyspark.sql import SparkSession
 
 from events.errors import OncelogError
 from projections.faults import NO_FAULTS, FaultInjector
-from spark_pipeline.config import JobConfig, load_job_dir
+from spark_pipeline.config import JobConfig
+from spark_pipeline.config_validation import load_job_dir
 from spark_pipeline.launcher import JobLauncher, RunResult
 from spark_pipeline.spark_runner import spark_session
 

@@ -14,7 +14,7 @@ from projections.commit_steps import CommitStepError, PublishRoots, file_checksu
 from projections.session import open_session
 from projections.views import RunStatus
 from replay.verify import verify
-from spark_pipeline.config import load_job_config
+from spark_pipeline.config_validation import load_job_config
 from spark_pipeline.launcher import JobLauncher
 from tests.fault.pipeline_checks import write_job
 

@@ -22,7 +22,7 @@ from events.log import open_log
 from events.task import TaskRetried
 from oncelog import app
 from projections.views import RunStatus
-from spark_pipeline.config import load_job_config
+from spark_pipeline.config_validation import load_job_config
 from spark_pipeline.constructs import Converter, Record, RowLevelPolicy, Schema, WorkUnitState
 from spark_pipeline.launcher import JobLauncher
 from tests.fault.pipeline_checks import assert_exactly_once, published_records, write_job

@@ -24,7 +24,8 @@ from events.log import open_log
 from projections.state import State
 from projections.views import DatasetView, RunStatus
 from replay.verify import verify
-from spark_pipeline.config import JobConfig, load_job_config
+from spark_pipeline.config import JobConfig
+from spark_pipeline.config_validation import load_job_config
 from spark_pipeline.constructs import (
     MultiWorkUnit,
     Source,

@@ -28,10 +28,9 @@ from spark_pipeline.config import (
     QualityPolicy,
     WorkUnitRetryPolicy,
     WriterOutputFormat,
-    load_job_config,
-    load_job_dir,
-    parse_cron,
 )
+from spark_pipeline.config_validation import load_job_config, load_job_dir
+from spark_pipeline.cron import parse_cron
 
 M = __name__  # the constructs below are named by dotted path, as a job file names them
 

@@ -34,8 +34,9 @@ def payload_fields(cls: type[Event]) -> list[str]:
 
 def payload_schema(cls: type[Event]) -> dict[str, Any]:
     """The Avro record schema of an event type's payload (its current version)."""
-    builder = _SchemaBuilder()
-    return builder.record(cls, payload_fields(cls), name=f"{cls.event_type()}Payload")
+    schema = _SchemaBuilder().record(cls, payload_fields(cls), name=f"{cls.event_type()}Payload")
+    assert isinstance(schema, dict), "a fresh builder defines the payload record itself"
+    return schema
 
 
 def envelope_schema(payload: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -92,6 +92,26 @@ class DatasetEvent(Event):
     def commit_key(self, *rest: str | int) -> str:
         """commit/<job>/<urn>/<sequence_id>/<rest...>"""
         return key_of("commit", self.job, self.dataset_urn, self.sequence_id, *rest)
+
+
+class RunFields(TypedDict):
+    """The fields naming a run, as keyword arguments of its events."""
+
+    job: str
+    run_id: str
+
+
+class TaskFields(RunFields):
+    """The fields naming a task of a run."""
+
+    task_id: str
+
+
+class SequenceFields(RunFields):
+    """The fields naming a commit sequence of a dataset."""
+
+    dataset_urn: str
+    sequence_id: str
 
 
 @dataclass(frozen=True, slots=True)

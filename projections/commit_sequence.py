@@ -11,6 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Literal
 
 from events.commit import (
     CommitSequenceAbandoned,
@@ -90,7 +91,7 @@ class CommitSequence:
                 effects: list[Event] = [] if done else step.execute()
             except (OSError, CommitStepError) as e:
                 return self._failed(index, f"step {index} ({spec.kind}): {e}")
-            outcome = "verified" if done else "executed"
+            outcome: Literal["executed", "verified"] = "verified" if done else "executed"
             counts[outcome] += 1
             applied = CommitStepApplied(**fields, step_index=index, outcome=outcome,
                                         duration_ms=(time.perf_counter() - step_started) * 1000)

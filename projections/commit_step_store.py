@@ -6,7 +6,7 @@ A store is a job (store name = job name); a dataset URN in it holds at most one 
 from __future__ import annotations
 
 from events.commit import CommitSequenceAbandoned, CommitSequenceCompleted, CommitSequencePlanned, CommitStepSpec
-from events.model import Event
+from events.model import Event, SequenceFields
 from projections.commit_sequence import CommitSequence, Committer
 from projections.views import SequenceView
 
@@ -51,8 +51,8 @@ class CommitStepStore:
         pending = self._pending(store_name, dataset_urn)
         events: list[Event] = []
         for view in pending:
-            fields = {"job": view.job, "run_id": view.run_id, "dataset_urn": view.dataset_urn,
-                      "sequence_id": view.sequence_id}
+            fields: SequenceFields = {"job": view.job, "run_id": view.run_id, "dataset_urn": view.dataset_urn,
+                                      "sequence_id": view.sequence_id}
             if len(view.applied) == len(view.steps):
                 events.append(CommitSequenceCompleted(**fields))
             else:

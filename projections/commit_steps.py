@@ -16,7 +16,7 @@ from pathlib import Path
 from events.commit import CommitStepSpec, DatasetStateStep, FsRenameStep, HighWatermarkStep
 from events.dataset import DatasetStateCommitted, WatermarkAdvanced
 from events.errors import OncelogError
-from events.model import Event
+from events.model import Event, SequenceFields
 from projections.state import State
 
 CHECKSUM_CHUNK = 1 << 20
@@ -72,7 +72,7 @@ class SequenceRef:
     dataset_urn: str
     sequence_id: str
 
-    def fields(self) -> dict[str, str]:
+    def fields(self) -> SequenceFields:
         return {"job": self.job, "run_id": self.run_id, "dataset_urn": self.dataset_urn,
                 "sequence_id": self.sequence_id}
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from events.commit import (
     CommitSequenceAbandoned,
     CommitSequenceCompleted,
@@ -13,6 +11,7 @@ from events.commit import (
 )
 from events.dataset import DatasetReleased, DatasetStateCommitted, WatermarkAdvanced
 from events.model import DatasetEvent
+from projections.runs import evolve
 from projections.views import DatasetView, SequenceStatus, SequenceView
 
 
@@ -26,19 +25,19 @@ def reduce_sequence(view: SequenceView | None, event: DatasetEvent) -> SequenceV
             )
         extends = event.steps[: len(view.steps)] == view.steps and len(event.steps) > len(view.steps)
         if view.pending and not view.applied and extends:  # CommitStepStore.put added a step
-            return replace(view, steps=event.steps)
+            return evolve(view, steps=event.steps)
         return view
     if view is None or not view.pending:
         return view
     match event:
         case CommitStepApplied():
-            return replace(view, applied=view.applied | {event.step_index})
+            return evolve(view, applied=view.applied | {event.step_index})
         case CommitStepFailed() if (event.step_index, event.attempt) not in view.failures:
-            return replace(view, failures=view.failures | {(event.step_index, event.attempt)}, last_error=event.error)
+            return evolve(view, failures=view.failures | {(event.step_index, event.attempt)}, last_error=event.error)
         case CommitSequenceCompleted():
-            return replace(view, status=SequenceStatus.COMPLETED, ended_at=event.emitted_at)
+            return evolve(view, status=SequenceStatus.COMPLETED, ended_at=event.emitted_at)
         case CommitSequenceAbandoned():
-            return replace(view, status=SequenceStatus.ABANDONED, ended_at=event.emitted_at, last_error=event.error)
+            return evolve(view, status=SequenceStatus.ABANDONED, ended_at=event.emitted_at, last_error=event.error)
     return view
 
 
@@ -50,19 +49,19 @@ def reduce_dataset(view: DatasetView | None, event: DatasetEvent, sequence: Sequ
     view = view or DatasetView(event.job, event.dataset_urn)
     if isinstance(event, DatasetReleased):
         released = view.blocked_by == event.sequence_id
-        return replace(view, blocked_by=None, blocked_error=None) if released else view
+        return evolve(view, blocked_by=None, blocked_error=None) if released else view
     if sequence is not None and not sequence.pending:
         return view
     match event:
         case WatermarkAdvanced():
             if view.watermarks.get(event.partition, event.value - 1) >= event.value:
                 return view
-            return replace(view, watermarks={**view.watermarks, event.partition: event.value})
+            return evolve(view, watermarks={**view.watermarks, event.partition: event.value})
         case DatasetStateCommitted() if view.last_sequence_id != event.sequence_id:
             merged = dict(view.watermarks)
             for partition, value in event.watermarks.items():
                 merged[partition] = max(value, merged.get(partition, value))
-            return replace(
+            return evolve(
                 view,
                 watermarks=merged,
                 last_sequence_id=event.sequence_id,
@@ -73,5 +72,5 @@ def reduce_dataset(view: DatasetView | None, event: DatasetEvent, sequence: Sequ
                 properties=event.properties,
             )
         case CommitSequenceAbandoned():
-            return replace(view, blocked_by=event.sequence_id, blocked_error=event.error)
+            return evolve(view, blocked_by=event.sequence_id, blocked_error=event.error)
     return view

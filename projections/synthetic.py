@@ -33,7 +33,7 @@ from events.job import (
     WorkUnitSpec,
     WorkUnitsPlanned,
 )
-from events.model import Event
+from events.model import Event, RunFields, SequenceFields, TaskFields
 from events.task import OutputFile, TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
 
 EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -80,7 +80,7 @@ def iter_history(rng: random.Random, shape: HistoryShape) -> Iterator[Event]:
 def _run(rng: random.Random, shape: HistoryShape, clock: _Clock, watermarks: dict[tuple[int, int, int], int],
          leftovers: dict[int, list[Event]], j: int, run: int) -> Iterator[Event]:
     job, run_id = f"job-{j}", f"run-{run:05d}"
-    common = {"job": job, "run_id": run_id}
+    common: RunFields = {"job": job, "run_id": run_id}
     yield JobLockAcquired(**common, holder="host:1", emitted_at=clock.tick())
     yield JobRunStarted(**common, properties={"job.name": job}, emitted_at=clock.tick())
     for event in leftovers.pop(j, []):  # recovery of the previous run's unfinished sequences
@@ -94,7 +94,7 @@ def _run(rng: random.Random, shape: HistoryShape, clock: _Clock, watermarks: dic
     results: list[WorkUnitResult] = []
     failed_tasks: list[str] = []
     for unit in units:
-        task = {**common, "task_id": f"task-{unit.work_unit_id}"}
+        task: TaskFields = {**common, "task_id": f"task-{unit.work_unit_id}"}
         result = WorkUnitResult(
             work_unit_id=unit.work_unit_id, dataset_urn=unit.dataset_urn, partition=unit.partition,
             low_watermark=unit.low_watermark, expected_high_watermark=unit.expected_high_watermark,
@@ -135,7 +135,7 @@ def _run(rng: random.Random, shape: HistoryShape, clock: _Clock, watermarks: dic
                                       files_published=len(mine)))
         for r in mine:
             watermarks[(j, d, int(r.partition.rsplit(":", 1)[1]))] = r.actual_high_watermark
-        sequence = {**common, "dataset_urn": urn, "sequence_id": run_id}
+        sequence: SequenceFields = {**common, "dataset_urn": urn, "sequence_id": run_id}
         yield CommitSequencePlanned(**sequence, steps=tuple(steps), emitted_at=clock.tick())
         applying = list(_apply(rng, shape, clock, sequence, steps))
         if rng.random() < shape.crash:
@@ -149,7 +149,7 @@ def _run(rng: random.Random, shape: HistoryShape, clock: _Clock, watermarks: dic
     yield JobLockReleased(**common, emitted_at=clock.tick())
 
 
-def _apply(rng: random.Random, shape: HistoryShape, clock: _Clock, sequence: dict[str, str],
+def _apply(rng: random.Random, shape: HistoryShape, clock: _Clock, sequence: SequenceFields,
            steps: list[CommitStepSpec]) -> Iterator[Event]:
     """The events of applying a sequence's steps, with a failed-then-retried step now and then."""
     failures = 0

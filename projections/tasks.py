@@ -2,51 +2,61 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from events.job import WorkUnitSpec
 from events.task import TaskEvent, TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
+from projections.runs import evolve
 from projections.views import AttemptStatus, AttemptView, TaskView, WorkUnitStatus, WorkUnitView
 
 
-def _with_attempt(view: TaskView, attempt: AttemptView) -> TaskView:
-    """The task with `attempt` put in its place (attempts stay ordered by number)."""
-    others = [a for a in view.attempts if a.attempt != attempt.attempt]
-    return replace(view, attempts=tuple(sorted([*others, attempt], key=lambda a: a.attempt)))
+def _attempt_of(view: TaskView, number: int) -> AttemptView | None:
+    """The task's attempt with this number, if it has one."""
+    for attempt in view.attempts:
+        if attempt.attempt == number:
+            return attempt
+    return None
+
+
+def _with_attempt(attempts: tuple[AttemptView, ...], attempt: AttemptView) -> tuple[AttemptView, ...]:
+    """The attempts with `attempt` put in its place (they stay ordered by number, one per number)."""
+    if not attempts or attempts[-1].attempt < attempt.attempt:  # the usual case: a new attempt, the latest
+        return (*attempts, attempt)
+    others = [a for a in attempts if a.attempt != attempt.attempt]
+    return tuple(sorted([*others, attempt], key=lambda a: a.attempt))
 
 
 def reduce_task(view: TaskView | None, event: TaskEvent) -> TaskView:
     """The next state of a task after an event of one of its attempts (duplicates change nothing)."""
     view = view or TaskView(event.job, event.run_id, event.task_id)
-    current = next((a for a in view.attempts if a.attempt == event.attempt), None)
+    current = _attempt_of(view, event.attempt)
     match event:
         case TaskStarted():
             if current is not None and current.started_at is not None:
                 return view
             started = AttemptView(event.attempt, AttemptStatus.RUNNING, event.emitted_at, executor=event.executor)
             if current is not None:  # its end was folded first: keep it
-                started = replace(current, started_at=event.emitted_at, executor=event.executor)
-            return _with_attempt(replace(view, work_unit_ids=event.work_unit_ids), started)
+                started = evolve(current, started_at=event.emitted_at, executor=event.executor)
+            return evolve(view, work_unit_ids=event.work_unit_ids, attempts=_with_attempt(view.attempts, started))
         case TaskSucceeded() | TaskFailed():
             if current is not None and current.status != AttemptStatus.RUNNING:
                 return view
-            ended = current or AttemptView(event.attempt, AttemptStatus.RUNNING)
-            failed = isinstance(event, TaskFailed)
-            return _with_attempt(
-                view,
-                replace(
-                    ended,
-                    status=AttemptStatus.FAILED if failed else AttemptStatus.SUCCEEDED,
-                    ended_at=event.emitted_at,
-                    error=event.error if isinstance(event, TaskFailed) else None,
-                    duration_ms=event.duration_ms,
-                    results=event.results,
-                ),
-            )
+            return evolve(view, attempts=_with_attempt(view.attempts, _ended(current, event)))
         case TaskRetried():
             base = current or AttemptView(event.attempt, AttemptStatus.FAILED)
-            return _with_attempt(view, replace(base, retry_delay_s=event.delay_s))
+            return evolve(view, attempts=_with_attempt(view.attempts, evolve(base, retry_delay_s=event.delay_s)))
     return view
+
+
+def _ended(current: AttemptView | None, event: TaskSucceeded | TaskFailed) -> AttemptView:
+    """The attempt as its end leaves it (current: the attempt as it was, None when its start is not folded yet)."""
+    failed = isinstance(event, TaskFailed)
+    return evolve(
+        current or AttemptView(event.attempt, AttemptStatus.RUNNING),
+        status=AttemptStatus.FAILED if failed else AttemptStatus.SUCCEEDED,
+        ended_at=event.emitted_at,
+        error=event.error if failed else None,
+        duration_ms=event.duration_ms,
+        results=event.results,
+    )
 
 
 def planned_work_unit(job: str, run_id: str, spec: WorkUnitSpec) -> WorkUnitView:
@@ -65,7 +75,7 @@ def work_unit_started(view: WorkUnitView, task_id: str, attempt: int) -> WorkUni
     """A task attempt began running the work unit."""
     if not _newer(view, attempt, WorkUnitStatus.RUNNING):
         return view
-    return replace(view, status=WorkUnitStatus.RUNNING, attempt=attempt, task_id=task_id)
+    return evolve(view, status=WorkUnitStatus.RUNNING, attempt=attempt, task_id=task_id)
 
 
 def work_unit_ended(view: WorkUnitView, task_id: str, attempt: int, result: WorkUnitResult | None,
@@ -74,7 +84,7 @@ def work_unit_ended(view: WorkUnitView, task_id: str, attempt: int, result: Work
     status = WorkUnitStatus.FAILED if error is not None else WorkUnitStatus.SUCCESSFUL
     if not _newer(view, attempt, status):
         return view
-    return replace(
+    return evolve(
         view,
         status=status,
         attempt=attempt,
@@ -89,4 +99,4 @@ def work_unit_committed(view: WorkUnitView) -> WorkUnitView:
     """The work unit's output was published."""
     if view.status != WorkUnitStatus.SUCCESSFUL:
         return view
-    return replace(view, status=WorkUnitStatus.COMMITTED)
+    return evolve(view, status=WorkUnitStatus.COMMITTED)

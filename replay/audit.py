@@ -101,11 +101,12 @@ class AuditTimeline:
 
     def spans(self) -> list[Span]:
         """The bars of the Gantt chart: task attempts, then commit steps, in time order."""
-        bars = [
-            Span("tasks", f"{task.task_id} #{a.attempt}", a.started_at or a.ended_at, a.ended_at or a.started_at,
-                 a.status.name.lower(), a.error or a.executor)
-            for task, a in self.attempts if (a.started_at or a.ended_at) is not None
-        ]
+        bars = []
+        for task, a in self.attempts:
+            start, end = a.started_at or a.ended_at, a.ended_at or a.started_at
+            if start is not None and end is not None:
+                bars.append(Span("tasks", f"{task.task_id} #{a.attempt}", start, end, a.status.name.lower(),
+                                 a.error or a.executor))
         for step in self.steps:
             if step.applied_at is not None:
                 start = step.applied_at - timedelta(milliseconds=step.duration_ms)

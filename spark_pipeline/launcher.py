@@ -31,6 +31,7 @@ from events.job import (
     WorkUnitsPlanned,
 )
 from events.log import EventLog, open_log
+from events.model import RunFields
 from events.sqlite_store import SqliteLog
 from projections.commit_sequence import CommitResult, Outcome
 from projections.commit_steps import PublishRoots
@@ -88,6 +89,11 @@ class JobLauncher:
         self.cancel = threading.Event()
 
     @property
+    def run_fields(self) -> RunFields:
+        """The job and run id every event of this run carries."""
+        return {"job": self.config.job_name, "run_id": self.run_id}
+
+    @property
     def spark(self) -> SparkSession:
         if self._spark is None:
             self._spark = spark_session(self.config)
@@ -121,7 +127,7 @@ class JobLauncher:
                            self.config.job_name)
 
     def _run(self, session: CommitSession, holder: str) -> RunResult:
-        config, run = self.config, {"job": self.config.job_name, "run_id": self.run_id}
+        config, run = self.config, self.run_fields
         emit = session.sink.emit
         emit([JobLockAcquired(**run, holder=holder),
               JobRunStarted(**run, job_group=config.job_group, properties=public_properties(config))])
@@ -144,7 +150,7 @@ class JobLauncher:
 
     def _extract(self, session: CommitSession, result: RunResult) -> None:
         """Plan work units from the committed state and run the tasks on Spark."""
-        config, run = self.config, {"job": self.config.job_name, "run_id": self.run_id}
+        config, run = self.config, self.run_fields
         state = session.state
         datasets = state.dataset_states(config.job_name)
         source_state = SourceState(
@@ -166,7 +172,7 @@ class JobLauncher:
 
     def _publish(self, session: CommitSession, result: RunResult) -> None:
         """Apply the commit policy, plan every dataset's sequence in one batch, and commit them."""
-        config, run = self.config, {"job": self.config.job_name, "run_id": self.run_id}
+        config, run = self.config, self.run_fields
         failed = [t for t in result.tasks if not t.succeeded]
         if failed and config.job_commit_policy is JobCommitPolicy.FULL:
             self._finish(session, result, RunStatus.FAILED, failure_message(failed), [t.task_id for t in failed])
@@ -200,7 +206,7 @@ class JobLauncher:
     def _finish(self, session: CommitSession, result: RunResult, status: RunStatus, error: str,
                 failed_tasks: list[str] | None = None) -> None:
         """End the run as failed or cancelled: recorded, its unpublished output removed, the lock released."""
-        run = {"job": self.config.job_name, "run_id": self.run_id}
+        run = self.run_fields
         result.status, result.error = status, error
         ending = (JobRunCancelled(**run, reason=error) if status is RunStatus.CANCELLED
                   else JobRunFailed(**run, error=error[:4000], failed_tasks=tuple(failed_tasks or ())))

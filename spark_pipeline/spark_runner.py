@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Mapping
 
 from pyspark import SparkConf
 from pyspark.sql import SparkSession
@@ -54,7 +54,7 @@ def run_tasks(spark: SparkSession, config: JobConfig, run_id: str, mwus: list[Mu
     """Run every task on the cluster (one Spark task each) and bring their outcomes back."""
     settings = dict(log_settings)
 
-    def tasks(units: Iterator[MultiWorkUnit]) -> Iterator[TaskOutcome]:
+    def tasks(units: Iterable[MultiWorkUnit]) -> Iterable[TaskOutcome]:
         for unit in units:
             yield execute(config, run_id, unit, log_url, settings)
 

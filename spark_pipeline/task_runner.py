@@ -14,13 +14,13 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from events.model import Event
+from events.model import Event, TaskFields
 from events.task import TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
 from spark_pipeline.config import JobConfig
 from spark_pipeline.constructs import MultiWorkUnit, WorkUnitState
 from spark_pipeline.task_flow import Constructs, WorkUnitFlow, build_constructs
 
-Emit = Callable[[Sequence[Event]], None]
+Emit = Callable[[Sequence[Event]], object]
 Sleep = Callable[[float], None]
 
 
@@ -76,7 +76,7 @@ def run_attempt(constructs: Constructs, run_id: str, mwu: MultiWorkUnit, attempt
 
 def run_task(config: JobConfig, run_id: str, mwu: MultiWorkUnit, emit: Emit, sleep: Sleep = time.sleep) -> TaskOutcome:
     """Run a task with its retries, recording every attempt through `emit`."""
-    task = {"job": config.job_name, "run_id": run_id, "task_id": mwu.multi_work_unit_id}
+    task: TaskFields = {"job": config.job_name, "run_id": run_id, "task_id": mwu.multi_work_unit_id}
     unit_ids = tuple(u.work_unit_id for u in mwu.work_units)
     attempts = config.task_max_retries + 1
     constructs = build_constructs(config)

@@ -10,7 +10,7 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal, cast
 from urllib.parse import quote
 
 import fastavro
@@ -77,7 +77,8 @@ class AvroDataWriter(DataWriter):
         self.staging_path.parent.mkdir(parents=True, exist_ok=True)
         self._file = _HashingFile(self.staging_path)
         schema = fastavro.parse_schema(destination.schema)
-        self._writer: Any = Writer(self._file, schema, codec=settings.codec, sync_interval=settings.sync_interval)
+        self._writer: Any = Writer(cast(IO[bytes], self._file), schema, codec=settings.codec,
+                                   sync_interval=settings.sync_interval)
         self.records_written = 0
         self.bytes_written = 0
 

@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import io
 import json
+import types
+import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import fastavro
 from fastavro.types import Schema
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from events.avro_schema import SCHEMA_DIR, envelope_schema, payload_fields, schema_path
+from events.avro_schema import NAMESPACE, SCHEMA_DIR, envelope_schema, schema_path
 from events.errors import EventDecodeError, UnknownEventTypeError
 from events.keys import event_id_bytes, partition_for
 from events.model import Event
@@ -46,6 +48,8 @@ class Record:
 @dataclass(frozen=True, slots=True)
 class _TypeSchemas:
     cls: type[Event]
+    label: str
+    """`<type> v<version>`, for error messages."""
     writer: Schema
     reader: Schema | None
     """None when writer and reader are the same version: no resolution needed."""
@@ -56,7 +60,78 @@ class _TypeSchemas:
 class _Writer:
     frame: bytes
     schema: Schema
-    payload_fields: frozenset[str]
+    datum: Callable[[Any], dict[str, Any]]
+    """The event's fields as fastavro takes them (a fresh dict the envelope fields are added to)."""
+
+
+Convert = Callable[[Any], Any]
+
+
+def datum_builder(model: type[BaseModel]) -> Callable[[Any], dict[str, Any]]:
+    """A function turning a model into the dict fastavro writes: its fields, nested models as dicts too.
+
+    Cheaper than `model_dump` (a copy of the instance's field values, converting only fields that hold models),
+    and it names the branch of every union of records (fastavro's tuple notation), which fastavro otherwise
+    finds by validating the value against each branch in turn: most of the cost of writing a commit plan.
+    Fields the schema does not have (`emitted_at`, carried as `emitted_at_us`) are ignored by fastavro.
+    """
+    nested = {name: convert for name, info in model.model_fields.items() if (convert := _converter(info.annotation))}
+    if not nested:
+        return lambda value: vars(value).copy()
+
+    def datum(value: Any) -> dict[str, Any]:
+        fields: dict[str, Any] = vars(value).copy()
+        for name, convert in nested.items():
+            fields[name] = convert(fields[name])
+        return fields
+
+    return datum
+
+
+def _converter(annotation: Any) -> Convert | None:
+    """How to turn a field's value into what fastavro writes; None when it writes the value as it is."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _converter(args[0])
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return datum_builder(annotation)
+    if origin in (Union, types.UnionType):
+        return _union_converter(args)
+    # tuple[X, ...] holds X; dict[str, X] maps to X (Avro keys are strings).
+    item = _converter(args[0] if origin is tuple else args[-1]) if origin in (tuple, dict) and args else None
+    if item is None:
+        return None
+    if origin is dict:
+        return lambda value: {k: item(v) for k, v in value.items()}
+    return lambda value: [item(v) for v in value]
+
+
+def _union_converter(branches: tuple[Any, ...]) -> Convert | None:
+    """A union: each value converted as its branch (found by the value's type); a record tagged with its name."""
+    by_type: dict[Any, Convert] = {}
+    for branch in branches:
+        if typing.get_origin(branch) is typing.Annotated:
+            branch = typing.get_args(branch)[0]
+        if isinstance(branch, type) and issubclass(branch, BaseModel):
+            by_type[branch] = _tagged(branch)
+        elif (nested := _converter(branch)) is not None:
+            by_type[typing.get_origin(branch)] = nested  # a tuple or a dict holding records
+    if not by_type:
+        return None
+
+    def convert(value: Any) -> Any:
+        for cls in type(value).__mro__:  # the value's own type, else the branch it subclasses
+            if cls in by_type:
+                return by_type[cls](value)
+        return value
+
+    return convert
+
+
+def _tagged(model: type[BaseModel]) -> Convert:
+    """A record of a union, in fastavro's tuple notation: (Avro full name, datum), naming the branch to write."""
+    name, datum = f"{NAMESPACE}.{model.__name__}", datum_builder(model)
+    return lambda value: (name, datum(value))
 
 
 class SchemaRegistry:
@@ -87,7 +162,7 @@ class SchemaRegistry:
             )
         writer = self._parse(type_name, version)
         reader = None if version == cls.SCHEMA_VERSION else self.current(cls)
-        found = _TypeSchemas(cls, writer, reader, cls.__pydantic_validator__.validate_python)
+        found = _TypeSchemas(cls, f"{type_name} v{version}", writer, reader, cls.__pydantic_validator__.validate_python)
         self._resolved[(type_name, version)] = found
         return found
 
@@ -117,65 +192,79 @@ class EventCodec:
     def __init__(self, registry: SchemaRegistry | None = None) -> None:
         self.registry = registry or default_registry()
         self._writers: dict[type[Event], _Writer] = {}
+        self._frames: dict[bytes, _TypeSchemas] = {}
+        """Schemas by the frame bytes that name them: a dict lookup instead of parsing each record's frame."""
 
     def encode_value(self, event: Event, key: bytes | None = None) -> bytes:
         """The value bytes of an event: frame + Avro envelope with its payload (key: the event's, if known)."""
-        cls = type(event)
-        writer = self._writers.get(cls)
-        if writer is None:
-            writer = self._prepare(cls)
-        envelope = event.model_dump(include=writer.payload_fields)
-        envelope["event_id"] = event_id_bytes(key if key is not None else event.key.encode("utf-8"))
-        envelope["job"] = event.job
-        envelope["run_id"] = event.run_id
-        envelope["dataset_urn"] = event.urn
-        envelope["emitted_at_us"] = (event.emitted_at - EPOCH) // MICROSECOND
-        out = io.BytesIO()
-        out.write(writer.frame)
-        fastavro.schemaless_writer(out, writer.schema, envelope)
-        return out.getvalue()
+        if key is None:
+            key = event.key.encode("utf-8")
+        return self._encode(event, key, (event.emitted_at - EPOCH) // MICROSECOND)
 
     def to_record(self, event: Event, partitions: int) -> Record:
         """The record a store appends for an event: partitioned by its aggregate, keyed by its transition."""
         key = event.key.encode("utf-8")
-        timestamp_ms = (event.emitted_at - EPOCH) // MILLISECOND
-        return Record(partition_for(event.aggregate, partitions), key, self.encode_value(event, key), timestamp_ms)
+        emitted_at_us = (event.emitted_at - EPOCH) // MICROSECOND
+        value = self._encode(event, key, emitted_at_us)
+        return Record(partition_for(event.aggregate, partitions), key, value, emitted_at_us // 1000)
+
+    def _encode(self, event: Event, key: bytes, emitted_at_us: int) -> bytes:
+        """Frame + Avro envelope: the event's fields, its id (from its key) and its time in µs since the epoch."""
+        writer = self._writers.get(type(event))
+        if writer is None:
+            writer = self._prepare(type(event))
+        envelope = writer.datum(event)  # job and run_id included
+        envelope["event_id"] = event_id_bytes(key)
+        envelope["dataset_urn"] = event.urn
+        envelope["emitted_at_us"] = emitted_at_us
+        out = io.BytesIO(writer.frame)
+        out.seek(len(writer.frame))
+        fastavro.schemaless_writer(out, writer.schema, envelope)
+        return out.getvalue()
 
     def decode(self, value: bytes, topic: str, partition: int, offset: int) -> Event:
         """The event held by a record's value; EventDecodeError names topic, partition and offset."""
-        try:
-            if len(value) < 4 or value[0] != FRAME_MAGIC:
-                raise ValueError("not an oncelog frame (bad magic byte or too short)")
-            name_end = 2 + value[1]
-            type_name = value[2:name_end].decode("ascii")
-            version = int.from_bytes(value[name_end : name_end + 2], "big")
-            body = io.BytesIO(value)
-            body.seek(name_end + 2)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise EventDecodeError(topic, partition, offset, f"malformed frame: {e}") from e
-        try:
-            schemas = self.registry.resolve(type_name, version)
-        except LookupError as e:
-            raise UnknownEventTypeError(topic, partition, offset, str(e.args[0])) from e
+        schemas, body = self._open(value, topic, partition, offset)
         try:
             envelope: Any = fastavro.schemaless_reader(body, schemas.writer, schemas.reader)
+            del envelope["event_id"]
+            # Exact to the microsecond while timestamps stay below 2**53 µs (the year 2255).
+            envelope["emitted_at"] = datetime.fromtimestamp(envelope.pop("emitted_at_us") / 1e6, timezone.utc)
         except Exception as e:  # fastavro raises whatever the corrupt bytes provoke (EOFError, ValueError, ...)
-            raise EventDecodeError(
-                topic, partition, offset, f"Avro body of {type_name} v{version} is corrupt: {e!r}"
-            ) from e
-        del envelope["event_id"]
-        # Exact to the microsecond while timestamps stay below 2**53 µs (the year 2255).
-        envelope["emitted_at"] = datetime.fromtimestamp(envelope.pop("emitted_at_us") / 1e6, timezone.utc)
+            raise EventDecodeError(topic, partition, offset, f"Avro body of {schemas.label} is corrupt: {e!r}") from e
         if envelope["dataset_urn"] is None:
             del envelope["dataset_urn"]
         try:
             return schemas.validate(envelope)
         except ValidationError as e:
-            raise EventDecodeError(topic, partition, offset, f"{type_name} v{version} is invalid: {e}") from e
+            raise EventDecodeError(topic, partition, offset, f"{schemas.label} is invalid: {e}") from e
+
+    def _open(self, value: bytes, topic: str, partition: int, offset: int) -> tuple[_TypeSchemas, io.BytesIO]:
+        """The schemas a record's frame names (looked up by the frame's bytes), and the Avro body after it."""
+        try:
+            if len(value) < 4 or value[0] != FRAME_MAGIC:
+                raise ValueError("not an oncelog frame (bad magic byte or too short)")
+            body_start = 4 + value[1]
+            frame = value[:body_start]
+            schemas = self._frames.get(frame)
+            if schemas is None:
+                type_name = value[2 : body_start - 2].decode("ascii")
+                version = int.from_bytes(value[body_start - 2 : body_start], "big")
+        except (ValueError, UnicodeDecodeError) as e:
+            raise EventDecodeError(topic, partition, offset, f"malformed frame: {e}") from e
+        if schemas is None:
+            try:
+                schemas = self.registry.resolve(type_name, version)
+            except LookupError as e:
+                raise UnknownEventTypeError(topic, partition, offset, str(e.args[0])) from e
+            self._frames[frame] = schemas
+        body = io.BytesIO(value)
+        body.seek(body_start)
+        return schemas, body
 
     def _prepare(self, cls: type[Event]) -> _Writer:
         name = cls.event_type().encode("ascii")
         frame = bytes([FRAME_MAGIC, len(name)]) + name + cls.SCHEMA_VERSION.to_bytes(2, "big")
-        writer = _Writer(frame, self.registry.current(cls), frozenset(payload_fields(cls)))
+        writer = _Writer(frame, self.registry.current(cls), datum_builder(cls))
         self._writers[cls] = writer
         return writer

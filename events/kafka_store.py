@@ -21,6 +21,12 @@ from events.kafka_writer import KafkaWriter
 from events.log import ErrorHandler, EventLog, Offsets, Snapshot, StoredRecord, Subscription, raise_error
 
 CONSUME_BATCH = 10_000
+CONSUME_WAIT_S = 0.02
+"""How long one consume() call waits for a full batch. librdkafka returns early only once the batch is full, so
+this is paid on every call that ends a read (the partition-EOF events that end it do not fill a batch): keep it
+short. While messages flow the batch fills first; when none come, the read simply calls again."""
+NO_LIMIT = 2**63
+"""Past any Kafka offset: the reading limit of a partition read without `until`."""
 READER_SETTINGS: dict[str, Any] = {
     "isolation.level": "read_committed",
     "enable.auto.commit": False,
@@ -30,6 +36,11 @@ READER_SETTINGS: dict[str, Any] = {
     "queued.min.messages": 200_000,
     "fetch.max.bytes": 64 * 1024 * 1024,
 }
+
+BOUNDED_READ_SETTINGS: dict[str, Any] = {"fetch.wait.max.ms": 10}
+"""Added for reads that stop at the end. librdkafka learns that a partition is at its end only from a fetch the
+broker answers empty, which it holds back up to fetch.wait.max.ms (500 ms by default) in case data comes; and a
+read often cannot end sooner, on its last record, since a batch's last offset is its transaction marker."""
 
 
 def topic_configs(replication: int) -> dict[str, str]:
@@ -153,7 +164,7 @@ class KafkaLog(EventLog):
         active = {p for p in range(partitions) if until is None or first[p] < until.get(p, 0)}
         if not active:
             return
-        consumer = self.consumer({})
+        consumer = self.consumer({} if follow else BOUNDED_READ_SETTINGS)
         try:
             consumer.assign([TopicPartition(topic, p, first[p]) for p in sorted(active)])
             yield from self._consume(consumer, topic, active, until, follow)
@@ -163,9 +174,11 @@ class KafkaLog(EventLog):
     def _consume(
         self, consumer: Consumer, topic: str, active: set[int], until: Mapping[int, int] | None, follow: bool
     ) -> Iterator[StoredRecord]:
+        # Where each partition's reading stops (exclusive): looked up once per message, so no None check there.
+        limit = {p: NO_LIMIT if until is None else until[p] for p in active}
         idle_since = time.monotonic()
         while active:
-            messages = consumer.consume(CONSUME_BATCH, 0.5)
+            messages = consumer.consume(CONSUME_BATCH, CONSUME_WAIT_S)
             if not messages:
                 if not follow and time.monotonic() - idle_since > self.settings.read_timeout_s:
                     raise LogUnavailableError(
@@ -175,16 +188,15 @@ class KafkaLog(EventLog):
                 continue
             idle_since = time.monotonic()
             for m in messages:
-                partition = m.partition()
                 if m.error() is not None:
                     self._consumer_error(m, active, follow)
                     continue
-                offset = m.offset()
-                if until is not None and offset >= until[partition]:
+                partition, offset = m.partition(), m.offset()
+                if offset >= limit[partition]:
                     self._finish(consumer, topic, partition, active)
                     continue
                 yield StoredRecord(topic, partition, offset, m.timestamp()[1], m.key(), m.value())
-                if until is not None and offset + 1 >= until[partition]:
+                if offset + 1 >= limit[partition]:
                     self._finish(consumer, topic, partition, active)
 
     @staticmethod

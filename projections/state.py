@@ -9,7 +9,8 @@ its position, and skipped.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from events.commit import (
     CommitSequenceAbandoned,
@@ -29,10 +30,10 @@ from events.job import (
     JobRunSucceeded,
     WorkUnitsPlanned,
 )
-from events.model import DatasetEvent, Event, LoggedEvent, Position, RunEvent
+from events.model import DatasetEvent, Event, LoggedEvent, RunEvent
 from events.task import TaskEvent, TaskFailed, TaskRetried, TaskStarted, TaskSucceeded
 from projections.commits import reduce_dataset, reduce_sequence
-from projections.runs import reduce_job, reduce_run
+from projections.runs import evolve, reduce_job, reduce_run
 from projections.tasks import planned_work_unit, reduce_task, work_unit_committed, work_unit_ended, work_unit_started
 from projections.views import (
     DatasetView,
@@ -51,6 +52,16 @@ DETAIL_RUNS = 50
 RunKey = tuple[str, str]
 DatasetKey = tuple[str, str]
 SequenceKey = tuple[str, str, str]
+
+
+class Where(Protocol):
+    """A record's place in the log: a `Position`, or the `LoggedEvent` or `StoredRecord` read from there."""
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def offset(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,12 +97,17 @@ class State:
 
     def apply(self, logged: LoggedEvent) -> None:
         """Fold one event read from the log, and move the offsets past it."""
-        if logged.offset < self.offsets.get(logged.partition, 0):
-            return  # already folded: catching up from a position this state covers
-        self.apply_event(logged.event, Position(logged.partition, logged.offset))
-        self.offsets[logged.partition] = logged.offset + 1
+        self.apply_at(logged.event, logged)
 
-    def apply_event(self, event: Event, position: Position | None = None) -> None:
+    def apply_at(self, event: Event, where: Where) -> None:
+        """Fold one event read from `where` in the log (a LoggedEvent, a StoredRecord...); move the offsets past it."""
+        partition, offset = where.partition, where.offset
+        if offset < self.offsets.get(partition, 0):
+            return  # already folded: catching up from a position this state covers
+        self.apply_event(event, where)
+        self.offsets[partition] = offset + 1
+
+    def apply_event(self, event: Event, position: Where | None = None) -> None:
         """Fold one event (position None: appended by this process and not read back)."""
         handler = HANDLERS.get(type(event))
         if handler is None:
@@ -104,7 +120,7 @@ class State:
         for partition, offset in offsets.items():
             self.offsets[partition] = max(self.offsets.get(partition, 0), offset)
 
-    def report(self, position: Position | None, kind: str, message: str) -> None:
+    def report(self, position: Where | None, kind: str, message: str) -> None:
         """Keep a problem (the first MAX_PROBLEMS of them; all are counted)."""
         self.problem_count += 1
         if len(self.problems) < MAX_PROBLEMS:
@@ -136,10 +152,10 @@ class State:
         return sorted(runs, key=lambda r: (r.started_at is None, r.started_at, r.run_id))
 
 
-Handler = Callable[[State, Event, Position | None], None]
+Handler = Callable[[State, Event, Where | None], None]
 
 
-def _run_event(state: State, event: Event, position: Position | None) -> None:
+def _run_event(state: State, event: Event, position: Where | None) -> None:
     assert isinstance(event, RunEvent)
     key = (event.job, event.run_id)
     before = state.runs.get(key)
@@ -177,11 +193,11 @@ def _keep_detail_of(state: State, job: JobView, run_id: str) -> JobView:
         state.work_units.pop(key, None)
         run = state.runs.get(key)
         if run is not None:
-            state.runs[key] = replace(run, detail_dropped=True)
-    return replace(job, recent_runs=recent[-state.detail_runs :])
+            state.runs[key] = evolve(run, detail_dropped=True)
+    return evolve(job, recent_runs=recent[-state.detail_runs :])
 
 
-def _task_event(state: State, event: Event, position: Position | None) -> None:
+def _task_event(state: State, event: Event, position: Where | None) -> None:
     assert isinstance(event, TaskEvent)
     key = (event.job, event.run_id)
     run = state.runs.get(key)
@@ -213,7 +229,7 @@ def _task_event(state: State, event: Event, position: Position | None) -> None:
                     units[unit_id] = work_unit_ended(unit, event.task_id, event.attempt, None, event.error)
 
 
-def _dataset_event(state: State, event: Event, position: Position | None) -> None:
+def _dataset_event(state: State, event: Event, position: Where | None) -> None:
     assert isinstance(event, DatasetEvent)
     dataset_key = (event.job, event.dataset_urn)
     if event.sequence_id in state.completed.get(dataset_key, ()):
@@ -229,8 +245,8 @@ def _dataset_event(state: State, event: Event, position: Position | None) -> Non
     if isinstance(event, DatasetReleased):
         return
     updated = reduce_sequence(sequence, event)
-    if updated is None:
-        return
+    if updated is sequence:
+        return  # unchanged (or still None)
     if updated.status == SequenceStatus.COMPLETED:
         state.sequences.pop(sequence_key, None)
         state.completed.setdefault(dataset_key, set()).add(event.sequence_id)

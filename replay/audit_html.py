@@ -57,14 +57,22 @@ def gantt_svg(spans: list[Span]) -> str:
     return f'<div class="legend">{legend}</div>' + "".join(parts)
 
 
+def _cell(value: Any) -> str:
+    """A value as table text: nothing for None, lists joined, durations to a tenth of a millisecond."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    if isinstance(value, list):
+        return "; ".join(str(v) for v in value)
+    return str(value)
+
+
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     if not rows:
         return "<p>None.</p>"
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{escape('' if r.get(c) is None else str(r.get(c)))}</td>" for c in columns) + "</tr>"
-        for r in rows
-    )
+    body = "".join("<tr>" + "".join(f"<td>{escape(_cell(r.get(c)))}</td>" for c in columns) + "</tr>" for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
 
 

@@ -50,12 +50,28 @@ class Snapshot:
     created_ms: int
 
 
+class Closing(ABC):
+    """Something to close after use; usable in a `with` block."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release what it holds."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
 def raise_error(error: EventDecodeError) -> None:
     """The default ErrorHandler: stop at the first record that cannot be decoded."""
     raise error
 
 
-class LogWriter(ABC):
+class LogWriter(Closing):
     """Appends atomic batches under a name; opening a second writer with that name fences this one."""
 
     def __init__(self, name: str, codec: EventCodec, partitions: int) -> None:
@@ -75,16 +91,8 @@ class LogWriter(ABC):
     def close(self) -> None:
         """Release the writer's connection or producer."""
 
-    def __enter__(self) -> Self:
-        return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-
-class Subscription(ABC):
+class Subscription(Closing):
     """A named consumer group's view of the log: resumes after the offsets it last committed."""
 
     def __init__(self, group: str, codec: EventCodec, on_error: ErrorHandler) -> None:
@@ -112,16 +120,8 @@ class Subscription(ABC):
     def close(self) -> None:
         """Leave the group; uncommitted progress is delivered again to the next member."""
 
-    def __enter__(self) -> Self:
-        return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-
-class EventLog(ABC):
+class EventLog(Closing):
     """An append-only, partitioned log of events, with atomic batches, consumer groups and snapshots."""
 
     url: str
@@ -192,14 +192,6 @@ class EventLog(ABC):
     ) -> Iterator[LoggedEvent]:
         """Events from start to until (or forever when follow); tombstones skipped; bad records to on_error."""
         return decode_records(self.codec, self.read_records(start, until, follow), on_error)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 def decode_records(codec: EventCodec, records: Iterable[StoredRecord], on_error: ErrorHandler) -> Iterator[LoggedEvent]:

@@ -12,14 +12,17 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from events.commit import CommitStepSpec, DatasetStateStep, FsRenameStep, HighWatermarkStep
 from events.dataset import DatasetStateCommitted, WatermarkAdvanced
 from events.errors import OncelogError
 from events.model import Event, SequenceFields
 from projections.state import State
+from projections.views import DatasetView
 
 CHECKSUM_CHUNK = 1 << 20
+S = TypeVar("S", HighWatermarkStep, DatasetStateStep)
 
 
 class CommitStepError(OncelogError):
@@ -135,16 +138,24 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-class HighWatermarkCommitStep(CommitStep):
-    """Advance one partition's committed high watermark: the next run starts from it."""
+class StateStep(CommitStep, Generic[S]):
+    """A step whose effect is a transition in the log; verify() reads the dataset's state folded from it."""
 
-    def __init__(self, spec: HighWatermarkStep, sequence: SequenceRef, state: State) -> None:
-        self.spec = spec
+    def __init__(self, spec: S, sequence: SequenceRef, state: State) -> None:
+        self.spec: S = spec
         self.sequence = sequence
         self.state = state
 
+    @property
+    def dataset(self) -> DatasetView | None:
+        return self.state.datasets.get((self.sequence.job, self.sequence.dataset_urn))
+
+
+class HighWatermarkCommitStep(StateStep[HighWatermarkStep]):
+    """Advance one partition's committed high watermark: the next run starts from it."""
+
     def verify(self) -> bool:
-        dataset = self.state.datasets.get((self.sequence.job, self.sequence.dataset_urn))
+        dataset = self.dataset
         return dataset is not None and dataset.watermarks.get(self.spec.partition) == self.spec.value
 
     def execute(self) -> list[Event]:
@@ -152,16 +163,11 @@ class HighWatermarkCommitStep(CommitStep):
                                   low_watermark=self.spec.low_watermark, value=self.spec.value)]
 
 
-class DatasetStateCommitStep(CommitStep):
+class DatasetStateCommitStep(StateStep[DatasetStateStep]):
     """Commit the dataset's state (Gobblin's DatasetState): watermarks and what the sequence published."""
 
-    def __init__(self, spec: DatasetStateStep, sequence: SequenceRef, state: State) -> None:
-        self.spec = spec
-        self.sequence = sequence
-        self.state = state
-
     def verify(self) -> bool:
-        dataset = self.state.datasets.get((self.sequence.job, self.sequence.dataset_urn))
+        dataset = self.dataset
         return dataset is not None and dataset.last_sequence_id == self.sequence.sequence_id
 
     def execute(self) -> list[Event]:

@@ -6,10 +6,8 @@ What a launcher, `oncelog recover` and the tests open to plan and apply commit s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Self
 
-from events.log import EventLog, LogWriter
+from events.log import Closing, EventLog, LogWriter
 from projections.commit_sequence import DEFAULT_MAX_ATTEMPTS, DEFAULT_PARALLELISM, Committer
 from projections.commit_steps import PublishRoots
 from projections.faults import NO_FAULTS, FaultInjector
@@ -19,7 +17,7 @@ from projections.state import State
 
 
 @dataclass
-class CommitSession:
+class CommitSession(Closing):
     """The pieces that publish: state (caught up), writer, sink, committer."""
 
     log: EventLog
@@ -36,14 +34,6 @@ class CommitSession:
     def close(self) -> None:
         self.sink.close()
         self.writer.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 def open_session(

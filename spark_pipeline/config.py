@@ -171,16 +171,11 @@ def pair_policies(policies: tuple[str, ...], types: tuple[PolicyType, ...] | Non
 _FROZEN = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 
-class BranchConfig(BaseModel):
-    """The effective settings of one fork branch (Gobblin's `.N`-suffixed keys, with fallbacks); see `JobConfig.branch`.
-
-    Field aliases are the unsuffixed Gobblin keys.
-    """
+class BranchKeys(BaseModel):
+    """The keys a fork branch may override with a `.N` suffix; JobConfig holds the unsuffixed values."""
 
     model_config = _FROZEN
 
-    index: int
-    name: SafeName = Field(alias="fork.branch.name")
     converter_classes: ClassPaths = Field(default=(), alias="converter.classes")
     row_policy_classes: ClassPaths = Field(default=(), alias="qualitychecker.row.policies")
     row_policy_types: PolicyTypes = Field(default=None, alias="qualitychecker.row.policy.types")
@@ -192,6 +187,18 @@ class BranchConfig(BaseModel):
     writer_staging_dir: NonEmpty | None = Field(default=None, alias="writer.staging.dir")
     writer_output_dir: NonEmpty | None = Field(default=None, alias="writer.output.dir")
     publisher_final_dir: NonEmpty | None = Field(default=None, alias="data.publisher.final.dir")
+
+
+class BranchConfig(BranchKeys):
+    """The effective settings of one fork branch (Gobblin's `.N`-suffixed keys, with fallbacks); see `JobConfig.branch`.
+
+    Field aliases are the unsuffixed Gobblin keys.
+    """
+
+    model_config = _FROZEN
+
+    index: int
+    name: SafeName = Field(alias="fork.branch.name")
 
     @property
     def row_policies(self) -> tuple[QualityPolicy, ...]:
@@ -204,7 +211,7 @@ class BranchConfig(BaseModel):
         return pair_policies(self.task_policy_classes, self.task_policy_types)
 
 
-class JobConfig(BaseModel):
+class JobConfig(BranchKeys):
     """A validated job: Gobblin's keys as field aliases; build it with `load_job_config` or `from_properties`."""
 
     model_config = _FROZEN
@@ -217,20 +224,9 @@ class JobConfig(BaseModel):
     job_disabled: bool = Field(default=False, alias="job.disabled")
     job_lock_enabled: bool = Field(default=True, alias="job.lock.enabled")
     source_class: ClassPath = Field(alias="source.class")
-    converter_classes: ClassPaths = Field(default=(), alias="converter.classes")
-    row_policy_classes: ClassPaths = Field(default=(), alias="qualitychecker.row.policies")
-    row_policy_types: PolicyTypes = Field(default=None, alias="qualitychecker.row.policy.types")
-    row_err_file: NonEmpty | None = Field(default=None, alias="qualitychecker.row.err.file")
-    task_policy_classes: ClassPaths = Field(default=(), alias="qualitychecker.task.policies")
-    task_policy_types: PolicyTypes = Field(default=None, alias="qualitychecker.task.policy.types")
     fork_operator_class: ClassPath | None = Field(default=None, alias="fork.operator.class")
     fork_branches: int = Field(default=1, ge=1, le=MAX_BRANCHES, alias="fork.branches")
-    writer_builder_class: ClassPath = Field(default=DEFAULT_WRITER_BUILDER, alias="writer.builder.class")
-    writer_output_format: OutputFormat = Field(default=WriterOutputFormat.AVRO, alias="writer.output.format")
-    writer_staging_dir: NonEmpty | None = Field(default=None, alias="writer.staging.dir")
-    writer_output_dir: NonEmpty | None = Field(default=None, alias="writer.output.dir")
     publisher_type: ClassPath = Field(default=DEFAULT_PUBLISHER, alias="data.publisher.type")
-    publisher_final_dir: NonEmpty | None = Field(default=None, alias="data.publisher.final.dir")
     job_commit_policy: Annotated[JobCommitPolicy, BeforeValidator(_lower)] = Field(
         default=JobCommitPolicy.FULL, alias="job.commit.policy")
     task_max_retries: int = Field(default=5, ge=0, alias="task.maxretries")

@@ -166,26 +166,25 @@ class TaskStats:
     files: tuple[OutputFile, ...]
 
 
-class RowLevelPolicy(Configurable, ABC):
-    """A row-level quality check; only MANDATORY ones decide whether the record goes on."""
+class QualityPolicyBase(Configurable):
+    """A quality check of a given type (MANDATORY, OPTIONAL, ERR_FILE), on the master branch or branch N."""
 
     def __init__(self, config: JobConfig, policy_type: PolicyType, branch: int | None = None) -> None:
         super().__init__(config)
         self.policy_type = policy_type
         self.branch = branch
+
+
+class RowLevelPolicy(QualityPolicyBase, ABC):
+    """A row-level quality check; only MANDATORY ones decide whether the record goes on."""
 
     @abstractmethod
     def check(self, record: Record) -> bool:
         """Whether the record passes."""
 
 
-class TaskLevelPolicy(Configurable, ABC):
+class TaskLevelPolicy(QualityPolicyBase, ABC):
     """A task-level quality check over a branch's whole output; a failing MANDATORY one fails the task."""
-
-    def __init__(self, config: JobConfig, policy_type: PolicyType, branch: int | None = None) -> None:
-        super().__init__(config)
-        self.policy_type = policy_type
-        self.branch = branch
 
     @abstractmethod
     def check(self, stats: TaskStats) -> bool:

@@ -1,0 +1,308 @@
+"""Log throughput: append and read+decode events/s of each store, beside a raw confluent-kafka baseline.
+
+    python -m benchmarks.log_throughput [--quick] [--events N] [--batch N] [--repeats R]
+
+Events are a realistic mix, built before any timing: per dataset of a run, one `TaskSucceeded` (a WorkUnitResult
+with an OutputFile), one `CommitSequencePlanned` (FsRename, HighWatermark, DatasetState steps), three
+`CommitStepApplied` and one `WatermarkAdvanced`. Stores append them in atomic batches through one writer (encoding
+included: that is their append path) and read them all back decoded.
+
+The raw baseline produces the SAME pre-encoded (key, value, partition) records with a plain idempotent producer (no
+transaction) and consumes them with a plain consumer, on a topic made the same way (same configs, same partitions),
+with the same librdkafka batching, compression and fetch settings as oncelog's clients: the ratios measure what
+oncelog adds (codec, transactions, read_committed, records). Store and raw repeats alternate, so that the load of a
+shared machine weighs on both alike, after an untimed warm-up of the broker. The codec alone (`codec_*`) is
+measured too: the ceiling of every store. Each figure is events/s at the median repeat (`*_eps`) and this
+process's CPU µs per event (`*_cpu_us`, steadier when the machine is loaded; the broker's CPU is not in it).
+The Kafka broker is `$KAFKA_BOOTSTRAP`, or a local one started for the run. Last line of stdout: the JSON figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import uuid
+from datetime import datetime, timedelta, timezone
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from benchmarks.common import Timing, emit_result, freeze_fixtures, kafka_bootstrap, measure, note, time_once
+from events.codec import EventCodec, Record
+from events.commit import CommitSequencePlanned, CommitStepApplied, DatasetStateStep, FsRenameStep, HighWatermarkStep
+from events.dataset import WatermarkAdvanced
+from events.kafka_store import BOUNDED_READ_SETTINGS, CONSUME_BATCH, CONSUME_WAIT_S, READER_SETTINGS, KafkaLog
+from events.kafka_writer import PRODUCER_TUNING
+from events.log import EventLog, LogWriter, open_log
+from events.model import Event
+from events.sqlite_store import SqliteLog
+from events.task import OutputFile, TaskSucceeded, WorkUnitResult
+
+PARTITIONS = 3
+WARM_UP_BATCHES = 5
+KAFKA_FIGURES = ("raw_produce", "kafka_append", "raw_consume", "kafka_read")
+CODEC_SAMPLE = 50_000
+"""The codec's rates are measured on this many events (the mix repeats every six): they do not vary with count."""
+T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
+TARGETS = {"kafka_append_ratio": 0.5, "kafka_read_ratio": 0.5, "sqlite_append_eps": 50_000, "sqlite_read_eps": 100_000}
+
+
+def dataset_events(i: int) -> list[Event]:
+    """The six events one dataset of one run leaves in the log: task done, plan, three steps, watermark."""
+    job, run_id, urn = f"ingest-job-{i % 8}", f"run-{i:08d}", f"kafka.events.topic_{i % 50}"
+    at = T0 + timedelta(milliseconds=10 * i)
+    src, dst = f"/data/task-output/{run_id}/{urn}/part-00000.avro", f"/data/job-output/{urn}/{run_id}-00000.avro"
+    checksum, partition = f"{i:064x}", f"{urn}:{i % 4}"
+    result = WorkUnitResult(
+        work_unit_id=f"wu-{i}", dataset_urn=urn, partition=partition, low_watermark=1000 * i,
+        expected_high_watermark=1000 * i + 1000, actual_high_watermark=1000 * i + 998, records_extracted=998,
+        records_written=998, bytes_written=65_536,
+        output_files=(OutputFile(path=src, size=65_536, checksum=checksum, records=998),),
+    )
+    steps = (
+        FsRenameStep(src=src, dst=dst, size=65_536, checksum=checksum),
+        HighWatermarkStep(partition=partition, low_watermark=1000 * i, value=1000 * i + 998),
+        DatasetStateStep(watermarks={partition: 1000 * i + 998}, records_published=998, files_published=1),
+    )
+    scope = {"job": job, "run_id": run_id}
+    dataset = {**scope, "dataset_urn": urn, "sequence_id": run_id}
+    return [
+        TaskSucceeded(**scope, task_id=f"task-{i}", attempt=1, results=(result,), duration_ms=1234, emitted_at=at),
+        CommitSequencePlanned(**dataset, steps=steps, emitted_at=at),
+        *(
+            CommitStepApplied(**dataset, step_index=s, outcome="executed", duration_ms=1.5 + s, emitted_at=at)
+            for s in range(3)
+        ),
+        WatermarkAdvanced(**dataset, partition=partition, low_watermark=1000 * i, value=1000 * i + 998, emitted_at=at),
+    ]
+
+
+def build_events(count: int) -> list[Event]:
+    """`count` distinct events in the realistic mix (whole datasets, the last one cut short)."""
+    events: list[Event] = []
+    i = 0
+    while len(events) < count:
+        events.extend(dataset_events(i))
+        i += 1
+    return events[:count]
+
+
+def batches(events: list[Event], size: int) -> list[list[Event]]:
+    """The events cut into atomic batches of `size`."""
+    return [events[i : i + size] for i in range(0, len(events), size)]
+
+
+def append_all(writer: LogWriter, batched: list[list[Event]]) -> None:
+    """Append every batch through one writer."""
+    for batch in batched:
+        writer.append(batch)
+
+
+def read_all(log: EventLog, count: int) -> None:
+    """Read every event back, decoded (and dropped, as a fold does); check that all of them came."""
+    seen = sum(1 for _ in log.read())
+    if seen != count:
+        raise RuntimeError(f"read {seen} events from {log.url}, expected {count}")
+
+
+def bench_codec(events: list[Event], records: list[Record], repeats: int) -> dict[str, Timing]:
+    """The codec alone, with no store: what no store's append or read can go faster than (rates per event)."""
+    codec = EventCodec()
+
+    def encode(_: None) -> None:
+        for event in events:
+            codec.to_record(event, PARTITIONS)
+
+    def decode(_: None) -> None:
+        for r in records:
+            codec.decode(r.value or b"", "bench", r.partition, 0)
+
+    return {"codec_encode": measure(encode, repeats), "codec_decode": measure(decode, repeats)}
+
+
+def bench_sqlite(work_dir: Path, events: list[Event], batch: int, repeats: int) -> dict[str, Timing]:
+    """SQLite: append into a fresh file per repeat, then read+decode the last one."""
+    batched, opened = batches(events, batch), list[SqliteLog]()
+
+    def fresh() -> LogWriter:
+        log = SqliteLog(work_dir / f"events-{uuid.uuid4().hex}.db", partitions=PARTITIONS)
+        log.ensure_topic()
+        opened.append(log)
+        return log.writer("bench")
+
+    try:
+        append = measure(lambda writer: append_all(writer, batched), repeats, fresh)
+        read = measure(lambda log: read_all(log, len(events)), repeats, lambda: opened[-1])
+    finally:
+        for log in opened:
+            log.close()  # closes each log's writer too
+    return {"sqlite_append": append, "sqlite_read": read}
+
+
+def new_kafka_log(bootstrap: str, topics: list[str]) -> KafkaLog:
+    """A Kafka log on a new topic (created as oncelog creates its topic); the topic is recorded for clean-up."""
+    topic = f"oncelog.bench.{uuid.uuid4().hex[:12]}"
+    log = open_log(f"kafka://{bootstrap}?topic={topic}&partitions={PARTITIONS}")
+    if not isinstance(log, KafkaLog):
+        raise TypeError(f"expected a KafkaLog, got {type(log).__name__}")
+    log.ensure_topic()
+    topics += [topic, f"{topic}.snapshots"]
+    return log
+
+
+def raw_producer(bootstrap: str, topic: str) -> Producer:
+    """A plain idempotent producer, connected and holding its producer id (as a store writer is once created)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, **PRODUCER_TUNING})
+    producer.produce(f"{topic}.snapshots", b"warm-up")
+    if producer.flush(30) != 0:
+        raise RuntimeError(f"raw producer: no answer from {bootstrap}")
+    return producer
+
+
+def raw_produce(producer: Producer, topic: str, records: list[Record]) -> None:
+    """Produce pre-encoded records (no transaction, no delivery callback) and wait until all are delivered."""
+    produce, poll = producer.produce, producer.poll
+    for r in records:
+        while True:
+            try:
+                produce(topic, r.value, r.key, partition=r.partition, timestamp=r.timestamp_ms)
+                break
+            except BufferError:
+                poll(0.05)
+    if producer.flush(60) != 0:
+        raise RuntimeError(f"raw producer: messages left undelivered in {topic}")
+
+
+def raw_consume(bootstrap: str, topic: str, count: int) -> None:
+    """Consume a topic to its end with a plain consumer (consume() in batches), touching each key and value."""
+    settings = {**READER_SETTINGS, **BOUNDED_READ_SETTINGS}
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}", **settings})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    active, seen = set(range(PARTITIONS)), 0
+    try:
+        while active:
+            for m in consumer.consume(CONSUME_BATCH, CONSUME_WAIT_S):
+                error = m.error()
+                if error is None:
+                    m.key(), m.value()
+                    seen += 1
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    active.discard(m.partition())
+                else:
+                    raise RuntimeError(f"raw consumer: {error.str()}")
+    finally:
+        consumer.close()
+    if seen != count:
+        raise RuntimeError(f"raw consumer read {seen} records from {topic}, expected {count}")
+
+
+def bench_kafka(
+    bootstrap: str, events: list[Event], records: list[Record], batch: int, repeats: int, topics: list[str]
+) -> dict[str, Timing]:
+    """Raw and store, alternating: produce vs transactional append (a fresh topic each), then consume vs read."""
+    batched, opened = batches(events, batch), list[KafkaLog]()
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in KAFKA_FIGURES}
+    warm_up(bootstrap, batched[:WARM_UP_BATCHES], topics)
+    try:
+        for _ in range(repeats):
+            raw_log = new_kafka_log(bootstrap, topics)
+            raw_log.close()
+            producer = raw_producer(bootstrap, raw_log.topic)
+            samples["raw_produce"].append(time_once(partial(raw_produce, producer, raw_log.topic, records)))
+            log = new_kafka_log(bootstrap, topics)
+            opened.append(log)
+            with log.writer("bench") as writer:  # init_transactions: before the clock starts
+                samples["kafka_append"].append(time_once(partial(append_all, writer, batched)))
+        for _ in range(repeats):
+            samples["raw_consume"].append(time_once(partial(raw_consume, bootstrap, raw_log.topic, len(records))))
+            samples["kafka_read"].append(time_once(partial(read_all, opened[-1], len(events))))
+    finally:
+        for log in opened:
+            log.close()
+    return {name: Timing.of(values) for name, values in samples.items()}
+
+
+def warm_up(bootstrap: str, batched: list[list[Event]], topics: list[str]) -> None:
+    """Append and read a few batches, untimed: a broker just started runs slowly until the JVM has compiled it."""
+    with new_kafka_log(bootstrap, topics) as log, log.writer("warm-up") as writer:
+        append_all(writer, batched)
+        read_all(log, sum(len(b) for b in batched))
+
+
+def delete_topics(bootstrap: str, topics: list[str]) -> None:
+    """Remove the benchmark's topics (a shared broker given by KAFKA_BOOTSTRAP must not fill up)."""
+    if topics:
+        admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until every deletion is answered
+        for future in admin.delete_topics(topics).values():
+            try:
+                future.result(30)
+            except Exception as e:  # best effort: a leftover topic is no reason to fail the run
+                note(f"could not delete a benchmark topic: {e}")
+
+
+def run_kafka(events: list[Event], records: list[Record], batch: int, repeats: int) -> dict[str, Timing]:
+    """The Kafka measurements, against `$KAFKA_BOOTSTRAP` or a broker started for them."""
+    topics: list[str] = []
+    with kafka_bootstrap() as bootstrap:
+        note(f"kafka at {bootstrap}: store and raw baseline")
+        try:
+            return bench_kafka(bootstrap, events, records, batch, repeats, topics)
+        finally:
+            delete_topics(bootstrap, topics)
+            note("kafka done")
+
+
+def figures_of(timings: dict[str, Timing], counts: dict[str, int], batch: int, repeats: int) -> dict[str, Any]:
+    """The JSON figures: events/s at the median of the repeats, CPU µs per event, ratios to raw, targets met.
+
+    `counts`: how many events each measurement handled.
+    """
+    figures: dict[str, Any] = {
+        "events": max(counts.values()), "batch": batch, "repeats": repeats, "partitions": PARTITIONS
+    }
+    for name, timing in timings.items():
+        figures[f"{name}_eps"] = round(timing.rate(counts[name]))
+    for name, timing in timings.items():  # steadier than events/s on a loaded machine (the broker's CPU not counted)
+        figures[f"{name}_cpu_us"] = round(timing.cpu_us(counts[name]), 2)
+    figures["kafka_append_ratio"] = round(figures["kafka_append_eps"] / figures["raw_produce_eps"], 3)
+    figures["kafka_read_ratio"] = round(figures["kafka_read_eps"] / figures["raw_consume_eps"], 3)
+    for name, target in TARGETS.items():
+        figures[f"{name.rsplit('_', 1)[0]}_target_met"] = figures[name] >= target
+    return figures
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Build the events, time the codec, each store and the raw baseline; print the table and the JSON line."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.log_throughput", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="100k events (under a minute, broker start included)")
+    parser.add_argument("--events", type=int, help="how many events (default: 100k with --quick, else 1M)")
+    parser.add_argument("--batch", type=int, default=10_000, help="events per atomic batch (default 10k)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed repeats per figure; the median is reported")
+    args = parser.parse_args(argv)
+    if min(args.events or 1, args.batch, args.repeats) < 1:
+        parser.error("--events, --batch and --repeats must be at least 1")
+    count = args.events or (100_000 if args.quick else 1_000_000)
+    note(f"building {count:,} events")
+    events = build_events(count)
+    codec = EventCodec()
+    records = [codec.to_record(e, PARTITIONS) for e in events]
+    freeze_fixtures()
+    sample = min(count, CODEC_SAMPLE)
+    note(f"codec, on the first {sample:,} events")
+    timings = bench_codec(events[:sample], records[:sample], args.repeats)
+    counts = {name: sample for name in timings}
+    timings |= run_kafka(events, records, args.batch, args.repeats)
+    with tempfile.TemporaryDirectory(prefix="oncelog-bench-sqlite-") as work_dir:
+        note("sqlite store")
+        timings |= bench_sqlite(Path(work_dir), events, args.batch, args.repeats)
+    counts = {name: counts.get(name, count) for name in timings}
+    for name, timing in timings.items():
+        note(f"{name:14} events/s per repeat: {timing.spread(counts[name])}")
+    emit_result(figures_of(timings, counts, args.batch, args.repeats), title=f"log throughput, {count:,} events")
+
+
+if __name__ == "__main__":
+    main()

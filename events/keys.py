@@ -12,12 +12,14 @@ EVENT_ID_NAMESPACE = uuid.UUID("6f6e6365-6c6f-4700-8000-6576656e7473")
 
 def segment(value: str) -> str:
     """Escape one key segment so that '/' inside a job name or URN cannot make two keys collide."""
-    return value.replace("%", "%25").replace("/", "%2F")
+    if "%" in value or "/" in value:
+        return value.replace("%", "%25").replace("/", "%2F")
+    return value
 
 
 def key_of(*segments: str | int) -> str:
-    """Join segments into a transition key, escaping each one."""
-    return "/".join(segment(str(s)) for s in segments)
+    """Join segments into a transition key, escaping each one (numbers need none)."""
+    return "/".join(segment(s) if isinstance(s, str) else str(s) for s in segments)
 
 
 def event_id_for(key: str) -> uuid.UUID:

@@ -48,12 +48,11 @@ def reduce_task(view: TaskView | None, event: TaskEvent) -> TaskView:
 
 def _ended(current: AttemptView | None, event: TaskSucceeded | TaskFailed) -> AttemptView:
     """The attempt as its end leaves it (current: the attempt as it was, None when its start is not folded yet)."""
-    failed = isinstance(event, TaskFailed)
     return evolve(
         current or AttemptView(event.attempt, AttemptStatus.RUNNING),
-        status=AttemptStatus.FAILED if failed else AttemptStatus.SUCCEEDED,
+        status=AttemptStatus.FAILED if isinstance(event, TaskFailed) else AttemptStatus.SUCCEEDED,
         ended_at=event.emitted_at,
-        error=event.error if failed else None,
+        error=event.error if isinstance(event, TaskFailed) else None,
         duration_ms=event.duration_ms,
         results=event.results,
     )

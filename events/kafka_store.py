@@ -218,9 +218,32 @@ class KafkaLog(EventLog):
     def end_offsets(self) -> Offsets:
         return self.end_offsets_of(self.topic, self.partitions)
 
+    def await_stable(self, timeout_s: float = 10.0) -> bool:
+        """Wait until no transaction is open on the topic (each last stable offset reached its high watermark).
+
+        A writer that has just fenced another must see everything the fenced one committed; commit markers are
+        written after commit_transaction returns, and until they are, the last stable offset stops short.
+        """
+        deadline = time.monotonic() + timeout_s
+        uncommitted = self.consumer({"isolation.level": "read_uncommitted"})
+        try:
+            while True:
+                stable = self.end_offsets()
+                high = self._offsets(uncommitted, self.topic, self.partitions)
+                if stable == high:
+                    return True
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.05)
+        finally:
+            uncommitted.close()
+
     def end_offsets_of(self, topic: str, partitions: int) -> Offsets:
         """The last stable offset of each partition (what a read_committed reader can reach)."""
-        consumer = self._metadata_consumer()
+        return self._offsets(self._metadata_consumer(), topic, partitions)
+
+    def _offsets(self, consumer: Consumer, topic: str, partitions: int) -> Offsets:
+        """Each partition's end as `consumer` sees it (its isolation level decides: stable offset or high watermark)."""
         found: Offsets = {}
         for p in range(partitions):
             try:

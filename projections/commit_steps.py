@@ -44,26 +44,38 @@ def file_checksum(path: Path) -> str:
 
 @dataclass(frozen=True)
 class PublishRoots:
-    """Where commit steps may move files: from under a task-output root to under a publish root."""
+    """Where commit steps may move files: from under a task-output root to under a publish root.
 
-    sources: tuple[Path, ...]
-    destinations: tuple[Path, ...]
+    Paths are compared as normalized absolute strings ('..' removed; no file-system calls: a thousand datasets'
+    steps are checked in milliseconds). Each root is allowed as given and as its symlinks resolve.
+    """
+
+    sources: tuple[str, ...]
+    destinations: tuple[str, ...]
 
     @classmethod
     def of(cls, sources: list[str | Path], destinations: list[str | Path]) -> PublishRoots:
-        return cls(tuple(Path(s).resolve() for s in sources), tuple(Path(d).resolve() for d in destinations))
+        return cls(_root_forms(sources), _root_forms(destinations))
 
     def check(self, index: int, spec: CommitStepSpec) -> None:
-        """Refuse a rename whose source or destination lies outside the roots ('..' and symlinks resolved)."""
+        """Refuse a rename whose source or destination lies outside the roots."""
         if not isinstance(spec, FsRenameStep):
             return
         for role, path, roots in (("source", spec.src, self.sources), ("destination", spec.dst, self.destinations)):
-            resolved = Path(path).resolve()
-            if not any(resolved.is_relative_to(root) for root in roots):
+            normal = os.path.normpath(os.path.abspath(path))
+            if not any(normal == root or normal.startswith(root + os.sep) for root in roots):
                 raise UnsafeCommitStepError(
                     f"commit step {index} (FsRename) has {role} {path!r} outside the configured roots "
-                    f"{[str(r) for r in roots]}; refused before anything moved"
+                    f"{sorted(set(roots))}; refused before anything moved"
                 )
+
+
+def _root_forms(roots: list[str | Path]) -> tuple[str, ...]:
+    """Each root normalized, and resolved (symlinks followed) when that differs."""
+    forms: list[str] = []
+    for root in roots:
+        forms += [os.path.normpath(os.path.abspath(root)), str(Path(root).resolve())]
+    return tuple(dict.fromkeys(forms))
 
 
 @dataclass(frozen=True)

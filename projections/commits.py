@@ -11,8 +11,7 @@ from events.commit import (
 )
 from events.dataset import DatasetReleased, DatasetStateCommitted, WatermarkAdvanced
 from events.model import DatasetEvent
-from projections.runs import evolve
-from projections.views import DatasetView, SequenceStatus, SequenceView
+from projections.views import DatasetView, SequenceStatus, SequenceView, evolve
 
 
 def reduce_sequence(view: SequenceView | None, event: DatasetEvent) -> SequenceView | None:

@@ -104,7 +104,11 @@ class State:
         partition, offset = where.partition, where.offset
         if offset < self.offsets.get(partition, 0):
             return  # already folded: catching up from a position this state covers
-        self.apply_event(event, where)
+        handler = HANDLERS.get(type(event))  # apply_event's dispatch, inlined: this runs once per event of a replay
+        if handler is None:
+            self.report(where, "unknown-event", f"no reducer for event type {type(event).__name__}")
+        else:
+            handler(self, event, where)
         self.offsets[partition] = offset + 1
 
     def apply_event(self, event: Event, position: Where | None = None) -> None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from events.job import WorkUnitSpec
 from events.task import TaskEvent, TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
-from projections.runs import evolve
-from projections.views import AttemptStatus, AttemptView, TaskView, WorkUnitStatus, WorkUnitView
+from projections.views import AttemptStatus, AttemptView, TaskView, WorkUnitStatus, WorkUnitView, evolve
 
 
 def _attempt_of(view: TaskView, number: int) -> AttemptView | None:
@@ -26,7 +25,11 @@ def _with_attempt(attempts: tuple[AttemptView, ...], attempt: AttemptView) -> tu
 
 def reduce_task(view: TaskView | None, event: TaskEvent) -> TaskView:
     """The next state of a task after an event of one of its attempts (duplicates change nothing)."""
-    view = view or TaskView(event.job, event.run_id, event.task_id)
+    if view is None:
+        if type(event) is TaskStarted:  # the usual first event of a task: one view built, not three
+            started = AttemptView(event.attempt, AttemptStatus.RUNNING, event.emitted_at, executor=event.executor)
+            return TaskView(event.job, event.run_id, event.task_id, event.work_unit_ids, (started,))
+        view = TaskView(event.job, event.run_id, event.task_id)
     current = _attempt_of(view, event.attempt)
     match event:
         case TaskStarted():

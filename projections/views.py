@@ -5,9 +5,10 @@ Reducers build new values from old ones; nothing here changes in place.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import IntEnum
+from typing import Any, TypeVar
 
 from events.commit import CommitStepSpec
 from events.job import WorkUnitSpec
@@ -183,3 +184,29 @@ class SequenceView:
     @property
     def attempts_failed(self) -> int:
         return len(self.failures)
+
+
+V = TypeVar("V")
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_new = object.__new__
+_set = object.__setattr__
+
+
+def evolve(view: V, **changes: Any) -> V:
+    """`dataclasses.replace` for the frozen, slotted views, without its per-call checks (about 2x faster)."""
+    cls = type(view)
+    names = _FIELD_NAMES.get(cls) or _field_names(cls)
+    copy = _new(cls)
+    for name in names:
+        _set(copy, name, getattr(view, name))
+    for name, value in changes.items():
+        _set(copy, name, value)  # a name that is no field raises AttributeError: the views have no __dict__
+    return copy
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    """The fields evolve copies; only slotted dataclasses without __post_init__ (a copy skips __init__)."""
+    if "__slots__" not in vars(cls) or hasattr(cls, "__post_init__"):
+        raise TypeError(f"evolve() copies slotted dataclasses without __post_init__, not {cls.__name__}")
+    names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names

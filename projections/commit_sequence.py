@@ -7,6 +7,7 @@ failures the sequence is abandoned for its dataset alone, and the error recorded
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +25,14 @@ from events.commit import (
 )
 from events.dataset import DatasetReleased
 from events.model import Event
-from projections.commit_steps import CommitStepError, PublishRoots, SequenceRef, UnsafeCommitStepError, step_for
+from projections.commit_steps import (
+    CommitStepError,
+    PublishRoots,
+    SequenceRef,
+    UnsafeCommitStepError,
+    make_durable,
+    step_for,
+)
 from projections.faults import NO_FAULTS, FaultInjector
 from projections.sink import MAX_GROUP_EVENTS, EventSink
 from projections.views import SequenceView
@@ -67,6 +75,8 @@ class CommitSequence:
         self.max_attempts = max_attempts
         self.faults = faults
         self.ref = SequenceRef(view.job, view.run_id, view.dataset_urn, view.sequence_id)
+        self.renamed_into: set[str] = set()
+        """Folders its renames changed: to be made durable before the renames are recorded."""
 
     @property
     def dataset_urn(self) -> str:
@@ -78,7 +88,7 @@ class CommitSequence:
         A step done but not yet recorded when the process dies is found done by verify() on recovery. A failure
         is recorded with the steps applied before it; `record` (default: the sink) receives every batch.
         """
-        record = record or self.sink.emit
+        record = record or self.record_now
         started = time.perf_counter()
         fields = self.ref.fields()
         try:
@@ -107,12 +117,19 @@ class CommitSequence:
             applied += [*effects, CommitStepApplied(**fields, step_index=index, outcome=outcome,
                                                     duration_ms=(time.perf_counter() - step_started) * 1000)]
             if isinstance(spec, FsRenameStep):
+                if not done:
+                    self.renamed_into.add(os.path.dirname(spec.dst))
                 self.faults.reached("after-rename")
             elif isinstance(spec, HighWatermarkStep):
                 self.faults.reached("after-watermark")
         self.faults.reached("before-completion")
         record([*applied, CommitSequenceCompleted(**fields, duration_ms=(time.perf_counter() - started) * 1000)])
         return self._result(Outcome.COMPLETED, executed=counts["executed"], verified=counts["verified"])
+
+    def record_now(self, events: Sequence[Event]) -> None:
+        """Record events through the sink, once the renames they record are durable."""
+        make_durable(self.renamed_into)
+        self.sink.emit(events)
 
     def _failure(self, index: int, error: str) -> list[Event]:
         """The events of a failed attempt: the failure, and the abandonment once attempts run out."""
@@ -150,13 +167,15 @@ class Committer:
         if len(views) <= 1:
             return [self.sequence(v).commit() for v in views]
         batches: list[list[Event]] = [[] for _ in views]
+        sequences = [self.sequence(v) for v in views]
 
         def commit(index: int) -> CommitResult:
-            return self.sequence(views[index]).commit(record=batches[index].extend)
+            return sequences[index].commit(record=batches[index].extend)
 
         with ThreadPoolExecutor(max_workers=max(1, min(self.parallelism, len(views))),
                                 thread_name_prefix="commit") as pool:
             results = list(pool.map(commit, range(len(views))))
+        make_durable({folder for s in sequences for folder in s.renamed_into})
         pending: list[Event] = []
         for batch in batches:
             if pending and len(pending) + len(batch) > MAX_GROUP_EVENTS:

@@ -192,10 +192,11 @@ class KafkaLog(EventLog):
                     self._consumer_error(m, active, follow)
                     continue
                 partition, offset = m.partition(), m.offset()
+                assert partition is not None and offset is not None, "a fetched record always has both"
                 if offset >= limit[partition]:
                     self._finish(consumer, topic, partition, active)
                     continue
-                yield StoredRecord(topic, partition, offset, m.timestamp()[1], m.key(), m.value())
+                yield StoredRecord(topic, partition, offset, m.timestamp()[1], m.key() or b"", m.value())
                 if offset + 1 >= limit[partition]:
                     self._finish(consumer, topic, partition, active)
 
@@ -206,7 +207,9 @@ class KafkaLog(EventLog):
             consumer.pause([TopicPartition(topic, partition)])
 
     def _consumer_error(self, message: Message, active: set[int], follow: bool) -> None:
-        error: KafkaError = message.error()
+        error = message.error()
+        if error is None:
+            return
         if error.code() == KafkaError._PARTITION_EOF:
             if not follow:
                 active.discard(message.partition())
@@ -307,7 +310,9 @@ class KafkaSubscription(Subscription):
                 if error.fatal() or error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
                     raise LogUnavailableError(f"group {self.group!r} reading {topic!r}: {error.str()}")
                 continue
-            found.append(StoredRecord(topic, m.partition(), m.offset(), m.timestamp()[1], m.key(), m.value()))
+            partition, offset = m.partition(), m.offset()
+            assert partition is not None and offset is not None, "a fetched record always has both"
+            found.append(StoredRecord(topic, partition, offset, m.timestamp()[1], m.key() or b"", m.value()))
         return found
 
     def commit(self) -> None:

@@ -141,9 +141,9 @@ class KafkaWriter(LogWriter):
 
     def _delivered(self, error: KafkaError | None, message: Message) -> None:
         """Record where a partition's last record of the batch landed (errors surface in commit_transaction)."""
-        if error is None:
-            partition = message.partition()
-            self._last_offsets[partition] = max(self._last_offsets.get(partition, -1), message.offset())
+        partition, offset = message.partition(), message.offset()
+        if error is None and partition is not None and offset is not None:
+            self._last_offsets[partition] = max(self._last_offsets.get(partition, -1), offset)
 
     def _await_visible(self, last_offsets: dict[int, int]) -> None:
         """Wait until read_committed readers can see the batch just committed (read-your-writes).

@@ -178,7 +178,37 @@ class WorkUnitFlow:
             branch_schemas.append(schemas)
             self.writers.append(branch.writer_builder.build(self._destination(branch.config, final))
                                 if takes_schema[index] else None)
-        process = self._processor(master_schemas, branch_schemas)
+        direct = self._direct_writer()
+        if direct is not None:
+            self._copy_records(direct)
+        else:
+            self._process_records(self._processor(master_schemas, branch_schemas))
+        # The range may end past the last record (Kafka's transaction markers): the extractor says where.
+        self.processed_watermark = self.extractor.next_watermark
+        self._task_checks()
+        return self._commit()
+
+    def _direct_writer(self) -> DataWriter | None:
+        """The one writer that takes every record unchanged (no converter, row check or fork choice), else None."""
+        c = self.c
+        live = [i for i, w in enumerate(self.writers) if w is not None]
+        if c.converters or c.row_policies or len(live) != 1 or type(c.fork) is not ForkOperator:
+            return None
+        branch = c.branches[live[0]]
+        return None if branch.converters or branch.row_policies else self.writers[live[0]]
+
+    def _copy_records(self, writer: DataWriter) -> None:
+        """Extractor to writer, record by record: the common job's loop, without the per-record stages."""
+        extractor, read, write = self.extractor, self.extractor.read_record, writer.write
+        while (record := read()) is not None:
+            self.records_extracted += 1
+            self._clean = False
+            write(record)
+            self._clean = True
+            self.processed_watermark = extractor.next_watermark
+
+    def _process_records(self, process: Callable[[Record], list[list[Record]]]) -> None:
+        """Every record through the stages, then into the writers of the branches that took it."""
         while (record := self.extractor.read_record()) is not None:
             self.records_extracted += 1
             outputs = process(record)
@@ -189,10 +219,6 @@ class WorkUnitFlow:
                         writer.write(out)
             self._clean = True
             self.processed_watermark = self.extractor.next_watermark
-        # The range may end past the last record (Kafka's transaction markers): the extractor says where.
-        self.processed_watermark = self.extractor.next_watermark
-        self._task_checks()
-        return self._commit()
 
     def _processor(self, master_schemas: list[Schema], branch_schemas: list[list[Schema]]
                    ) -> Callable[[Record], list[list[Record]]]:

@@ -234,7 +234,7 @@ class KafkaTopicExtractor(Extractor):
         self.topic = unit.properties[TOPIC]
         self.partition = int(unit.properties[PARTITION])
         self.high = unit.expected_high_watermark
-        self._buffer: deque[tuple[int, Message]] = deque()
+        self._buffer: deque[tuple[int, Record]] = deque()
         self._ended = unit.low_watermark >= self.high
         self._consumer: Consumer | None = None
 
@@ -246,19 +246,18 @@ class KafkaTopicExtractor(Extractor):
         return SCHEMA
 
     def read_record(self) -> Record | None:
-        self._fill()
         if not self._buffer:
-            self.next_watermark = max(self.next_watermark, self.high)
-            return None
-        offset, message = self._buffer.popleft()
+            self._fill()
+            if not self._buffer:
+                self.next_watermark = max(self.next_watermark, self.high)
+                return None
+        offset, record = self._buffer.popleft()
         self.next_watermark = offset + 1
-        self._fill()
-        if not self._buffer and self._ended:
-            self.next_watermark = self.high  # nothing else in range: past any trailing transaction marker
-        timestamp_type, timestamp = message.timestamp()
-        return {"topic": self.topic, "partition": self.partition, "offset": offset,
-                "timestamp": None if timestamp_type == TIMESTAMP_NOT_AVAILABLE else timestamp,
-                "key": message.key(), "value": message.value()}
+        if not self._buffer:
+            self._fill()
+            if not self._buffer and self._ended:
+                self.next_watermark = self.high  # nothing else in range: past any trailing transaction marker
+        return record
 
     def _open(self) -> Consumer:
         """A consumer assigned to the partition at the low watermark, after checking that the partition exists."""
@@ -293,23 +292,34 @@ class KafkaTopicExtractor(Extractor):
                 raise kafka_failure(e, f"cannot read {self.where} at offset {self.next_watermark}") from e
             if batch:
                 deadline = time.monotonic() + self.settings.timeout_s
-            for message in batch:
-                self._take(message)
+            self._take(batch)
             if not batch and time.monotonic() > deadline:
                 raise SourceError(f"{self.where}: no record nor end of partition within {self.settings.timeout_s}s "
                                   f"at offset {self.next_watermark} (planned high {self.high})")
 
-    def _take(self, message: Message) -> None:
-        """Buffer a record in range; a record past the range or the partition's end at or past it ends the range."""
-        error = message.error()
-        if error is None:
+    def _take(self, batch: list[Message]) -> None:
+        """Buffer the records in range as Avro records; a record past the range or the partition's end at or past
+        it ends the range."""
+        topic, partition, high, buffer = self.topic, self.partition, self.high, self._buffer
+        for message in batch:
+            error = message.error()
+            if error is not None:
+                self._take_error(error, message.offset())
+                continue
             offset = message.offset()
-            if offset is not None and offset < self.high:
-                self._buffer.append((offset, message))
-            self._ended = self._ended or offset is None or offset >= self.high - 1
-        elif error.code() == KafkaError._PARTITION_EOF:
-            end = message.offset()
-            self._ended = self._ended or (end is not None and end >= self.high)  # below: a lagging leader, wait
+            if offset is None or offset >= high - 1:
+                self._ended = True
+                if offset is None or offset >= high:
+                    continue
+            timestamp_type, timestamp = message.timestamp()
+            buffer.append((offset, {"topic": topic, "partition": partition, "offset": offset,
+                                    "timestamp": None if timestamp_type == TIMESTAMP_NOT_AVAILABLE else timestamp,
+                                    "key": message.key(), "value": message.value()}))
+
+    def _take_error(self, error: KafkaError, offset: int | None) -> None:
+        """The partition's end at or past the range ends it (below it: a lagging leader, wait); other errors raise."""
+        if error.code() == KafkaError._PARTITION_EOF:
+            self._ended = self._ended or (offset is not None and offset >= self.high)
         elif error.code() in _MISSING:
             raise SourceError(f"{self.where} does not exist on {','.join(self.settings.brokers)}: {error.str()}")
         elif error.code() in _OUT_OF_RANGE:

@@ -124,15 +124,7 @@ def _run(rng: random.Random, shape: HistoryShape, clock: _Clock, watermarks: dic
     for d in range(shape.datasets):
         urn = f"ds-{d}"
         mine = [r for r in results if r.dataset_urn == urn]
-        steps: list[CommitStepSpec] = [
-            FsRenameStep(src=f.path, dst=f.path.replace("/out/", "/published/"), size=f.size, checksum=f.checksum)
-            for r in mine for f in r.output_files
-        ]
-        steps += [HighWatermarkStep(partition=r.partition, low_watermark=r.low_watermark, value=r.actual_high_watermark)
-                  for r in mine]
-        marks = {r.partition: r.actual_high_watermark for r in mine}
-        steps.append(DatasetStateStep(watermarks=marks, records_published=sum(r.records_written for r in mine),
-                                      files_published=len(mine)))
+        steps = _publish_steps(mine)
         for r in mine:
             watermarks[(j, d, int(r.partition.rsplit(":", 1)[1]))] = r.actual_high_watermark
         sequence: SequenceFields = {**common, "dataset_urn": urn, "sequence_id": run_id}
@@ -147,6 +139,20 @@ def _run(rng: random.Random, shape: HistoryShape, clock: _Clock, watermarks: dic
             committed.append(urn)
     yield JobRunCommitted(**common, datasets_committed=tuple(committed), emitted_at=clock.tick())
     yield JobLockReleased(**common, emitted_at=clock.tick())
+
+
+def _publish_steps(results: list[WorkUnitResult]) -> list[CommitStepSpec]:
+    """A dataset's commit steps, as the publisher plans them: its files' renames, its watermarks, its state."""
+    steps: list[CommitStepSpec] = [
+        FsRenameStep(src=f.path, dst=f.path.replace("/out/", "/published/"), size=f.size, checksum=f.checksum)
+        for r in results for f in r.output_files
+    ]
+    steps += [HighWatermarkStep(partition=r.partition, low_watermark=r.low_watermark, value=r.actual_high_watermark)
+              for r in results]
+    marks = {r.partition: r.actual_high_watermark for r in results}
+    steps.append(DatasetStateStep(watermarks=marks, records_published=sum(r.records_written for r in results),
+                                  files_published=len(results)))
+    return steps
 
 
 def _apply(rng: random.Random, shape: HistoryShape, clock: _Clock, sequence: SequenceFields,

@@ -47,7 +47,8 @@ class PublishRoots:
     """Where commit steps may move files: from under a task-output root to under a publish root.
 
     Paths are compared as normalized absolute strings ('..' removed; no file-system calls: a thousand datasets'
-    steps are checked in milliseconds). Each root is allowed as given and as its symlinks resolve.
+    steps are checked in milliseconds). Each root is allowed as given and as its symlinks resolve. The check guards
+    against paths from the log that leave the roots; a symlink an operator places inside a root is followed.
     """
 
     sources: tuple[str, ...]

@@ -9,11 +9,13 @@ by silently skipping the Kafka suite. Enable with ``pytest_plugins = ["tests.kaf
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from events.errors import KafkaProvisioningError
 from events.kafka_local import LocalKafkaBroker
@@ -23,6 +25,15 @@ if TYPE_CHECKING:
 
 # Kafka 3.9 (as the local broker), configured like it: one node, transactions usable, no auto-created topics.
 CONTAINER_IMAGE = "confluentinc/cp-kafka:7.9.0"
+
+
+def create_topic(bootstrap: str, partitions: int, prefix: str) -> str:
+    """Create a fresh plain topic named `<prefix>.<random>` (the brokers auto-create nothing) and return its name."""
+    topic = f"{prefix}.{uuid.uuid4().hex[:12]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30).values():
+        future.result(timeout=30)
+    return topic
 
 
 def _unavailable(reason: str) -> NoReturn:

@@ -9,24 +9,15 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # stubs omit the re-export
 from typer.testing import CliRunner
 
 from events import kafka_local
 from events.errors import KafkaProvisioningError
 from events.kafka_cli import app
 from events.kafka_local import LocalKafkaBroker
+from tests.kafka_plugin import create_topic
 
 pytestmark = pytest.mark.kafka
-
-
-def _create_topic(bootstrap: str, partitions: int = 1) -> str:
-    """Create a fresh topic (the brokers do not auto-create) and return its name."""
-    topic = f"test.{uuid.uuid4().hex[:12]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30).values():
-        future.result(timeout=30)
-    return topic
 
 
 def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
@@ -75,14 +66,14 @@ def busy_port() -> Iterator[int]:
 
 def test_broker_answers_produce_and_consume(kafka_bootstrap: str) -> None:
     """A topic can be created, written and read back."""
-    topic = _create_topic(kafka_bootstrap)
+    topic = create_topic(kafka_bootstrap, 1, "test")
     _produce(kafka_bootstrap, topic, [b"one", b"two"])
     assert _consume_all(kafka_bootstrap, topic) == [b"one", b"two"]
 
 
 def test_aborted_records_are_invisible_to_read_committed(kafka_bootstrap: str) -> None:
     """Records of an aborted transaction never reach a read_committed consumer; committed ones do."""
-    topic = _create_topic(kafka_bootstrap, partitions=2)
+    topic = create_topic(kafka_bootstrap, 2, "test")
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex}"})
     producer.init_transactions(30)
     producer.begin_transaction()
@@ -105,7 +96,7 @@ def test_stop_then_start_keeps_data_and_port(restartable_kafka: LocalKafkaBroker
     """A cleanly stopped broker comes back on the same port with its data, even from a new handle."""
     broker = restartable_kafka
     bootstrap = broker.bootstrap
-    topic = _create_topic(bootstrap)
+    topic = create_topic(bootstrap, 1, "test")
     _produce(bootstrap, topic, [b"before"])
 
     broker.stop()
@@ -127,7 +118,7 @@ def test_stop_then_start_keeps_data_and_port(restartable_kafka: LocalKafkaBroker
 def test_kill_then_start_recovers(restartable_kafka: LocalKafkaBroker) -> None:
     """After a SIGKILL (a crash) the broker restarts, keeps acknowledged data and accepts writes."""
     broker = restartable_kafka
-    topic = _create_topic(broker.bootstrap)
+    topic = create_topic(broker.bootstrap, 1, "test")
     _produce(broker.bootstrap, topic, [b"acked"])
 
     broker.kill()
@@ -170,7 +161,7 @@ def test_up_status_down_detached(tmp_path: Path) -> None:
         pid = LocalKafkaBroker(state_dir).pid()
         assert kafka_local.up(state_dir, None) == bootstrap
         assert LocalKafkaBroker(state_dir).pid() == pid
-        topic = _create_topic(bootstrap)
+        topic = create_topic(bootstrap, 1, "test")
         _produce(bootstrap, topic, [b"detached"])
         assert _consume_all(bootstrap, topic) == [b"detached"]
     finally:

@@ -16,7 +16,7 @@ from typing import Any
 import fastavro
 import pytest
 from confluent_kafka import Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 from events.job import WorkUnitSpec
@@ -44,6 +44,7 @@ from spark_pipeline.sources.directory import (
 from spark_pipeline.sources.kafka_topic import LOST, KafkaTopicSource
 from spark_pipeline.task_flow import build_constructs
 from spark_pipeline.task_runner import run_attempt
+from tests.kafka_plugin import create_topic
 
 KAFKA_SOURCE = "spark_pipeline.sources.kafka_topic.KafkaTopicSource"
 DIRECTORY_SOURCE = "spark_pipeline.sources.directory.DirectorySource"
@@ -125,14 +126,6 @@ def verified(tmp_path: Path) -> State:
 # --- Kafka ---------------------------------------------------------------------------------------------------------
 
 
-def create_topic(bootstrap: str, partitions: int = 3) -> str:
-    topic = f"sources.{uuid.uuid4().hex[:10]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30).values():
-        future.result(timeout=30)
-    return topic
-
-
 def produce(bootstrap: str, topic: str, partition: int, values: list[str]) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for value in values:
@@ -165,7 +158,7 @@ def values_of(records: list[dict[str, Any]]) -> list[str]:
 
 @pytest.mark.kafka
 def test_kafka_work_units_read_exactly_the_committed_records(kafka_bootstrap: str) -> None:
-    topic = create_topic(kafka_bootstrap)
+    topic = create_topic(kafka_bootstrap, 3, "sources")
     produce(kafka_bootstrap, topic, 0, [f"p0-{i}" for i in range(5)])  # offsets 0-4
     transaction(kafka_bootstrap, topic, 1, ["c0", "c1", "c2", "c3"], commit=True)  # 0-3, marker 4
     transaction(kafka_bootstrap, topic, 1, ["a0", "a1", "a2"], commit=False)  # 5-7 aborted, marker 8
@@ -203,7 +196,7 @@ def test_kafka_work_units_read_exactly_the_committed_records(kafka_bootstrap: st
 
 @pytest.mark.kafka
 def test_kafka_bootstrap_caps_and_errors(kafka_bootstrap: str) -> None:
-    topic = create_topic(kafka_bootstrap, partitions=2)
+    topic = create_topic(kafka_bootstrap, 2, "sources")
     produce(kafka_bootstrap, topic, 0, [f"v{i}" for i in range(6)])
     keys = {"kafka.brokers": kafka_bootstrap, "topic.whitelist": topic}
 
@@ -236,7 +229,7 @@ def test_kafka_bootstrap_caps_and_errors(kafka_bootstrap: str) -> None:
 
 @pytest.mark.kafka
 def test_kafka_range_without_records_advances_through_the_task_flow(kafka_bootstrap: str, tmp_path: Path) -> None:
-    topic = create_topic(kafka_bootstrap, partitions=1)
+    topic = create_topic(kafka_bootstrap, 1, "sources")
     transaction(kafka_bootstrap, topic, 0, ["a0", "a1"], commit=False)  # 0-1 aborted, marker 2
     config = config_of(KAFKA_SOURCE, **{
         "kafka.brokers": kafka_bootstrap, "topic.whitelist": topic, "writer.staging.dir": str(tmp_path / "s"),
@@ -251,7 +244,7 @@ def test_kafka_range_without_records_advances_through_the_task_flow(kafka_bootst
 @pytest.mark.spark
 def test_kafka_job_publishes_every_record_exactly_once(kafka_bootstrap: str, spark: SparkSession,
                                                        tmp_path: Path) -> None:
-    topic = create_topic(kafka_bootstrap)
+    topic = create_topic(kafka_bootstrap, 3, "sources")
     produce(kafka_bootstrap, topic, 0, ["r1-p0-a", "r1-p0-b"])
     transaction(kafka_bootstrap, topic, 1, ["r1-p1-a", "r1-p1-b"], commit=True)
     transaction(kafka_bootstrap, topic, 1, ["aborted-1"], commit=False)

@@ -13,9 +13,9 @@ from rich.console import Console
 
 from events.errors import ConfigError, FencedError, OncelogError
 from events.log import open_log
-from projections.commit_steps import PublishRoots
-from projections.faults import FaultInjector
-from projections.session import open_session
+from spark_pipeline.commit.steps import PublishRoots
+from spark_pipeline.commit.faults import FaultInjector
+from spark_pipeline.commit.session import open_session
 from projections.views import RunStatus
 from spark_pipeline.config_validation import load_job_config
 from spark_pipeline.job_lock import JobLockedError

@@ -33,10 +33,10 @@ from events.job import (
 from events.log import EventLog, open_log
 from events.model import RunFields
 from events.sqlite_store import SqliteLog
-from projections.commit_sequence import CommitResult, Outcome
-from projections.commit_steps import PublishRoots
-from projections.faults import NO_FAULTS, FaultInjector
-from projections.session import CommitSession, open_session
+from spark_pipeline.commit.sequence import CommitResult, Outcome
+from spark_pipeline.commit.steps import PublishRoots
+from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
+from spark_pipeline.commit.session import CommitSession, open_session
 from projections.views import RunStatus
 from spark_pipeline.config import JobCommitPolicy, JobConfig
 from spark_pipeline.constructs import DataPublisher, DatasetOutput, SourceState

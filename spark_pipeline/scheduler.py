@@ -15,7 +15,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from events.errors import OncelogError
-from projections.faults import NO_FAULTS, FaultInjector
+from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
 from spark_pipeline.config import JobConfig
 from spark_pipeline.config_validation import load_job_dir
 from spark_pipeline.launcher import JobLauncher, RunResult

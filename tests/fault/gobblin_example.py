@@ -14,10 +14,10 @@ from pathlib import Path
 
 from events.commit import FsRenameStep, HighWatermarkStep
 from events.log import open_log
-from projections.commit_step_store import CommitStepStore
-from projections.commit_steps import PublishRoots, file_checksum
-from projections.faults import FaultInjector
-from projections.session import open_session
+from spark_pipeline.commit.store import CommitStepStore
+from spark_pipeline.commit.steps import PublishRoots, file_checksum
+from spark_pipeline.commit.faults import FaultInjector
+from spark_pipeline.commit.session import open_session
 
 JOB = "MyTopicIngestion"
 URN = "MyTopic"

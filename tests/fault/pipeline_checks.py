@@ -12,7 +12,7 @@ import fastavro
 import yaml
 
 from events.log import open_log
-from projections.faults import CRASH_ENV
+from spark_pipeline.commit.faults import CRASH_ENV
 from projections.projector import Projector
 from replay.verify import verify
 from spark_pipeline.paths import RUN_ID

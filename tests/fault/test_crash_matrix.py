@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from events.log import EventLog
-from projections.faults import CRASH_EXIT_CODE, POINTS
+from spark_pipeline.commit.faults import CRASH_EXIT_CODE, POINTS
 from projections.views import RunStatus
 from spark_pipeline.config_validation import load_job_config
 from spark_pipeline.launcher import JobLauncher

@@ -13,7 +13,7 @@ import pytest
 from events.commit import CommitSequenceCompleted, CommitSequencePlanned, CommitStepApplied
 from events.dataset import WatermarkAdvanced
 from events.log import EventLog
-from projections.faults import CRASH_ENV, CRASH_EXIT_CODE
+from spark_pipeline.commit.faults import CRASH_ENV, CRASH_EXIT_CODE
 from projections.projector import Projector
 from tests.fault.gobblin_example import FILES, JOB, URN, WATERMARKS, write_task_output
 

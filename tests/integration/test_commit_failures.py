@@ -9,9 +9,9 @@ from pyspark.sql import SparkSession
 
 from events.commit import CommitSequencePlanned, FsRenameStep, HighWatermarkStep
 from events.log import EventLog, open_log
-from projections.commit_sequence import Outcome
-from projections.commit_steps import CommitStepError, PublishRoots, file_checksum
-from projections.session import open_session
+from spark_pipeline.commit.sequence import Outcome
+from spark_pipeline.commit.steps import CommitStepError, PublishRoots, file_checksum
+from spark_pipeline.commit.session import open_session
 from projections.views import RunStatus
 from replay.verify import verify
 from spark_pipeline.config_validation import load_job_config

@@ -25,7 +25,7 @@ from events.commit import (
 )
 from events.dataset import DatasetReleased
 from events.model import Event
-from projections.commit_steps import (
+from spark_pipeline.commit.steps import (
     CommitStepError,
     PublishRoots,
     SequenceRef,
@@ -33,8 +33,8 @@ from projections.commit_steps import (
     make_durable,
     step_for,
 )
-from projections.faults import NO_FAULTS, FaultInjector
-from projections.sink import MAX_GROUP_EVENTS, EventSink
+from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
+from spark_pipeline.commit.sink import MAX_GROUP_EVENTS, EventSink
 from projections.views import SequenceView
 
 Record = Callable[[Sequence[Event]], None]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from events.commit import CommitSequenceAbandoned, CommitSequenceCompleted, CommitSequencePlanned, CommitStepSpec
 from events.model import Event, SequenceFields
-from projections.commit_sequence import CommitSequence, Committer
+from spark_pipeline.commit.sequence import CommitSequence, Committer
 from projections.views import SequenceView
 
 

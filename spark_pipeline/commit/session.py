@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from events.log import Closing, EventLog, LogWriter
-from projections.commit_sequence import DEFAULT_MAX_ATTEMPTS, DEFAULT_PARALLELISM, Committer
-from projections.commit_steps import PublishRoots
-from projections.faults import NO_FAULTS, FaultInjector
+from spark_pipeline.commit.sequence import DEFAULT_MAX_ATTEMPTS, DEFAULT_PARALLELISM, Committer
+from spark_pipeline.commit.steps import PublishRoots
+from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
 from projections.projector import Projector
-from projections.sink import EventSink
+from spark_pipeline.commit.sink import EventSink
 from projections.state import State
 
 

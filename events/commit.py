@@ -48,7 +48,8 @@ class CommitSequencePlanned(DatasetEvent):
 
     @property
     def key(self) -> str:
-        return self.commit_key("PLANNED")
+        # The step count is part of the identity: CommitStepStore.put extends a plan, and each plan is its own payload.
+        return self.commit_key("PLANNED", len(self.steps))
 
 
 class CommitStepApplied(DatasetEvent):
@@ -83,6 +84,18 @@ class CommitSequenceCompleted(DatasetEvent):
     @property
     def key(self) -> str:
         return self.commit_key("COMPLETED")
+
+
+class CommitStepRolledBack(DatasetEvent):
+    """An applied FsRename step of an abandoned sequence was undone before its dataset was released: the file moved
+    back from the destination to the source (`moved_back`), or was found there already (`already_back`)."""
+
+    step_index: Count
+    outcome: Literal["moved_back", "already_back"]
+
+    @property
+    def key(self) -> str:
+        return self.commit_key("step", self.step_index, "ROLLED_BACK")
 
 
 class CommitSequenceAbandoned(DatasetEvent):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
 from events.model import Count, Frozen, Name, RunEvent
@@ -58,12 +60,34 @@ class JobRunSucceeded(RunEvent):
 class JobRunCommitted(RunEvent):
     """The run's commit sequences finished: its data is published (COMMITTED)."""
 
+    SCHEMA_VERSION: ClassVar[int] = 2
+
     datasets_committed: tuple[str, ...] = ()
     datasets_abandoned: tuple[str, ...] = ()
+    datasets_skipped: tuple[str, ...] = ()
+    """Datasets the run did not pull because their history was not settled (see DatasetSkipped): v2."""
 
     @property
     def key(self) -> str:
         return self.run_key("COMMITTED")
+
+
+class DatasetSkipped(RunEvent):
+    """The run did not pull a dataset whose history is not settled: a sequence of it is still pending after this
+    run's recovery, or was abandoned with steps applied. Its range is pulled by a later run, once settled."""
+
+    dataset_urn: Name
+    sequence_id: Name
+    """The unsettled sequence."""
+    reason: str
+
+    @property
+    def urn(self) -> str | None:
+        return self.dataset_urn
+
+    @property
+    def key(self) -> str:
+        return self.run_key("SKIPPED", self.dataset_urn)
 
 
 class JobRunFailed(RunEvent):

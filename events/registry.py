@@ -8,9 +8,11 @@ from events.commit import (
     CommitSequencePlanned,
     CommitStepApplied,
     CommitStepFailed,
+    CommitStepRolledBack,
 )
 from events.dataset import DatasetReleased, DatasetStateCommitted, WatermarkAdvanced
 from events.job import (
+    DatasetSkipped,
     JobLockAcquired,
     JobLockReleased,
     JobRunCancelled,
@@ -30,6 +32,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     JobRunCommitted,
     JobRunFailed,
     JobRunCancelled,
+    DatasetSkipped,
     JobLockAcquired,
     JobLockReleased,
     TaskStarted,
@@ -39,6 +42,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     CommitSequencePlanned,
     CommitStepApplied,
     CommitStepFailed,
+    CommitStepRolledBack,
     CommitSequenceCompleted,
     CommitSequenceAbandoned,
     WatermarkAdvanced,

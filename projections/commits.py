@@ -8,6 +8,7 @@ from events.commit import (
     CommitSequencePlanned,
     CommitStepApplied,
     CommitStepFailed,
+    CommitStepRolledBack,
 )
 from events.dataset import DatasetReleased, DatasetStateCommitted, WatermarkAdvanced
 from events.model import DatasetEvent
@@ -26,6 +27,10 @@ def reduce_sequence(view: SequenceView | None, event: DatasetEvent) -> SequenceV
         if view.pending and not view.applied and extends:  # CommitStepStore.put added a step
             return evolve(view, steps=event.steps)
         return view
+    if isinstance(event, CommitStepRolledBack):
+        if view is None or view.status != SequenceStatus.ABANDONED or event.step_index not in view.applied:
+            return view
+        return evolve(view, rolled_back=view.rolled_back | {event.step_index})
     if view is None or not view.pending:
         return view
     match event:

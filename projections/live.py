@@ -143,7 +143,7 @@ def _add_agent(app: faust.App, events: faust.TopicT, tables: Tables) -> None:
             if record.value is None:
                 continue  # a tombstone written by retention
             try:
-                event = codec.decode(record.value, message.topic, message.partition, message.offset)
+                event = codec.decode(record.value, message.topic, message.partition, message.offset, record.key)
             except EventDecodeError as e:
                 logger.error("skipping a record: %s", e)
                 continue

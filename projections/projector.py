@@ -105,7 +105,7 @@ class Projector:
                 if record.value is None:
                     continue  # a tombstone
                 try:
-                    event = decode(record.value, record.topic, record.partition, record.offset)
+                    event = decode(record.value, record.topic, record.partition, record.offset, record.key)
                 except EventDecodeError as error:
                     self._undecodable(state, error)
                     continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from events.job import (
+    DatasetSkipped,
     JobLockAcquired,
     JobLockReleased,
     JobRunCancelled,
@@ -14,6 +15,7 @@ from events.job import (
 )
 from events.model import RunEvent
 from projections.views import JobView, RunStatus, RunView, evolve
+
 
 def advance(view: RunView, status: RunStatus) -> bool:
     """Whether a run may move to `status`: only forward, and never out of a finished state."""
@@ -46,7 +48,10 @@ def reduce_run(view: RunView | None, event: RunEvent) -> RunView:
                 ended_at=event.emitted_at,
                 datasets_committed=event.datasets_committed,
                 datasets_abandoned=event.datasets_abandoned,
+                datasets_skipped=tuple(dict.fromkeys((*view.datasets_skipped, *event.datasets_skipped))),
             )
+        case DatasetSkipped() if event.dataset_urn not in view.datasets_skipped:
+            return evolve(view, datasets_skipped=(*view.datasets_skipped, event.dataset_urn))
         case JobRunFailed() if advance(view, RunStatus.FAILED):
             return evolve(
                 view, status=RunStatus.FAILED, ended_at=event.emitted_at, error=event.error,

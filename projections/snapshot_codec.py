@@ -27,7 +27,7 @@ from events.errors import OncelogError
 from projections.state import Problem, State
 from projections.views import DatasetView, JobView, RunView, SequenceView, TaskView, WorkUnitView
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 Convert = Callable[[Any], Any]
 V = TypeVar("V")

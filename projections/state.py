@@ -18,9 +18,11 @@ from events.commit import (
     CommitSequencePlanned,
     CommitStepApplied,
     CommitStepFailed,
+    CommitStepRolledBack,
 )
 from events.dataset import DatasetReleased, DatasetStateCommitted, WatermarkAdvanced
 from events.job import (
+    DatasetSkipped,
     JobLockAcquired,
     JobLockReleased,
     JobRunCancelled,
@@ -138,6 +140,21 @@ class State:
         """Commit sequences planned and neither completed nor abandoned, oldest first."""
         pending = [s for s in self.sequences.values() if s.pending and (job is None or s.job == job)]
         return sorted(pending, key=lambda s: (s.planned_at is None, s.planned_at, s.dataset_urn))
+
+    def unsettled_datasets(self, job: str) -> dict[str, SequenceView]:
+        """A job's datasets whose history is not settled, with the sequence that keeps it so: one pending, or one
+        abandoned with steps applied and not rolled back (published half-way). Runs must not pull them."""
+        found: dict[str, SequenceView] = {}
+        for sequence in self.pending_sequences(job):
+            found.setdefault(sequence.dataset_urn, sequence)
+        for (j, urn), dataset in self.datasets.items():
+            blocked = self.sequences.get((j, urn, dataset.blocked_by)) if dataset.blocked_by else None
+            if j == job and blocked is not None:
+                found.setdefault(urn, blocked)
+        for sequence in self.sequences.values():
+            if sequence.job == job and not sequence.pending and not sequence.settled:
+                found.setdefault(sequence.dataset_urn, sequence)
+        return found
 
     def dataset_states(self, job: str) -> dict[str, DatasetView]:
         """The latest committed state of each of a job's datasets, by URN (Gobblin's state by dataset URN)."""
@@ -269,9 +286,9 @@ DATASET_STATE_EVENTS = frozenset({WatermarkAdvanced, DatasetStateCommitted, Comm
 
 HANDLERS: dict[type[Event], Handler] = {
     **{t: _run_event for t in (JobRunStarted, WorkUnitsPlanned, JobRunSucceeded, JobRunCommitted, JobRunFailed,
-                               JobRunCancelled, JobLockAcquired, JobLockReleased)},
+                               JobRunCancelled, JobLockAcquired, JobLockReleased, DatasetSkipped)},
     **{t: _task_event for t in (TaskStarted, TaskSucceeded, TaskFailed, TaskRetried)},
-    **{t: _dataset_event for t in (CommitSequencePlanned, CommitStepApplied, CommitStepFailed,
+    **{t: _dataset_event for t in (CommitSequencePlanned, CommitStepApplied, CommitStepFailed, CommitStepRolledBack,
                                    CommitSequenceCompleted, CommitSequenceAbandoned, WatermarkAdvanced,
                                    DatasetStateCommitted, DatasetReleased)},
 }

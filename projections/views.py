@@ -93,6 +93,9 @@ class RunView:
     failed_tasks: tuple[str, ...] = ()
     datasets_committed: tuple[str, ...] = ()
     datasets_abandoned: tuple[str, ...] = ()
+    datasets_skipped: tuple[str, ...] = ()
+    """Datasets the run did not pull: their history was not settled (a sequence pending, or abandoned with steps
+    applied). A run that skipped any is not a plain success."""
     detail_dropped: bool = False
     """Its tasks and work units left the state (the job has run more often since); the log still has them."""
 
@@ -171,6 +174,8 @@ class SequenceView:
     status: SequenceStatus
     steps: tuple[CommitStepSpec, ...] = ()
     applied: frozenset[int] = frozenset()
+    rolled_back: frozenset[int] = frozenset()
+    """Applied steps undone before the dataset was released (abandoned sequences only)."""
     failures: frozenset[tuple[int, int]] = frozenset()
     """(step index, attempt) of each recorded failure."""
     last_error: str | None = None
@@ -184,6 +189,13 @@ class SequenceView:
     @property
     def attempts_failed(self) -> int:
         return len(self.failures)
+
+    @property
+    def settled(self) -> bool:
+        """Whether the dataset's history is settled by this sequence: over, and nothing of it left published half-way
+        (an abandoned sequence must have every applied step rolled back)."""
+        return self.status == SequenceStatus.COMPLETED or (
+            self.status == SequenceStatus.ABANDONED and self.applied <= self.rolled_back)
 
 
 V = TypeVar("V")

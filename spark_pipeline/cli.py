@@ -13,14 +13,14 @@ from rich.console import Console
 
 from events.errors import ConfigError, FencedError, OncelogError
 from events.log import open_log
-from spark_pipeline.commit.steps import PublishRoots
+from projections.views import RunStatus
 from spark_pipeline.commit.faults import FaultInjector
 from spark_pipeline.commit.session import open_session
-from projections.views import RunStatus
 from spark_pipeline.config_validation import load_job_config
+from spark_pipeline.filesystem import LOCAL
 from spark_pipeline.job_lock import JobLockedError
-from spark_pipeline.launcher import JobLauncher, RunResult
-from spark_pipeline.paths import absolute_config, run_dirs
+from spark_pipeline.launcher import JobLauncher, RunResult, commit_settings
+from spark_pipeline.paths import absolute_config
 
 console = Console(stderr=True)
 out = Console()
@@ -28,6 +28,15 @@ out = Console()
 JobFile = Annotated[Path, typer.Argument(help="A job file: .yaml/.yml, or Gobblin's .properties/.pull/.job.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of a summary.")]
 EXIT = {RunStatus.COMMITTED: 0, RunStatus.FAILED: 1, RunStatus.CANCELLED: 130}
+EXIT_SKIPPED = 4
+"""A committed run that skipped datasets (their history was not settled): not a plain success."""
+
+
+def exit_code(result: RunResult) -> int:
+    """The process's exit code for a run's outcome."""
+    if result.status is RunStatus.COMMITTED and result.skipped:
+        return EXIT_SKIPPED
+    return EXIT.get(result.status, 1)
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -46,6 +55,8 @@ def result_json(result: RunResult, seconds: float) -> dict[str, Any]:
                       for c in result.recovered],
         "commits": [{"dataset_urn": c.dataset_urn, "outcome": c.outcome.value, "error": c.error}
                     for c in result.commits],
+        "skipped": [{"dataset_urn": urn, "reason": reason} for urn, reason in result.skipped.items()],
+        "warnings": result.warnings,
     }
 
 
@@ -59,7 +70,12 @@ def show(result: RunResult, seconds: float, as_json: bool) -> None:
               f"{seconds:.1f}s — {result.records_written:,} records written, "
               f"{sum(c.outcome.value == 'completed' for c in result.commits)} dataset(s) published"
               + (f", {len(result.recovered)} unfinished commit(s) of an earlier run recovered" if result.recovered
-                 else ""), highlight=False)
+                 else "")
+              + (f", [yellow]{len(result.skipped)} dataset(s) skipped[/]" if result.skipped else ""), highlight=False)
+    for urn, reason in result.skipped.items():
+        out.print(f"[yellow]skipped {urn}[/]: {reason}", highlight=False)
+    for warning in result.warnings:
+        out.print(f"[yellow]warning:[/] {warning}", highlight=False)
     if result.error:
         out.print(f"[red]{result.error}[/]", highlight=False)
 
@@ -78,19 +94,18 @@ def run(job_file: JobFile, as_json: AsJson = False) -> None:
     except OncelogError as e:
         raise fail(str(e), 1) from e
     show(result, time.perf_counter() - started, as_json)
-    raise typer.Exit(EXIT.get(result.status, 1))
+    raise typer.Exit(exit_code(result))
 
 
 def recover(job_file: JobFile, release: Annotated[list[str] | None, typer.Option(
-        help="Release this dataset, blocked by an abandoned commit sequence, so runs pull it again (repeatable).")]
+        help="Release this dataset, blocked by an abandoned commit sequence: what that sequence published is rolled "
+             "back first, then runs pull the dataset again (repeatable).")]
             = None, as_json: AsJson = False) -> None:
     """Finish the job's planned-but-unfinished commit sequences, without extracting anything."""
     try:
         config = absolute_config(load_job_config(job_file))
-        dirs = run_dirs(config, "")
-        roots = PublishRoots.of([d.output for d in dirs], [d.final for d in dirs])
         with open_log(config.log_url, config.log_settings) as log, open_session(
-                log, config.job_name, roots, config.commit_sequence_max_attempts, config.commit_parallelism) as s:
+                log, config.job_name, commit_settings(config), LOCAL) as s:
             results = s.committer.recover(config.job_name)
             for urn in release or ():
                 sequence = s.committer.release(config.job_name, urn, "released with oncelog recover --release")

@@ -12,7 +12,7 @@ import signal
 import threading
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import FrameType
@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 
 from events.errors import FencedError, OncelogError
 from events.job import (
+    DatasetSkipped,
     JobLockAcquired,
     JobLockReleased,
     JobRunCancelled,
@@ -33,20 +34,21 @@ from events.job import (
 from events.log import EventLog, open_log
 from events.model import RunFields
 from events.sqlite_store import SqliteLog
-from spark_pipeline.commit.sequence import CommitResult, Outcome
-from spark_pipeline.commit.steps import PublishRoots
+from projections.views import RunStatus, SequenceView
 from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
+from spark_pipeline.commit.sequence import CommitResult, Outcome
 from spark_pipeline.commit.session import CommitSession, open_session
-from projections.views import RunStatus
+from spark_pipeline.commit.settings import CommitSettings
+from spark_pipeline.commit.steps import PublishRoots
 from spark_pipeline.config import JobCommitPolicy, JobConfig
-from spark_pipeline.constructs import DataPublisher, DatasetOutput, SourceState
+from spark_pipeline.constructs import DataPublisher, DatasetOutput, MultiWorkUnit, SourceState
+from spark_pipeline.filesystem import LOCAL, FileSystem
 from spark_pipeline.job_lock import FileJobLock
 from spark_pipeline.paths import absolute_config, run_dirs, stale_run_dirs
 from spark_pipeline.planning import plan_work_units
-from spark_pipeline.spark_runner import run_tasks, slots, spark_session
+from spark_pipeline.task_engine import SparkTaskEngine, TaskEngine
 from spark_pipeline.task_flow import make_construct
 from spark_pipeline.task_runner import TaskOutcome
-from spark_pipeline.writers import remove_tree
 
 SECRET_HINTS = ("password", "secret", "token", "credential", "jaas", "private")
 
@@ -66,6 +68,9 @@ class RunResult:
     recovered: list[CommitResult] = field(default_factory=list)
     tasks: list[TaskOutcome] = field(default_factory=list)
     commits: list[CommitResult] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Datasets not pulled because their history was not settled, with the reason."""
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def records_written(self) -> int:
@@ -78,39 +83,42 @@ def new_run_id(now: datetime) -> str:
 
 
 class JobLauncher:
-    """Runs a job once; `spark` may be given (tests, notebooks), else one is built from the job's settings."""
+    """Runs a job once. The engine runs the tasks (default: Spark, from `spark` or the job's settings); `fs` is the
+    file system publishing goes through."""
 
     def __init__(self, config: JobConfig, spark: SparkSession | None = None, faults: FaultInjector = NO_FAULTS,
-                 run_id: str | None = None) -> None:
+                 run_id: str | None = None, engine: TaskEngine | None = None, fs: FileSystem = LOCAL,
+                 log: EventLog | None = None) -> None:
         self.config = absolute_config(config)
-        self._spark = spark
+        self.log = log
+        """The log to use, left open; None: the job's log URL is opened, and closed after the run."""
+        self.engine = engine or SparkTaskEngine(self.config, spark)
         self.faults = faults
+        self.fs = fs
         self.run_id = run_id or new_run_id(datetime.now(timezone.utc))
         self.cancel = threading.Event()
+        self._mwus: list[MultiWorkUnit] = []
 
     @property
     def run_fields(self) -> RunFields:
         """The job and run id every event of this run carries."""
         return {"job": self.config.job_name, "run_id": self.run_id}
 
-    @property
-    def spark(self) -> SparkSession:
-        if self._spark is None:
-            self._spark = spark_session(self.config)
-        return self._spark
+    def commit_settings(self) -> CommitSettings:
+        """The job's commit settings: its publish roots, attempts and parallelism."""
+        return commit_settings(self.config)
 
     def run(self) -> RunResult:
         """The whole job flow; returns how it ended (FencedError if another run took the job over)."""
         config = self.config
-        with open_log(config.log_url, config.log_settings) as log, self._signals():
+        self.engine.start()
+        opened = nullcontext(self.log) if self.log is not None else open_log(config.log_url, config.log_settings)
+        with opened as log, self._signals():
             log.ensure_topic()
             lock = self._file_lock(log)
             holder = lock.acquire(self.run_id) if lock else f"writer {config.job_name}"
             try:
-                roots = PublishRoots.of([d.output for d in run_dirs(config, "")],
-                                        [d.final for d in run_dirs(config, "")])
-                with open_session(log, self._writer_name(), roots, config.commit_sequence_max_attempts,
-                                  config.commit_parallelism, self.faults) as session:
+                with open_session(log, self._writer_name(), self.commit_settings(), self.fs, self.faults) as session:
                     return self._run(session, holder)
             finally:
                 if lock:
@@ -132,6 +140,9 @@ class JobLauncher:
         emit([JobLockAcquired(**run, holder=holder),
               JobRunStarted(**run, job_group=config.job_group, properties=public_properties(config))])
         result = RunResult(config.job_name, self.run_id, RunStatus.RUNNING)
+        warning = session.log.durability_warning
+        if warning:
+            result.warnings.append(warning)
         try:
             result.recovered = session.committer.recover(config.job_name)
             self._clean_stale(session)
@@ -149,22 +160,24 @@ class JobLauncher:
         return result
 
     def _extract(self, session: CommitSession, result: RunResult) -> None:
-        """Plan work units from the committed state and run the tasks on Spark."""
+        """Plan work units from the committed state of the settled datasets, and run the tasks."""
         config, run = self.config, self.run_fields
         state = session.state
+        unsettled = state.unsettled_datasets(config.job_name)
+        result.skipped = {urn: skip_reason(sequence) for urn, sequence in sorted(unsettled.items())}
         datasets = state.dataset_states(config.job_name)
-        source_state = SourceState(
-            config, self.run_id, datasets, tuple(state.previous_work_unit_states(config.job_name)),
-            frozenset(urn for urn, view in datasets.items() if view.blocked_by is not None),
-        )
-        work_units, mwus = plan_work_units(config, source_state, slots(self.spark))
-        session.sink.emit([WorkUnitsPlanned(**run, work_units=tuple(work_units))])
+        source_state = SourceState(config, self.run_id, datasets,
+                                   tuple(state.previous_work_unit_states(config.job_name)), frozenset(unsettled))
+        work_units, self._mwus = plan_work_units(config, source_state, self.engine.slots())
+        skips = [DatasetSkipped(**run, dataset_urn=urn, sequence_id=unsettled[urn].sequence_id, reason=reason)
+                 for urn, reason in result.skipped.items()]
+        session.sink.emit([*skips, WorkUnitsPlanned(**run, work_units=tuple(work_units))])
         self._check_cancelled()
-        if mwus:
+        if self._mwus:
             try:
-                result.tasks = run_tasks(self.spark, config, self.run_id, mwus, config.log_url, config.log_settings)
+                result.tasks = self.engine.run(config, self.run_id, self._mwus)
             except Exception:
-                self._check_cancelled()  # Spark's tasks were cancelled by our signal handler
+                self._check_cancelled()  # the tasks were cancelled by our signal handler
                 raise
         self._check_cancelled()
         self.faults.reached("after-task-output")
@@ -185,7 +198,8 @@ class JobLauncher:
         publisher = make_construct(config, "data.publisher.type", config.publisher_type, DataPublisher)
         kept = result.tasks if config.job_commit_policy is JobCommitPolicy.PARTIAL else [
             t for t in result.tasks if t.succeeded]
-        planned = publisher.plan(self.run_id, dataset_outputs(kept), session.state.dataset_states(config.job_name))
+        outputs = [o for o in dataset_outputs(kept) if o.dataset_urn not in result.skipped]
+        planned = publisher.plan(self.run_id, outputs, session.state.dataset_states(config.job_name))
         self._check_cancelled()
         session.sink.emit(planned)  # every dataset's sequence, one atomic batch: the point of no return
         self.faults.reached("after-planning")
@@ -199,34 +213,45 @@ class JobLauncher:
             errors += [f"commit of {c.dataset_urn} {c.outcome}: {c.error}" for c in unfinished]
             self._finish(session, result, RunStatus.FAILED, "; ".join(errors), [t.task_id for t in failed])
             return
-        session.sink.emit([JobRunCommitted(**run, datasets_committed=committed, datasets_abandoned=abandoned)])
+        session.sink.emit([JobRunCommitted(**run, datasets_committed=committed, datasets_abandoned=abandoned,
+                                           datasets_skipped=tuple(result.skipped))])
         result.status = RunStatus.COMMITTED
         self._clean_up(session)
 
     def _finish(self, session: CommitSession, result: RunResult, status: RunStatus, error: str,
                 failed_tasks: list[str] | None = None) -> None:
-        """End the run as failed or cancelled: recorded, its unpublished output removed, the lock released."""
+        """End the run as failed or cancelled: recorded (after every task event), unpublished output removed."""
         run = self.run_fields
         result.status, result.error = status, error
+        if status is RunStatus.CANCELLED:
+            self.engine.stop(self.config, self.run_id, self._mwus, session.log)
+            session.catch_up()
         ending = (JobRunCancelled(**run, reason=error) if status is RunStatus.CANCELLED
                   else JobRunFailed(**run, error=error[:4000], failed_tasks=tuple(failed_tasks or ())))
         session.sink.emit([ending])
         self._clean_up(session)
 
     def _clean_up(self, session: CommitSession) -> None:
-        """Remove the run's staging and what is left of its task output, then release the lock."""
+        """Remove the run's staging and, unless a sequence of the run still needs it, its task output."""
+        session.catch_up()  # what this run appended before a failure may be in the log: never delete what it needs
+        keep_output = self.run_id in runs_holding_output(session, self.config.job_name)
         for dirs in run_dirs(self.config, self.run_id):
-            remove_tree(dirs.staging)
+            self.fs.remove_tree(str(dirs.staging))
             self.faults.reached("during-cleanup")
-            if not any(s.run_id == self.run_id for s in session.state.pending_sequences(self.config.job_name)):
-                remove_tree(dirs.output)
+            if not keep_output:
+                self.fs.remove_tree(str(dirs.output))
         session.sink.emit([JobLockReleased(job=self.config.job_name, run_id=self.run_id)])
 
     def _clean_stale(self, session: CommitSession) -> None:
-        """Remove staging and task output left by crashed runs whose sequences are all finished."""
-        pending = {s.run_id for s in session.state.pending_sequences(self.config.job_name)}
-        for stale in stale_run_dirs(self.config, keep=pending | {self.run_id}):
-            remove_tree(stale)
+        """Remove staging and task output that the log says belong to earlier runs of this job that are over (or, with
+        the job lock held, dead), and that no unsettled sequence needs. Folders of other jobs are never touched."""
+        job = self.config.job_name
+        runs = {r.run_id for r in session.state.runs_of(job)
+                if r.run_id != self.run_id and (r.status.finished or self.config.job_lock_enabled)}
+        doomed = runs - runs_holding_output(session, job)
+        for stale in stale_run_dirs(self.config, keep={self.run_id}):
+            if stale.name in doomed:
+                self.fs.remove_tree(str(stale))
 
     def _check_cancelled(self) -> None:
         if self.cancel.is_set():
@@ -234,16 +259,15 @@ class JobLauncher:
 
     @contextmanager
     def _signals(self) -> Iterator[None]:
-        """SIGINT / SIGTERM set the cancel flag and stop the Spark tasks (main thread only)."""
+        """SIGINT / SIGTERM set the cancel flag and stop the tasks (main thread only)."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
 
         def handler(signum: int, frame: FrameType | None) -> None:
             self.cancel.set()
-            if self._spark is not None:  # not from the handler itself: the main thread may be inside py4j
-                context = self._spark.sparkContext
-                threading.Thread(target=context.cancelJobGroup, args=(f"oncelog-{self.run_id}",), daemon=True).start()
+            # not from the handler itself: the main thread may be inside py4j
+            threading.Thread(target=self.engine.cancel, args=(self.run_id,), daemon=True).start()
 
         previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
@@ -251,6 +275,27 @@ class JobLauncher:
         finally:
             for signum, old in previous.items():
                 signal.signal(signum, old)
+
+
+def commit_settings(config: JobConfig) -> CommitSettings:
+    """A job's commit settings (its config made absolute first): publish roots, attempts, parallelism."""
+    dirs = run_dirs(config, "")
+    return CommitSettings(PublishRoots.of([d.output for d in dirs], [d.final for d in dirs]),
+                          config.commit_sequence_max_attempts, config.commit_parallelism)
+
+
+def runs_holding_output(session: CommitSession, job: str) -> set[str]:
+    """Runs whose task output a sequence may still move: pending ones, and abandoned ones not rolled back."""
+    return {s.run_id for s in session.state.sequences.values() if s.job == job and not s.settled}
+
+
+def skip_reason(sequence: SequenceView) -> str:
+    """Why a dataset is not pulled, and what settles it."""
+    if sequence.pending:
+        return (f"commit sequence {sequence.sequence_id} is still pending after recovery ({sequence.last_error}); "
+                f"the next run or `oncelog recover` finishes it")
+    return (f"commit sequence {sequence.sequence_id} was abandoned ({sequence.last_error}); "
+            f"fix the cause, then `oncelog recover --release {sequence.dataset_urn}` rolls it back and frees it")
 
 
 def dataset_outputs(tasks: list[TaskOutcome]) -> list[DatasetOutput]:

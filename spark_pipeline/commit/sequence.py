@@ -20,28 +20,27 @@ from events.commit import (
     CommitSequenceCompleted,
     CommitStepApplied,
     CommitStepFailed,
+    CommitStepRolledBack,
     FsRenameStep,
     HighWatermarkStep,
 )
 from events.dataset import DatasetReleased
 from events.model import Event
+from projections.views import SequenceView
+from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
+from spark_pipeline.commit.settings import CommitSettings
+from spark_pipeline.commit.sink import MAX_GROUP_EVENTS, EventSink
 from spark_pipeline.commit.steps import (
     CommitStepError,
-    PublishRoots,
+    FsRenameCommitStep,
     SequenceRef,
     UnsafeCommitStepError,
-    make_durable,
     step_for,
 )
-from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
-from spark_pipeline.commit.sink import MAX_GROUP_EVENTS, EventSink
-from projections.views import SequenceView
+from spark_pipeline.filesystem import FileSystem
 
 Record = Callable[[Sequence[Event]], None]
 """Where a sequence records its events: the sink (at once), or a list the committer appends in one batch."""
-
-DEFAULT_MAX_ATTEMPTS = 3
-DEFAULT_PARALLELISM = 32
 
 
 class Outcome(StrEnum):
@@ -67,12 +66,12 @@ class CommitResult:
 class CommitSequence:
     """The steps that publish one dataset's output of one run, and the loop that applies them."""
 
-    def __init__(self, view: SequenceView, sink: EventSink, roots: PublishRoots, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    def __init__(self, view: SequenceView, sink: EventSink, settings: CommitSettings, fs: FileSystem,
                  faults: FaultInjector = NO_FAULTS) -> None:
         self.view = view
         self.sink = sink
-        self.roots = roots
-        self.max_attempts = max_attempts
+        self.settings = settings
+        self.fs = fs
         self.faults = faults
         self.ref = SequenceRef(view.job, view.run_id, view.dataset_urn, view.sequence_id)
         self.renamed_into: set[str] = set()
@@ -93,7 +92,7 @@ class CommitSequence:
         fields = self.ref.fields()
         try:
             for index, spec in enumerate(self.view.steps):
-                self.roots.check(index, spec)
+                self.settings.roots.check(index, spec)
         except UnsafeCommitStepError as e:
             record([CommitSequenceAbandoned(**fields, attempts=self.view.attempts_failed, error=str(e))])
             return self._result(Outcome.ABANDONED, str(e))
@@ -104,7 +103,7 @@ class CommitSequence:
                 continue
             if isinstance(spec, HighWatermarkStep):
                 self.faults.reached("before-watermark")
-            step = step_for(spec, self.ref, self.sink.state)
+            step = step_for(spec, self.ref, self.sink.state, self.fs)
             step_started = time.perf_counter()
             try:
                 done = step.verify()
@@ -128,19 +127,19 @@ class CommitSequence:
 
     def record_now(self, events: Sequence[Event]) -> None:
         """Record events through the sink, once the renames they record are durable."""
-        make_durable(self.renamed_into)
+        self.fs.sync_folders(self.renamed_into)
         self.sink.emit(events)
 
     def _failure(self, index: int, error: str) -> list[Event]:
         """The events of a failed attempt: the failure, and the abandonment once attempts run out."""
         attempt = self.view.attempts_failed + 1
         events: list[Event] = [CommitStepFailed(**self.ref.fields(), step_index=index, attempt=attempt, error=error)]
-        if attempt >= self.max_attempts:
+        if attempt >= self.settings.max_attempts:
             events.append(CommitSequenceAbandoned(**self.ref.fields(), attempts=attempt, error=error))
         return events
 
     def _after_failure(self) -> Outcome:
-        return Outcome.ABANDONED if self.view.attempts_failed + 1 >= self.max_attempts else Outcome.FAILED
+        return Outcome.ABANDONED if self.view.attempts_failed + 1 >= self.settings.max_attempts else Outcome.FAILED
 
     def _result(self, outcome: Outcome, error: str | None = None, executed: int = 0, verified: int = 0) -> CommitResult:
         return CommitResult(self.view.job, self.view.dataset_urn, self.view.sequence_id, outcome, error, executed,
@@ -150,16 +149,15 @@ class CommitSequence:
 class Committer:
     """Commits sequences, datasets in parallel; shares one sink (one writer, group commits)."""
 
-    def __init__(self, sink: EventSink, roots: PublishRoots, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-                 parallelism: int = DEFAULT_PARALLELISM, faults: FaultInjector = NO_FAULTS) -> None:
+    def __init__(self, sink: EventSink, settings: CommitSettings, fs: FileSystem,
+                 faults: FaultInjector = NO_FAULTS) -> None:
         self.sink = sink
-        self.roots = roots
-        self.max_attempts = max_attempts
-        self.parallelism = parallelism
+        self.settings = settings
+        self.fs = fs
         self.faults = faults
 
     def sequence(self, view: SequenceView) -> CommitSequence:
-        return CommitSequence(view, self.sink, self.roots, self.max_attempts, self.faults)
+        return CommitSequence(view, self.sink, self.settings, self.fs, self.faults)
 
     def commit_all(self, views: list[SequenceView]) -> list[CommitResult]:
         """Commit every sequence (one dataset each): their steps in parallel, their records in as few batches as
@@ -172,10 +170,10 @@ class Committer:
         def commit(index: int) -> CommitResult:
             return sequences[index].commit(record=batches[index].extend)
 
-        with ThreadPoolExecutor(max_workers=max(1, min(self.parallelism, len(views))),
+        with ThreadPoolExecutor(max_workers=max(1, min(self.settings.parallelism, len(views))),
                                 thread_name_prefix="commit") as pool:
             results = list(pool.map(commit, range(len(views))))
-        make_durable({folder for s in sequences for folder in s.renamed_into})
+        self.fs.sync_folders({folder for s in sequences for folder in s.renamed_into})
         pending: list[Event] = []
         for batch in batches:
             if pending and len(pending) + len(batch) > MAX_GROUP_EVENTS:
@@ -186,14 +184,30 @@ class Committer:
         return results
 
     def release(self, job: str, dataset_urn: str, reason: str) -> str:
-        """Let runs pull a dataset blocked by an abandoned sequence again; returns that sequence's id."""
+        """Free a dataset blocked by an abandoned sequence: first roll back what that sequence published (each file
+        moved back to its source, recorded), then release it, so that the range it held is published once, later.
+        Returns the sequence's id."""
         dataset = self.sink.state.datasets.get((job, dataset_urn))
         if dataset is None or dataset.blocked_by is None:
             raise CommitStepError(f"dataset {dataset_urn!r} of job {job!r} is not blocked: nothing to release")
         blocked = self.sink.state.sequences[(job, dataset_urn, dataset.blocked_by)]
+        self._roll_back(blocked)
         self.sink.emit([DatasetReleased(job=job, run_id=blocked.run_id, dataset_urn=dataset_urn,
                                         sequence_id=blocked.sequence_id, reason=reason)])
         return blocked.sequence_id
+
+    def _roll_back(self, sequence: SequenceView) -> None:
+        """Undo the applied steps of an abandoned sequence, last first, each recorded as it is undone."""
+        ref = SequenceRef(sequence.job, sequence.run_id, sequence.dataset_urn, sequence.sequence_id)
+        for index in sorted(sequence.applied - sequence.rolled_back, reverse=True):
+            spec = sequence.steps[index]
+            if not isinstance(spec, FsRenameStep):
+                raise CommitStepError(
+                    f"sequence {sequence.sequence_id} of {sequence.dataset_urn!r} applied step {index} ({spec.kind}) "
+                    f"before it was abandoned: its watermarks moved, it cannot be rolled back; run `oncelog verify`")
+            moved = FsRenameCommitStep(spec, self.fs).roll_back()
+            self.sink.emit([CommitStepRolledBack(**ref.fields(), step_index=index,
+                                                 outcome="moved_back" if moved else "already_back")])
 
     def recover(self, job: str) -> list[CommitResult]:
         """Finish every planned-but-incomplete sequence of a job (what a run does before extracting anything)."""

@@ -1,19 +1,32 @@
 """A commit session: the state of a log, a writer that reads its own writes, and a committer over them.
 
-What a launcher, `oncelog recover` and the tests open to plan and apply commit sequences.
+What a launcher, `oncelog recover` and the tests open to plan and apply commit sequences. Its state is folded
+strictly: a run plans only from a history read completely, to the log's stable end, every event understood.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from events.errors import OncelogError
 from events.log import Closing, EventLog, LogWriter
-from spark_pipeline.commit.sequence import DEFAULT_MAX_ATTEMPTS, DEFAULT_PARALLELISM, Committer
-from spark_pipeline.commit.steps import PublishRoots
-from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
-from projections.projector import Projector
-from spark_pipeline.commit.sink import EventSink
+from projections.projector import ProjectionStopped, Projector
 from projections.state import State
+from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
+from spark_pipeline.commit.sequence import Committer
+from spark_pipeline.commit.settings import CommitSettings
+from spark_pipeline.commit.sink import EventSink
+from spark_pipeline.filesystem import FileSystem
+
+WHAT_TO_DO = (
+    "nothing was planned or published. A record of a newer schema version needs a newer oncelog (upgrade, then run "
+    "again); a damaged record must be restored from a replica or backup (`oncelog verify` lists every damaged "
+    "offset)"
+)
+
+
+class IncompleteHistoryError(OncelogError):
+    """The log's history could not be read completely: planning from what was read could publish twice or lose."""
 
 
 @dataclass
@@ -27,27 +40,50 @@ class CommitSession(Closing):
     committer: Committer
 
     def catch_up(self) -> int:
-        """Fold what others appended since (tasks on executors, say); returns how many events."""
+        """Fold what others appended since (tasks on executors, say), strictly; returns how many events."""
         with self.sink.state_lock:
-            return Projector(self.log).catch_up(self.state)
+            return fold_strictly(self.log, self.state)
 
     def close(self) -> None:
         self.sink.close()
         self.writer.close()
 
 
-def open_session(
-    log: EventLog,
-    writer_name: str,
-    roots: PublishRoots,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    parallelism: int = DEFAULT_PARALLELISM,
-    faults: FaultInjector = NO_FAULTS,
-) -> CommitSession:
+def fold_strictly(log: EventLog, state: State | None = None) -> int:
+    """Fold the log into `state` (a new one from the snapshot when None) up to its stable end; any record that cannot
+    be decoded or placed stops it with IncompleteHistoryError naming the offset. Returns the events folded."""
+    log.await_stable()
+    projector = Projector(log, stop_on_error=True)
+    before = 0 if state is None else state.problem_count
+    try:
+        folded = projector.catch_up(state) if state is not None else 0
+    except ProjectionStopped as e:
+        raise IncompleteHistoryError(f"the fold stopped at {e.error}; {WHAT_TO_DO}") from e
+    if state is not None and state.problem_count > before:
+        problem = state.problems[min(before, len(state.problems) - 1)]
+        raise IncompleteHistoryError(
+            f"the fold could not place the event at {problem.where()} ({problem.kind}: {problem.message}); "
+            f"{WHAT_TO_DO}")
+    return folded
+
+
+def strict_state(log: EventLog) -> State:
+    """The log's state from its snapshot (if usable) and the tail, folded strictly (see fold_strictly)."""
+    state = Projector(log).load_snapshot() or State()
+    if state.problem_count:
+        state = State()  # a snapshot that carries problems is not trusted: fold the whole history
+    fold_strictly(log, state)
+    return state
+
+
+def open_session(log: EventLog, writer_name: str, settings: CommitSettings, fs: FileSystem,
+                 faults: FaultInjector = NO_FAULTS) -> CommitSession:
     """Open the writer first (fencing any other holder of the name), then fold the log: nothing it missed."""
     writer = log.writer(writer_name)
-    log.await_stable()  # what a fenced writer committed just before must be in the fold
-    state, _ = Projector(log).rebuild()
+    try:
+        state = strict_state(log)
+    except BaseException:
+        writer.close()
+        raise
     sink = EventSink(writer, state)
-    committer = Committer(sink, roots, max_attempts, parallelism, faults)
-    return CommitSession(log, state, writer, sink, committer)
+    return CommitSession(log, state, writer, sink, Committer(sink, settings, fs, faults))

@@ -73,7 +73,7 @@ class EventSink:
     def _commit(self, group: list[_Request]) -> None:
         try:
             self.writer.append(event for request in group for event in request.events)
-        except Exception as e:  # every member of the group sees the failure; none of its events is in
+        except BaseException as e:  # every member sees the failure (whether its events are in is unknown)
             for request in group:
                 request.done.set_exception(e)
             return

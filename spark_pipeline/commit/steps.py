@@ -7,7 +7,6 @@ watermark or dataset-state transition for the others (the log holds it).
 
 from __future__ import annotations
 
-import hashlib
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -20,8 +19,8 @@ from events.errors import OncelogError
 from events.model import Event, SequenceFields
 from projections.state import State
 from projections.views import DatasetView
+from spark_pipeline.filesystem import FileSystem
 
-CHECKSUM_CHUNK = 1 << 20
 S = TypeVar("S", HighWatermarkStep, DatasetStateStep)
 
 
@@ -31,15 +30,6 @@ class CommitStepError(OncelogError):
 
 class UnsafeCommitStepError(CommitStepError):
     """A step would touch a path outside the job's configured roots: refused before anything moves."""
-
-
-def file_checksum(path: Path) -> str:
-    """sha256 of a file's content, hex: what FsRename steps record and verify."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(CHECKSUM_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -109,56 +99,47 @@ class FsRenameCommitStep(CommitStep):
     """Publish a file: move it from task output to the job output.
 
     Done when the destination holds the recorded size and checksum and the source is gone: content, not
-    mere existence, since a rename on some stores is a copy that can stop halfway.
+    mere existence, since a rename on some stores is a copy that can stop halfway. The source must hold the
+    recorded content before it moves: a file changed since its task wrote it is never published.
     """
 
-    def __init__(self, spec: FsRenameStep) -> None:
+    def __init__(self, spec: FsRenameStep, fs: FileSystem) -> None:
         self.spec = spec
-        self.src = Path(spec.src)
-        self.dst = Path(spec.dst)
-
-    def _destination_holds_content(self) -> bool:
-        try:
-            if self.dst.stat().st_size != self.spec.size:
-                return False
-        except FileNotFoundError:
-            return False
-        return file_checksum(self.dst) == self.spec.checksum
+        self.fs = fs
 
     def verify(self) -> bool:
-        return not self.src.exists() and self._destination_holds_content()
+        return not self.fs.exists(self.spec.src) and self.fs.holds(self.spec.dst, self.spec.size, self.spec.checksum)
 
     def execute(self) -> list[Event]:
-        if not self.src.exists():
-            if self._destination_holds_content():
+        spec = self.spec
+        if not self.fs.exists(spec.src):
+            if self.fs.holds(spec.dst, spec.size, spec.checksum):
                 return []
             raise CommitStepError(
-                f"cannot publish {self.spec.dst}: the source {self.spec.src} is gone and the destination does not "
-                f"hold the recorded content ({self.spec.size} bytes, sha256 {self.spec.checksum[:12]}…)"
+                f"cannot publish {spec.dst}: the source {spec.src} is gone and the destination does not "
+                f"hold the recorded content ({spec.size} bytes, sha256 {spec.checksum[:12]}…)"
             )
-        self.dst.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(self.src, self.dst)
+        if not self.fs.holds(spec.src, spec.size, spec.checksum):
+            raise CommitStepError(
+                f"refusing to publish {spec.src}: it does not hold the content its task recorded ({spec.size} bytes, "
+                f"sha256 {spec.checksum[:12]}…); it was changed or damaged after it was written"
+            )
+        self.fs.rename(spec.src, spec.dst)
         return []
 
-
-SYNC_ALL_ABOVE = 16
-"""More renamed folders than this, and one sync() of the file systems is cheaper than an fsync per folder."""
-
-
-def make_durable(directories: set[str]) -> None:
-    """Make renames durable before they are recorded: their folders' entries, not only the files, reach the disk.
-
-    A rename recorded as applied but lost to a power cut would never be redone: the file would be lost.
-    """
-    if len(directories) > SYNC_ALL_ABOVE:
-        os.sync()
-        return
-    for directory in directories:
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    def roll_back(self) -> bool:
+        """Undo a published rename (the file goes back to the source); False if it was back already."""
+        spec = self.spec
+        if self.fs.holds(spec.dst, spec.size, spec.checksum):
+            self.fs.rename(spec.dst, spec.src)
+            self.fs.sync_folders({os.path.dirname(spec.dst), os.path.dirname(spec.src)})
+            return True
+        if self.fs.holds(spec.src, spec.size, spec.checksum):
+            return False
+        raise CommitStepError(
+            f"cannot roll back the publication of {spec.dst}: neither it nor {spec.src} holds the recorded content "
+            f"({spec.size} bytes, sha256 {spec.checksum[:12]}…)"
+        )
 
 
 class StateStep(CommitStep, Generic[S]):
@@ -199,11 +180,11 @@ class DatasetStateCommitStep(StateStep[DatasetStateStep]):
                                       files_published=self.spec.files_published, properties=self.spec.properties)]
 
 
-def step_for(spec: CommitStepSpec, sequence: SequenceRef, state: State) -> CommitStep:
+def step_for(spec: CommitStepSpec, sequence: SequenceRef, state: State, fs: FileSystem) -> CommitStep:
     """The runnable step of a recorded step spec."""
     match spec:
         case FsRenameStep():
-            return FsRenameCommitStep(spec)
+            return FsRenameCommitStep(spec, fs)
         case HighWatermarkStep():
             return HighWatermarkCommitStep(spec, sequence, state)
         case DatasetStateStep():

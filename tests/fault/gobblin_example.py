@@ -15,9 +15,11 @@ from pathlib import Path
 from events.commit import FsRenameStep, HighWatermarkStep
 from events.log import open_log
 from spark_pipeline.commit.store import CommitStepStore
-from spark_pipeline.commit.steps import PublishRoots, file_checksum
 from spark_pipeline.commit.faults import FaultInjector
 from spark_pipeline.commit.session import open_session
+from spark_pipeline.commit.settings import CommitSettings
+from spark_pipeline.commit.steps import PublishRoots
+from spark_pipeline.filesystem import LOCAL
 
 JOB = "MyTopicIngestion"
 URN = "MyTopic"
@@ -33,18 +35,18 @@ def write_task_output(base: Path) -> None:
         path.write_bytes(f"records of {name}\n".encode() * (100 + i))
 
 
-def roots(base: Path) -> PublishRoots:
-    return PublishRoots.of([base / "task-output"], [base / "job-output"])
+def settings(base: Path) -> CommitSettings:
+    return CommitSettings(PublishRoots.of([base / "task-output"], [base / "job-output"]))
 
 
 def commit(url: str, base: Path) -> None:
     """Put the five steps in the CommitStepStore and commit the sequence (where the crash tests kill us)."""
-    with open_log(url) as log, open_session(log, JOB, roots(base), faults=FaultInjector.from_env(os.environ)) as s:
+    with open_log(url) as log, open_session(log, JOB, settings(base), LOCAL, FaultInjector.from_env(os.environ)) as s:
         store = CommitStepStore(s.committer, run_id="run-1")
         for name in FILES:
             src, dst = base / "task-output" / name, base / "job-output" / name
             store.put(JOB, URN, FsRenameStep(src=str(src), dst=str(dst), size=src.stat().st_size,
-                                             checksum=file_checksum(src)))
+                                             checksum=LOCAL.checksum(str(src))))
         for partition, value in WATERMARKS.items():
             store.put(JOB, URN, HighWatermarkStep(partition=partition, low_watermark=0, value=value))
         sequence = store.get_commit_sequence(JOB, URN)
@@ -54,7 +56,7 @@ def commit(url: str, base: Path) -> None:
 
 def recover(url: str, base: Path) -> None:
     """What the next run does first: finish every pending sequence of the job."""
-    with open_log(url) as log, open_session(log, JOB, roots(base)) as s:
+    with open_log(url) as log, open_session(log, JOB, settings(base), LOCAL) as s:
         for result in s.committer.recover(JOB):
             print(result.outcome)
 

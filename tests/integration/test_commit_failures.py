@@ -10,8 +10,10 @@ from pyspark.sql import SparkSession
 from events.commit import CommitSequencePlanned, FsRenameStep, HighWatermarkStep
 from events.log import EventLog, open_log
 from spark_pipeline.commit.sequence import Outcome
-from spark_pipeline.commit.steps import CommitStepError, PublishRoots, file_checksum
 from spark_pipeline.commit.session import open_session
+from spark_pipeline.commit.settings import CommitSettings
+from spark_pipeline.commit.steps import CommitStepError, PublishRoots
+from spark_pipeline.filesystem import LOCAL
 from projections.views import RunStatus
 from replay.verify import verify
 from spark_pipeline.config_validation import load_job_config
@@ -21,8 +23,12 @@ from tests.fault.pipeline_checks import write_job
 pytestmark = pytest.mark.kafka
 
 
-def roots(base: Path) -> PublishRoots:
-    return PublishRoots.of([base / "task-output"], [base / "published"])
+def settings(base: Path, max_attempts: int = 3) -> CommitSettings:
+    return CommitSettings(PublishRoots.of([base / "task-output"], [base / "published"]), max_attempts)
+
+
+def file_checksum(path: Path) -> str:
+    return LOCAL.checksum(str(path))
 
 
 def planned(job: str, urn: str, *steps: FsRenameStep | HighWatermarkStep) -> CommitSequencePlanned:
@@ -37,7 +43,7 @@ def test_a_step_outside_the_roots_is_refused_before_anything_moves(event_log: Ev
     steps = (FsRenameStep(src=str(inside), dst=str(tmp_path / "published" / "a.avro"), size=4,
                           checksum=file_checksum(inside)),
              FsRenameStep(src=str(inside), dst=str(escape), size=4, checksum=file_checksum(inside)))
-    with open_session(event_log, "job", roots(tmp_path)) as session:
+    with open_session(event_log, "job", settings(tmp_path), LOCAL) as session:
         session.sink.emit([planned("job", "ds", *steps)])
         result = session.committer.recover("job")[0]
         assert result.outcome is Outcome.ABANDONED
@@ -59,13 +65,13 @@ def test_a_step_that_keeps_failing_abandons_its_dataset_alone(event_log: EventLo
                                                    size=4, checksum="0" * 64))
     outcomes = []
     for attempt in range(3):
-        with open_session(event_log, "job", roots(tmp_path), max_attempts=3) as session:
+        with open_session(event_log, "job", settings(tmp_path, 3), LOCAL) as session:
             if attempt == 0:
                 session.sink.emit([ok, doomed])
             outcomes.append({r.dataset_urn: r.outcome for r in session.committer.recover("job")})
     assert outcomes[0] == {"fine": Outcome.COMPLETED, "doomed": Outcome.FAILED}
     assert outcomes[1] == {"doomed": Outcome.FAILED} and outcomes[2] == {"doomed": Outcome.ABANDONED}
-    with open_session(event_log, "job", roots(tmp_path)) as session:
+    with open_session(event_log, "job", settings(tmp_path), LOCAL) as session:
         state = session.state
         assert state.pending_sequences("job") == []
         assert state.datasets[("job", "fine")].watermarks == {"fine:0": 10}
@@ -82,7 +88,7 @@ def test_a_run_skips_a_blocked_dataset_and_keeps_its_watermark(tmp_path: Path, s
     assert JobLauncher(load_job_config(job), spark=spark).run().status is RunStatus.COMMITTED
     config = load_job_config(job)
 
-    with open_log(url) as log, open_session(log, "crashy", roots(tmp_path), max_attempts=1) as session:
+    with open_log(url) as log, open_session(log, "crashy", settings(tmp_path, 1), LOCAL) as session:
         session.sink.emit([CommitSequencePlanned(
             job="crashy", run_id="manual", dataset_urn="ds.0", sequence_id="manual",
             steps=(FsRenameStep(src=str(tmp_path / "task-output" / "nope"), dst=str(tmp_path / "published" / "n"),
@@ -92,7 +98,7 @@ def test_a_run_skips_a_blocked_dataset_and_keeps_its_watermark(tmp_path: Path, s
     assert second.status is RunStatus.COMMITTED
     planned_urns = {c.dataset_urn for c in second.commits}
     assert planned_urns == {"ds.1"}  # ds.0 is blocked: not pulled, its watermark kept
-    with open_log(url) as log, open_session(log, "crashy", roots(tmp_path)) as session:
+    with open_log(url) as log, open_session(log, "crashy", settings(tmp_path), LOCAL) as session:
         assert session.state.datasets[("crashy", "ds.0")].watermarks == {"ds.0:0": 200}
         assert session.state.datasets[("crashy", "ds.1")].watermarks == {"ds.1:0": 400}
 
@@ -100,7 +106,7 @@ def test_a_run_skips_a_blocked_dataset_and_keeps_its_watermark(tmp_path: Path, s
 def test_an_operator_releases_a_blocked_dataset(event_log: EventLog, tmp_path: Path) -> None:
     doomed = planned("job", "doomed", FsRenameStep(src=str(tmp_path / "task-output" / "gone"),
                                                    dst=str(tmp_path / "published" / "x"), size=1, checksum="0" * 64))
-    with open_session(event_log, "job", roots(tmp_path), max_attempts=1) as session:
+    with open_session(event_log, "job", settings(tmp_path, 1), LOCAL) as session:
         session.sink.emit([doomed])
         session.committer.recover("job")
         assert session.state.datasets[("job", "doomed")].blocked_by == "r1"
@@ -108,5 +114,5 @@ def test_an_operator_releases_a_blocked_dataset(event_log: EventLog, tmp_path: P
         assert session.state.datasets[("job", "doomed")].blocked_by is None
         with pytest.raises(CommitStepError, match="not blocked"):
             session.committer.release("job", "doomed", "again")
-    with open_session(event_log, "job", roots(tmp_path)) as session:
+    with open_session(event_log, "job", settings(tmp_path), LOCAL) as session:
         assert session.state.datasets[("job", "doomed")].blocked_by is None  # as folded from the log

@@ -1,0 +1,197 @@
+"""The simulation's faults: a seeded plan, and the file system and event log that obey it.
+
+Every file operation of publishing and clean-up, and every append to the log, asks the plan first; the plan may
+answer with an `OSError` (the operation did not happen), a failed append after it became durable, or a
+`SimulatedCrash` — the driver dies between two I/O calls, with everything in memory lost.
+"""
+
+from __future__ import annotations
+
+import errno
+import random
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from events.codec import Record
+from events.errors import LogWriteError
+from events.log import ErrorHandler, EventLog, LogWriter, Offsets, Snapshot, StoredRecord, Subscription, raise_error
+from spark_pipeline.filesystem import FileSystem
+
+
+class SimulatedCrash(BaseException):
+    """The driver died here: nothing after this point of the process runs (not an Exception: nothing catches it)."""
+
+
+class Fault(StrEnum):
+    """What the plan may do to one I/O call."""
+
+    IO_ERROR = "io-error"
+    APPEND_LOST = "append-failed-before-durable"
+    APPEND_DURABLE_THEN_ERROR = "append-failed-after-durable"
+    CRASH_BEFORE = "crash-before-io"
+    CRASH_AFTER = "crash-after-io"
+
+
+@dataclass
+class FaultPlan:
+    """Seeded decisions, one per I/O call while armed; counts what it injected."""
+
+    rng: random.Random
+    io_error_rate: float = 0.03
+    crash_rate: float = 0.02
+    armed: bool = True
+    injected: Counter[str] = field(default_factory=Counter)
+    calls: int = 0
+
+    def decide(self, call: str) -> Fault | None:
+        """The fault for this call, if any (never one while disarmed)."""
+        self.calls += 1
+        if not self.armed:
+            return None
+        roll = self.rng.random()
+        if roll < self.crash_rate:
+            fault = Fault.CRASH_BEFORE if self.rng.random() < 0.5 else Fault.CRASH_AFTER
+        elif roll < self.crash_rate + self.io_error_rate:
+            fault = Fault.IO_ERROR
+        else:
+            return None
+        self.injected[f"{call}:{fault}"] += 1
+        return fault
+
+
+def _io_error(call: str, path: str) -> OSError:
+    return OSError(errno.EIO, f"simulated I/O error in {call}", path)
+
+
+class FaultyFileSystem(FileSystem):
+    """A file system whose every call may fail or crash, as the plan says."""
+
+    def __init__(self, inner: FileSystem, plan: FaultPlan) -> None:
+        self.inner = inner
+        self.plan = plan
+
+    def _before(self, call: str, path: str) -> Fault | None:
+        fault = self.plan.decide(call)
+        if fault is Fault.CRASH_BEFORE:
+            raise SimulatedCrash(f"{call} {path}")
+        if fault is Fault.IO_ERROR:
+            raise _io_error(call, path)
+        return fault
+
+    def _after(self, fault: Fault | None, call: str, path: str) -> None:
+        if fault is Fault.CRASH_AFTER:
+            raise SimulatedCrash(f"after {call} {path}")
+
+    def size(self, path: str) -> int | None:
+        fault = self._before("size", path)
+        found = self.inner.size(path)
+        self._after(fault, "size", path)
+        return found
+
+    def checksum(self, path: str) -> str:
+        fault = self._before("checksum", path)
+        found = self.inner.checksum(path)
+        self._after(fault, "checksum", path)
+        return found
+
+    def rename(self, src: str, dst: str) -> None:
+        fault = self._before("rename", src)
+        self.inner.rename(src, dst)
+        self._after(fault, "rename", src)
+
+    def sync_folders(self, folders: Iterable[str]) -> None:
+        unique = sorted(set(folders))
+        fault = self._before("fsync", ",".join(unique))
+        self.inner.sync_folders(unique)
+        self._after(fault, "fsync", ",".join(unique))
+
+    def list_folders(self, path: str) -> list[str]:
+        fault = self._before("list", path)
+        found = self.inner.list_folders(path)
+        self._after(fault, "list", path)
+        return found
+
+    def remove_tree(self, path: str) -> None:
+        fault = self._before("delete", path)
+        self.inner.remove_tree(path)
+        self._after(fault, "delete", path)
+
+
+class FaultyWriter(LogWriter):
+    """A log writer whose every append may be lost, fail after it became durable, or crash either side."""
+
+    def __init__(self, inner: LogWriter, plan: FaultPlan) -> None:
+        super().__init__(inner.name, inner.codec, inner.partitions)
+        self.inner = inner
+        self.plan = plan
+
+    def append_records(self, records: Iterable[Record]) -> int:
+        batch = list(records)
+        fault = self.plan.decide("append")
+        if fault is Fault.CRASH_BEFORE:
+            raise SimulatedCrash(f"append by {self.name}")
+        if fault is Fault.IO_ERROR and self.plan.rng.random() < 0.5:
+            self.plan.injected[Fault.APPEND_LOST] += 1
+            raise LogWriteError(f"simulated: the append by {self.name} failed; nothing of it is in the log")
+        count = self.inner.append_records(batch)
+        if fault is Fault.CRASH_AFTER:
+            raise SimulatedCrash(f"after append by {self.name}")
+        if fault is Fault.IO_ERROR:
+            self.plan.injected[Fault.APPEND_DURABLE_THEN_ERROR] += 1
+            raise LogWriteError(f"simulated: the append by {self.name} is durable, but its caller saw an error")
+        return count
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class FaultyEventLog(EventLog):
+    """A log whose writers are faulty; reading is exact (a damaged record is simulated by writing one)."""
+
+    def __init__(self, inner: EventLog, plan: FaultPlan) -> None:
+        super().__init__(inner.codec)
+        self.inner = inner
+        self.plan = plan
+        self.url = inner.url
+        self.topic = inner.topic
+
+    @property
+    def partitions(self) -> int:
+        return self.inner.partitions
+
+    @property
+    def durability_warning(self) -> str | None:
+        return self.inner.durability_warning
+
+    def ensure_topic(self) -> None:
+        self.inner.ensure_topic()
+
+    def writer(self, name: str) -> LogWriter:
+        return FaultyWriter(self.inner.writer(name), self.plan)
+
+    def read_records(self, start: Mapping[int, int] | None = None, until: Mapping[int, int] | None = None,
+                     follow: bool = False) -> Iterator[StoredRecord]:
+        return self.inner.read_records(start, until, follow)
+
+    def end_offsets(self) -> Offsets:
+        return self.inner.end_offsets()
+
+    def offsets_for_time(self, timestamp_ms: int) -> Offsets:
+        return self.inner.offsets_for_time(timestamp_ms)
+
+    def subscribe(self, group: str, on_error: ErrorHandler = raise_error) -> Subscription:
+        return self.inner.subscribe(group, on_error)
+
+    def save_snapshot(self, snapshot: Snapshot) -> None:
+        self.inner.save_snapshot(snapshot)
+
+    def load_snapshot(self, name: str) -> Snapshot | None:
+        return self.inner.load_snapshot(name)
+
+    def await_stable(self, timeout_s: float = 10.0) -> None:
+        self.inner.await_stable(timeout_s)
+
+    def close(self) -> None:
+        """The inner log belongs to the simulation, which closes it."""

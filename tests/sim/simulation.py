@@ -1,0 +1,269 @@
+"""A deterministic fault simulation of publishing, in the spirit of FoundationDB's: one seed, one scenario.
+
+A scenario drives many runs of two jobs against one log and one set of folders, in this process (tasks run
+in-process, no Spark), while a seeded plan fails file operations and log appends and kills the driver between
+any two I/O calls. Between runs the source grows (the synthetic source pulls new records each run), operators
+run `recover` and `recover --release`, and an event of an unknown newer version may appear in the log.
+After every step: no source record is published twice. Once faults stop and runs go on: every record up to each
+watermark is published exactly once, nothing else is, and `verify` passes.
+
+    python -m tests.sim.simulation --seed 17            # replay one scenario, printing what it did
+    python -m tests.sim.simulation --first 0 --count 200   # a range of seeds
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sqlite3
+import sys
+import tempfile
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from events.codec import UNCHECKED_FRAME_MAGIC, Record
+from events.errors import OncelogError
+from events.log import EventLog, open_log
+from events.sqlite_store import SqliteLog
+from projections.projector import Projector
+from replay.verify import verify
+from spark_pipeline.commit.session import IncompleteHistoryError, open_session
+from spark_pipeline.config import JobConfig
+from spark_pipeline.config_validation import load_job_config
+from spark_pipeline.filesystem import LOCAL
+from spark_pipeline.launcher import JobLauncher, commit_settings
+from spark_pipeline.paths import RUN_ID
+from spark_pipeline.task_engine import InProcessTaskEngine
+from tests.fault.pipeline_checks import published_records
+from tests.sim.faults import FaultPlan, FaultyEventLog, FaultyFileSystem, SimulatedCrash
+
+JOBS = ("simA", "simB")
+STEPS = 8
+SETTLE_RUNS = 8
+NEWER_VERSION = 9999
+
+OpenLog = Callable[[Path], EventLog]
+
+
+class ScenarioFailed(AssertionError):
+    """A scenario broke exactly-once; the message says how and how to replay it."""
+
+
+@dataclass
+class Outcome:
+    """What one scenario did."""
+
+    seed: int
+    steps: Counter[str] = field(default_factory=Counter)
+    faults: Counter[str] = field(default_factory=Counter)
+    records: int = 0
+
+
+def sqlite_log(base: Path) -> EventLog:
+    """The scenario's log: a SQLite file of its own, two partitions."""
+    return open_log(f"sqlite:///{base / 'events.db'}?partitions=2")
+
+
+def kafka_log_at(bootstrap: str) -> OpenLog:
+    """Scenario logs on a Kafka broker: a fresh two-partition topic each."""
+    return lambda base: open_log(f"kafka://{bootstrap}?topic=oncelog.sim.{uuid.uuid4().hex[:10]}&partitions=2")
+
+
+def write_job(base: Path, name: str, url: str, rng: random.Random) -> JobConfig:
+    """A synthetic job of two one-partition datasets under base/<name>, with seeded retry and attempt settings."""
+    root = base / name
+    job = {
+        "job.name": name, "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",
+        "source.synthetic.datasets": 2, "source.synthetic.partitions": 1,
+        "source.synthetic.records.per.run": rng.randint(1, 4), "source.synthetic.payload.bytes": 0,
+        "dataset.urn": "ds", "writer.staging.dir": str(root / "staging"),
+        "writer.output.dir": str(root / "task-output"), "data.publisher.final.dir": str(root / "published"),
+        "job.commit.policy": rng.choice(["full", "partial", "successful"]),
+        "task.maxretries": rng.randint(0, 1), "task.retry.intervalinsec": 0,
+        "commit.sequence.max.attempts": rng.randint(1, 3), "commit.parallelism": 1, "oncelog.log.url": url,
+    }
+    path = base / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return load_job_config(path)
+
+
+class Scenario:
+    """One seeded scenario over a fresh folder and log."""
+
+    def __init__(self, seed: int, base: Path, open_scenario_log: OpenLog = sqlite_log) -> None:
+        self.seed = seed
+        self.base = base
+        self.rng = random.Random(seed)
+        self.plan = FaultPlan(random.Random(seed * 7919 + 1))
+        self.inner = open_scenario_log(base)
+        self.inner.ensure_topic()
+        self.log = FaultyEventLog(self.inner, self.plan)
+        self.fs = FaultyFileSystem(LOCAL, self.plan)
+        self.configs = {name: write_job(base, name, self.inner.url, self.rng) for name in JOBS}
+        self.outcome = Outcome(seed)
+
+    def play(self) -> Outcome:
+        """Faulty steps, then settling runs without faults; checks after each."""
+        try:
+            for _ in range(STEPS):
+                self._step()
+                self._check_no_duplicates()
+            self.plan.armed = False
+            self._settle()
+            self._check_exactly_once()
+        finally:
+            self.inner.close()
+        self.outcome.faults = self.plan.injected
+        return self.outcome
+
+    def _step(self) -> None:
+        newer = 1 if isinstance(self.inner, SqliteLog) else 0  # removing a record to "upgrade" needs SQLite
+        action = self.rng.choices(["run", "recover", "release", "newer-event"], weights=[10, 2, 2, newer])[0]
+        config = self.configs[self.rng.choice(JOBS)]
+        self.plan.armed = True
+        self.outcome.steps[action] += 1
+        try:
+            if action == "run":
+                self._run(config)
+            elif action == "recover":
+                self._recover(config, release=False)
+            elif action == "release":
+                self._recover(config, release=True)
+            else:
+                self._newer_event(config)
+        except SimulatedCrash:
+            self.outcome.steps["driver-killed"] += 1
+        except (OncelogError, OSError):
+            self.outcome.steps["step-failed"] += 1
+
+    def _run(self, config: JobConfig) -> None:
+        engine = InProcessTaskEngine(self.log.writer, slots=2, sleep=lambda _: None)
+        JobLauncher(config, engine=engine, fs=self.fs, log=self.log).run()
+
+    def _recover(self, config: JobConfig, release: bool) -> None:
+        with open_session(self.log, config.job_name, commit_settings(config), self.fs) as session:
+            session.committer.recover(config.job_name)
+            if release:
+                for (job, urn), dataset in sorted(session.state.datasets.items()):
+                    if job == config.job_name and dataset.blocked_by is not None:
+                        session.committer.release(job, urn, "released by the simulated operator")
+
+    def _newer_event(self, config: JobConfig) -> None:
+        """A newer oncelog appends an event this one cannot read: the next run must stop before extracting."""
+        name = b"JobRunStarted"
+        value = bytes([UNCHECKED_FRAME_MAGIC, len(name)]) + name + NEWER_VERSION.to_bytes(2, "big") + b"\x00" * 8
+        with self.inner.writer("sim-newer-oncelog") as writer:
+            writer.append_records([Record(0, f"run/{config.job_name}/future/STARTED".encode(), value, 0)])
+        before = published_records(self.base / config.job_name / "published")
+        self.plan.armed = False
+        try:
+            self._run(config)
+        except IncompleteHistoryError:
+            pass
+        else:
+            self._fail("a run planned from a log holding an event it cannot read")
+        if published_records(self.base / config.job_name / "published") != before:
+            self._fail("a run that could not read the whole log published something")
+        self._upgrade(value)
+
+    def _upgrade(self, value: bytes) -> None:
+        """The operator upgrades oncelog: the simulation makes the unreadable record go away (SQLite logs only)."""
+        if not isinstance(self.inner, SqliteLog):
+            raise NotImplementedError("newer-version events are simulated on SQLite logs only")
+        with sqlite3.connect(self.inner.path) as conn:
+            conn.execute("DELETE FROM oncelog_records WHERE value = ?", (value,))
+
+    def _settle(self) -> None:
+        """Without faults: release what is blocked and run each job until a run commits everything it owes."""
+        for name, config in self.configs.items():
+            for _ in range(SETTLE_RUNS):
+                self._recover(config, release=True)
+                engine = InProcessTaskEngine(self.log.writer, slots=2, sleep=lambda _: None)
+                result = JobLauncher(config, engine=engine, fs=self.fs, log=self.log).run()
+                if result.status.name == "COMMITTED" and not result.skipped:
+                    break
+            else:
+                self._fail(f"{name} did not settle in {SETTLE_RUNS} fault-free runs")
+
+    def _check_no_duplicates(self) -> None:
+        for name in JOBS:
+            seen = published_records(self.base / name / "published")
+            twice = sorted(k for k, n in seen.items() if n > 1)
+            if twice:
+                self._fail(f"{name} published records twice: {twice[:5]}")
+
+    def _check_exactly_once(self) -> None:
+        state, _ = Projector(self.inner).rebuild(use_snapshot=False)
+        report = verify(self.inner)
+        if not report.ok:
+            self._fail("verify: " + "; ".join(str(v) for v in report.violations[:5]))
+        for name in JOBS:
+            seen = published_records(self.base / name / "published")
+            expected = {(urn, int(p.rsplit(":", 1)[1]), o) for (job, urn), d in state.datasets.items() if job == name
+                        for p, w in d.watermarks.items() for o in range(w)}
+            if set(seen) != expected or any(n > 1 for n in seen.values()):
+                self._fail(f"{name}: published {len(seen)} records, watermarks say {len(expected)}; missing "
+                           f"{sorted(expected - set(seen))[:5]}, extra {sorted(set(seen) - expected)[:5]}")
+            if state.unsettled_datasets(name):
+                self._fail(f"{name}: datasets still unsettled: {sorted(state.unsettled_datasets(name))}")
+            for folder in ("staging", "task-output"):
+                left = [p.name for p in (self.base / name / folder).glob("*") if RUN_ID.match(p.name)]
+                if left:
+                    self._fail(f"{name}: {folder} still holds run folders {left}")
+            self.outcome.records += len(seen)
+
+    def _fail(self, what: str) -> None:
+        raise ScenarioFailed(f"seed {self.seed}: {what}\n  replay: {replay_command(self.seed)}")
+
+
+def scratch_dir() -> str | None:
+    """Where scenarios keep their folders: memory (/dev/shm) when there is one, since power cuts are not simulated
+    and fsync there costs nothing; else the default temporary folder."""
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() else None
+
+
+def replay_command(seed: int) -> str:
+    """The one-line command that replays a scenario."""
+    return f"python -m tests.sim.simulation --seed {seed}"
+
+
+def run_scenario(seed: int, work: Path, open_scenario_log: OpenLog = sqlite_log) -> Outcome:
+    """Play the scenario of one seed in a fresh folder under `work`."""
+    base = work / f"seed-{seed}"
+    base.mkdir(parents=True)
+    return Scenario(seed, base, open_scenario_log).play()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, help="replay this one seed")
+    parser.add_argument("--first", type=int, default=0)
+    parser.add_argument("--count", type=int, default=100)
+    parser.add_argument("--store", choices=["sqlite", "kafka"], default="sqlite")
+    parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "localhost:9092"),
+                        help="the Kafka broker of --store kafka")
+    args = parser.parse_args(argv)
+    open_scenario_log = sqlite_log if args.store == "sqlite" else kafka_log_at(args.bootstrap)
+    seeds = [args.seed] if args.seed is not None else list(range(args.first, args.first + args.count))
+    totals: Counter[str] = Counter()
+    with tempfile.TemporaryDirectory(prefix="oncelog-sim-", dir=scratch_dir()) as work:
+        for seed in seeds:
+            outcome = run_scenario(seed, Path(work), open_scenario_log)
+            totals.update(outcome.steps)
+            totals.update(outcome.faults)
+            if args.seed is not None:
+                print(f"seed {seed}: steps {dict(outcome.steps)}, faults {dict(outcome.faults)}, "
+                      f"{outcome.records} records published exactly once")
+    print(f"{len(seeds)} scenario(s) passed; {dict(sorted(totals.items()))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

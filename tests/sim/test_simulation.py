@@ -1,0 +1,83 @@
+"""The seeded fault simulation in `make test`: thousands of scenarios on SQLite, dozens on a real Kafka log.
+
+Scenario counts come from $ONCELOG_SIM_SQLITE / $ONCELOG_SIM_KAFKA (defaults below); `make simulate` runs more.
+A failing seed's message carries the one-line command that replays it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.sim.simulation import Outcome, ScenarioFailed, kafka_log_at, run_scenario, scratch_dir
+
+SQLITE_SCENARIOS = int(os.environ.get("ONCELOG_SIM_SQLITE", "2000"))
+KAFKA_SCENARIOS = int(os.environ.get("ONCELOG_SIM_KAFKA", "50"))
+WORKERS = max(1, min(4, os.cpu_count() or 1))
+CHUNK = 25
+
+
+def _chunk(seeds: list[int]) -> tuple[list[str], Counter[str], int]:
+    """Play a chunk of seeds in a fresh folder (a worker process): failures, counts, records checked."""
+    failures: list[str] = []
+    totals: Counter[str] = Counter()
+    records = 0
+    with tempfile.TemporaryDirectory(prefix="oncelog-sim-", dir=scratch_dir()) as work:
+        for seed in seeds:
+            try:
+                outcome = run_scenario(seed, Path(work))
+            except ScenarioFailed as e:
+                failures.append(str(e))
+                continue
+            totals.update(outcome.steps)
+            totals.update(outcome.faults)
+            records += outcome.records
+    return failures, totals, records
+
+
+def _report(name: str, scenarios: int, totals: Counter[str], records: int) -> None:
+    """Print the counts (and keep them beside the test run for the record)."""
+    summary = {"scenarios": scenarios, "records_checked": records, **dict(sorted(totals.items()))}
+    print(f"\n{name}: " + json.dumps(summary))
+
+
+def test_seeded_scenarios_on_sqlite_publish_exactly_once() -> None:
+    seeds = list(range(SQLITE_SCENARIOS))
+    chunks = [seeds[i : i + CHUNK] for i in range(0, len(seeds), CHUNK)]
+    failures: list[str] = []
+    totals: Counter[str] = Counter()
+    records = 0
+    with ProcessPoolExecutor(WORKERS) as pool:
+        for chunk_failures, chunk_totals, chunk_records in pool.map(_chunk, chunks):
+            failures += chunk_failures
+            totals.update(chunk_totals)
+            records += chunk_records
+    _report("sqlite simulation", len(seeds), totals, records)
+    assert not failures, f"{len(failures)} of {len(seeds)} scenarios failed:\n" + "\n".join(failures[:10])
+    assert totals["driver-killed"] > len(seeds) // 2 and totals["rename:io-error"] > 0  # the faults did happen
+
+
+@pytest.mark.kafka
+def test_seeded_scenarios_on_kafka_publish_exactly_once(kafka_bootstrap: str, tmp_path: Path) -> None:
+    kafka_log = kafka_log_at(kafka_bootstrap)
+    failures: list[str] = []
+    totals: Counter[str] = Counter()
+    records = 0
+    first = 100_000  # other seeds than the SQLite run's
+    for seed in range(first, first + KAFKA_SCENARIOS):
+        try:
+            outcome: Outcome = run_scenario(seed, tmp_path, kafka_log)
+        except ScenarioFailed as e:
+            failures.append(str(e).replace("--seed", f"--store kafka --bootstrap {kafka_bootstrap} --seed"))
+            continue
+        totals.update(outcome.steps)
+        totals.update(outcome.faults)
+        records += outcome.records
+    _report("kafka simulation", KAFKA_SCENARIOS, totals, records)
+    assert not failures, f"{len(failures)} of {KAFKA_SCENARIOS} scenarios failed:\n" + "\n".join(failures[:10])

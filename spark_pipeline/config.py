@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
+from urllib.parse import unquote
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
@@ -326,6 +327,14 @@ CORE_KEYS = frozenset(f.alias for f in JobConfig.model_fields.values() if f.alia
 BRANCH_KEYS = frozenset(f.alias for f in BranchConfig.model_fields.values() if f.alias)
 PATH_KEYS = {"writer.staging.dir": "writer_staging_dir", "writer.output.dir": "writer_output_dir",
               "data.publisher.final.dir": "publisher_final_dir"}
+ROW_ERR_FILE = "qualitychecker.row.err.file"
+DIRECTORY_SOURCE_FOLDER = "source.filebased.data.directory"
+FOLDER_KEYS = (*PATH_KEYS, ROW_ERR_FILE, DIRECTORY_SOURCE_FOLDER)
+"""Keys naming a folder the job reads or writes: local only until remote file systems are supported."""
+BRANCH_FOLDER_KEYS = (*PATH_KEYS, ROW_ERR_FILE)  # these also take a `.N` branch suffix
+SUPPORTED_FOLDERS = "a local path, bare (/data/x, data/x) or as a file: URI (file:///data/x)"
+SPECULATION = "spark.speculation"
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(.*)$", re.DOTALL)
 ROW_POLICIES, ROW_POLICY_TYPES = "qualitychecker.row.policies", "qualitychecker.row.policy.types"
 TASK_POLICIES, TASK_POLICY_TYPES = "qualitychecker.task.policies", "qualitychecker.task.policy.types"
 _SUFFIX = re.compile(r"^(.+)\.(\d+)$")
@@ -356,6 +365,34 @@ def split_suffix(key: str) -> tuple[str, int] | None:
     """`writer.output.dir.1` → ('writer.output.dir', 1); None when the key has no numeric branch suffix."""
     match = _SUFFIX.match(key)
     return (match.group(1), int(match.group(2))) if match else None
+
+
+def is_folder_key(key: str) -> bool:
+    """Whether a key names a folder (see FOLDER_KEYS), branch-suffixed forms included."""
+    suffixed = split_suffix(key)
+    return key in FOLDER_KEYS or (suffixed is not None and suffixed[0] in BRANCH_FOLDER_KEYS)
+
+
+def local_folder(value: str) -> str:
+    """A folder value as a local path (`file:///x` → `/x`); a ValueError for a scheme oncelog cannot write.
+
+    Any other scheme (s3a://, hdfs://, gs://…) would silently become a relative folder named after it.
+    """
+    match = _SCHEME.match(value)
+    if match is None:
+        return value
+    scheme, rest = match.group(1).lower(), match.group(2)
+    if scheme != "file":
+        raise ValueError(f"scheme {scheme!r} is not supported: oncelog reads and writes local folders only "
+                         f"(remote file systems are not supported yet); use {SUPPORTED_FOLDERS}")
+    if rest.startswith("//"):
+        host, slash, path = rest[2:].partition("/")
+        if host not in ("", "localhost"):
+            raise ValueError(f"a file: URI naming host {host!r} is not a local folder; use file:///path")
+        rest = slash + path
+    if not rest.startswith("/"):
+        raise ValueError("a file: URI needs an absolute path (file:///data/x); write a relative folder bare")
+    return unquote(rest)
 
 
 def validation_messages(error: ValidationError, key_of: Callable[[str], str], owner: str = "",

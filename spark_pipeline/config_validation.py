@@ -24,6 +24,7 @@ from spark_pipeline.config import (
     ROW_POLICIES,
     ROW_POLICY_TYPES,
     SPARK_PREFIX,
+    SPECULATION,
     TASK_POLICIES,
     TASK_POLICY_TYPES,
     BranchConfig,
@@ -35,6 +36,8 @@ from spark_pipeline.config import (
     construct_input,
     construct_model,
     import_class,
+    is_folder_key,
+    local_folder,
     model_keys,
     policy_messages,
     qualified_name,
@@ -43,6 +46,7 @@ from spark_pipeline.config import (
     validation_messages,
 )
 from spark_pipeline.config_files import JOB_FILE_SUFFIXES, ParsedFile, Problem, parse_job_file, substitute
+from spark_pipeline.paths import JobRoots, nested_pairs, overlaps, resolved_path
 
 
 
@@ -67,7 +71,8 @@ def load_job_dir(directory: str | Path, *, environ: Mapping[str, str] | None = N
     """Every job file under `directory` (recursively, hidden entries skipped), sorted by path.
 
     One bad file fails the whole directory, with every file's problems listed; two files with one job.name too
-    (they would fence each other's runs).
+    (they would fence each other's runs), and two jobs whose folders are equal or nested (one job's cleanup would
+    delete the other's task output).
     """
     root = Path(directory)
     if not root.is_dir():
@@ -87,9 +92,21 @@ def load_job_dir(directory: str | Path, *, environ: Mapping[str, str] | None = N
             continue
         owners[config.job_name] = path
         configs.append(config)
+    problems += _shared_folders([(owners[c.job_name], c) for c in configs])
     if problems:
         raise JobConfigError(problems)
     return configs
+
+
+def _shared_folders(jobs: Sequence[tuple[Path, JobConfig]]) -> list[Problem]:
+    """A problem for each pair of jobs with equal or nested folders, naming both files (disabled jobs included)."""
+    roots = [(path, JobRoots.of(config)) for path, config in jobs]
+    problems = []
+    for index, (first_path, first) in enumerate(roots):
+        for second_path, second in roots[index + 1:]:
+            problems += [Problem(str(second_path), f"{message} (job {first.job!r} is defined in {first_path})")
+                         for message in overlaps(first, second)]
+    return problems
 
 
 def _is_job_file(path: Path, root: Path) -> bool:
@@ -115,14 +132,41 @@ class _Usage:
     branch_level: bool  # its keys may take a `.N` suffix
 
 
+@dataclass(frozen=True)
+class _Folder:
+    """A staging, output or final folder of one branch: the key it came from, as written and resolved."""
+
+    key: str
+    where: str  # the key, and the branch when there are several
+    value: str
+    resolved: str
+
+    @property
+    def shown(self) -> str:
+        """The value as written, with its resolved form when that differs."""
+        return repr(self.value) if self.value == self.resolved else f"{self.value!r} ({self.resolved})"
+
+
 class _Checker:
     """Runs every check over one file's resolved values, recording problems in the parsed file."""
 
     def __init__(self, parsed: ParsedFile, values: dict[str, str]) -> None:
         self.parsed = parsed
-        self.values = values
         self.failed = frozenset(parsed.entries) - frozenset(values)  # substitution failed: already reported
         self.imported: dict[str, type | None] = {}
+        self.bad_folders: set[str] = set()  # folder keys whose value is no local folder: already reported
+        self.values = {key: self._folder(key, value) if is_folder_key(key) else value for key, value in values.items()}
+
+    def _folder(self, key: str, value: str) -> str:
+        """A folder key's value as a local path; a scheme oncelog cannot write is a problem naming key and value."""
+        stripped = value.strip()
+        try:
+            local = local_folder(stripped)
+        except ValueError as e:
+            self.problem(key, f"{key!r}: {stripped!r}: {e}")
+            self.bad_folders.add(key)
+            return value
+        return value if local == stripped else local
 
     def problem(self, key: str | None, message: str) -> None:
         """Record a problem about `key`, on the line the key is set when there is one."""
@@ -138,6 +182,7 @@ class _Checker:
         usages, imports_ok = self._usages(branches or 1)
         self._check_keys(usages, branches, imports_ok)
         self._check_constructs(usages)
+        self._check_speculation()
         if core is not None:
             self._check_master(core)
             self._check_branches(core)
@@ -241,6 +286,13 @@ class _Checker:
                 for key, message in validation_messages(e, lambda a: used.get(a, a), owner, self.failed):
                     self.problem(key or usage.key, message)
 
+    def _check_speculation(self) -> None:
+        """Spark must not run a second attempt of a task alongside the first: both would write the same files."""
+        value = self.values.get(SPECULATION, "").strip()
+        if value and value.lower() != "false":
+            self.problem(SPECULATION, f"{SPECULATION!r} must be false (got {value!r}): two attempts of one task "
+                                      f"write the same file names; oncelog retries tasks itself (task.maxretries)")
+
     def _check_master(self, core: JobConfig) -> None:
         """The master branch's row policies, and the unsuffixed task policies."""
         errors = policy_messages(core.row_policy_classes, core.row_policy_types, ROW_POLICY_TYPES,
@@ -259,27 +311,37 @@ class _Checker:
             if branch is not None:
                 built.append((branch, sources))
                 self._check_writer(core, branch, sources)
-        self._check_distinct_dirs(built, core.fork_branches)
+        self._check_separate_dirs(built, core.fork_branches)
 
-    def _check_distinct_dirs(self, built: list[tuple[BranchConfig, dict[str, tuple[str, str]]]],
+    def _check_separate_dirs(self, built: list[tuple[BranchConfig, dict[str, tuple[str, str]]]],
                              branches: int) -> None:
-        """No directory serves twice: staging, output and final directories of every branch are all distinct."""
-        seen: dict[str, str] = {}
+        """Staging, task output and publish folders of every branch: none equal to or inside another.
+
+        Paths compare resolved (absolute, symlinks followed): a publish root inside staging would be removed with it.
+        """
+        roots: list[tuple[_Folder, str]] = []
         for branch, sources in built:
             for base, attribute in PATH_KEYS.items():
                 value = getattr(branch, attribute)
-                if value is None:
+                key = sources[base][0] if base in sources else base
+                if value is None or key in self.bad_folders:
                     continue
-                where = f"{sources[base][0]!r}" + (f" (branch {branch.index})" if branches > 1 else "")
-                normal = value.rstrip("/") or "/"
-                if normal in seen:
-                    self.problem(sources[base][0], f"{where} and {seen[normal]} are both {value!r}; every staging, "
-                                                   f"output and final directory must be a different one")
-                else:
-                    seen[normal] = where
+                where = f"{key!r}" + (f" (branch {branch.index})" if branches > 1 else "")
+                resolved = resolved_path(value)
+                roots.append((_Folder(key, where, value, resolved), resolved))
+        for outer, inner in nested_pairs(roots):
+            if inner.value.rstrip("/") == outer.value.rstrip("/"):
+                detail = f"{inner.where} and {outer.where} are both {inner.value!r}"
+            elif inner.resolved == outer.resolved:
+                detail = (f"{inner.where} {inner.value!r} and {outer.where} {outer.value!r} are one folder, "
+                          f"{inner.resolved}")
+            else:
+                detail = f"{inner.where} {inner.shown} is inside {outer.where} {outer.shown}"
+            self.problem(inner.key, f"{detail}; staging, output and final folders must be separate: none equal to "
+                                    f"or inside another")
 
     def _check_writer(self, core: JobConfig, branch: BranchConfig, sources: dict[str, tuple[str, str]]) -> None:
-        """The output format is one the builder writes; file-based defaults have their directories, all distinct."""
+        """The output format is one the builder writes; the default writer and publisher have their directories."""
         builder = self.imported.get(branch.writer_builder_class)
         supported = getattr(builder, "SUPPORTED_OUTPUT_FORMATS", None)
         if supported is None and branch.writer_builder_class == DEFAULT_WRITER_BUILDER:

@@ -1,7 +1,9 @@
 """`oncelog schedule DIR`: runs a folder's jobs by their `job.schedule` cron expressions, one run at a time.
 
-A job without a schedule (or with job.runonce) runs once at start; job.disabled ones never run. A run that fails,
-or finds its job locked, is reported and the scheduler goes on; one Spark session serves every run.
+Every job file of the folder is validated before anything starts, and two jobs whose folders are equal or nested
+refuse the start (naming both files): one job's cleanup would delete the other's task output. A job without a
+schedule (or with job.runonce) runs once at start; job.disabled ones never run. A run that fails, or finds its job
+locked, is reported and the scheduler goes on; one Spark session serves every run.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class Scheduler:
 
     @classmethod
     def from_directory(cls, directory: Path, faults: FaultInjector = NO_FAULTS) -> Scheduler:
-        """The scheduler of every job file in a folder (all must be valid: errors list every file's problems)."""
+        """The scheduler of a folder's job files: all valid, no two sharing folders (errors list every problem)."""
         return cls(load_job_dir(directory), faults)
 
     def run(self, once: bool, report: Report, max_runs: int | None = None) -> int:

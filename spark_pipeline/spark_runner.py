@@ -6,11 +6,12 @@ import os
 import sys
 from collections.abc import Iterable, Mapping
 
-from pyspark import SparkConf
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
+from events.errors import ConfigError
 from events.log import open_log
-from spark_pipeline.config import JobConfig
+from spark_pipeline.config import SPECULATION, JobConfig
 from spark_pipeline.constructs import MultiWorkUnit
 from spark_pipeline.task_runner import TaskOutcome, run_task
 
@@ -18,6 +19,7 @@ SPARK_DEFAULTS = {
     "spark.ui.showConsoleProgress": "false",
     "spark.task.maxFailures": "1",  # retries are task.maxretries', recorded in the log; Spark's would be silent
     "spark.sql.shuffle.partitions": "8",
+    SPECULATION: "false",  # two attempts of one task would write the same file names
 }
 
 
@@ -28,24 +30,42 @@ def spark_session(config: JobConfig) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(f"oncelog {config.job_name}")
     submitted = submitted_settings()
+    check_speculation(submitted, "set by spark-submit (--conf or spark-defaults.conf)")
     settings = {**SPARK_DEFAULTS, **config.spark_conf}
     for key, value in settings.items():
         if key not in submitted:
             builder = builder.config(key, value)
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    check_speculation(dict(session.sparkContext.getConf().getAll()), "in the running Spark session's configuration")
+    return session
 
 
-def submitted_settings() -> set[str]:
-    """The keys spark-submit set (its --master, --conf ...): they win over the job file's."""
+def submitted_settings() -> dict[str, str]:
+    """The settings spark-submit set (its --master, --conf ...): they win over the job file's."""
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not started by spark-submit
-        return set()
-    return {key for key, _ in SparkConf().getAll()}
+        return {}
+    # Without a connection to spark-submit's JVM, SparkConf() is an empty Python-side conf: connect first.
+    SparkContext._ensure_initialized()
+    return dict(SparkConf().getAll())
+
+
+def check_speculation(settings: Mapping[str, str], where: str) -> None:
+    """Refuse speculative execution: a second attempt of a task would write the same file names as the first."""
+    value = settings.get(SPECULATION, "false").strip()
+    if value.lower() != "false":
+        raise ConfigError(f"{SPECULATION!r} is {value!r} {where}: oncelog needs it false, since two attempts of one "
+                          f"task write the same file names (oncelog retries tasks itself: task.maxretries)")
+
+
+def task_writer_name(config: JobConfig, run_id: str, mwu: MultiWorkUnit) -> str:
+    """The name of a task's log writer: opening it again (a cancelled run does) fences the task."""
+    return f"{config.job_name}.{run_id}.{mwu.multi_work_unit_id}"
 
 
 def execute(config: JobConfig, run_id: str, mwu: MultiWorkUnit, log_url: str, log_settings: Mapping[str, str]
             ) -> TaskOutcome:
     """Run one task where it is (an executor), recording its attempts through a writer of its own."""
-    with open_log(log_url, log_settings) as log, log.writer(f"{config.job_name}.{run_id}.{mwu.multi_work_unit_id}") as w:
+    with open_log(log_url, log_settings) as log, log.writer(task_writer_name(config, run_id, mwu)) as w:
         return run_task(config, run_id, mwu, w.append)
 
 

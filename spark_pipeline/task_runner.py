@@ -1,8 +1,8 @@
 """A task: the work units of one MultiWorkUnit, run in order, with `task.maxretries` in-run retries.
 
-It runs on a Spark executor and records each attempt in the log itself (TaskStarted, then TaskSucceeded or
-TaskFailed, and TaskRetried before a retry). A failed attempt's staged output is dropped, except the last
-attempt's: what it fully wrote stays, for the `partial` commit policy to publish.
+It runs on a Spark executor and records each attempt in the log itself: TaskStarted, then exactly one TaskSucceeded
+or TaskFailed whatever raises, and TaskRetried before a retry. A failed attempt's staged output is dropped, except the
+last attempt's: what it fully wrote stays, for the `partial` commit policy to publish.
 """
 
 from __future__ import annotations
@@ -36,12 +36,24 @@ class TaskOutcome:
 
 
 class AttemptFailed(Exception):
-    """An attempt failed; `results` holds what it got done (the work units before, and a partial one)."""
+    """An attempt failed; `results` holds what it got done (the work units before, and a partial one).
 
-    def __init__(self, error: BaseException, results: list[WorkUnitResult]) -> None:
-        super().__init__(f"{type(error).__name__}: {error}")
+    `cleanup` is a second error met while keeping or dropping the failed work unit's output (its partial commit).
+    """
+
+    def __init__(self, error: BaseException, results: list[WorkUnitResult],
+                 cleanup: BaseException | None = None) -> None:
+        message = f"{type(error).__name__}: {error}"
+        if cleanup is not None:
+            message += f"; then handling the failed work unit's output failed: {type(cleanup).__name__}: {cleanup}"
+        super().__init__(message)
         self.results = results
-        self.detail = "".join(traceback.format_exception(error)[-3:]).strip()
+        self.detail = "\n".join(_last_frames(e) for e in (error, cleanup) if e is not None)
+
+
+def _last_frames(error: BaseException) -> str:
+    """Where an error was raised: the last lines of its traceback."""
+    return "".join(traceback.format_exception(error)[-3:]).strip()
 
 
 def executor_name() -> str:
@@ -54,9 +66,9 @@ def run_attempt(constructs: Constructs, run_id: str, mwu: MultiWorkUnit, attempt
     """One attempt over every work unit of the task; AttemptFailed carries the partial results when `last`."""
     results: list[WorkUnitResult] = []
     for unit in mwu.work_units:
-        state = WorkUnitState(unit, constructs.config, run_id, mwu.multi_work_unit_id, attempt)
         flow: WorkUnitFlow | None = None
         try:
+            state = WorkUnitState(unit, constructs.config, run_id, mwu.multi_work_unit_id, attempt)
             extractor = constructs.source.get_extractor(state)
             try:
                 flow = WorkUnitFlow(constructs, state, extractor)
@@ -64,14 +76,24 @@ def run_attempt(constructs: Constructs, run_id: str, mwu: MultiWorkUnit, attempt
             finally:
                 extractor.close()
         except Exception as e:
-            if flow is not None and last:
-                partial = flow.commit_partial()
-                if partial is not None:
-                    results.append(partial)
-            elif flow is not None:
-                flow.abort()
+            try:
+                partial = _end_failed(flow, last)
+            except Exception as cleanup:
+                raise AttemptFailed(e, results, cleanup) from cleanup
+            if partial is not None:
+                results.append(partial)
             raise AttemptFailed(e, results) from e
     return results
+
+
+def _end_failed(flow: WorkUnitFlow | None, last: bool) -> WorkUnitResult | None:
+    """After a work unit failed: the last attempt keeps what it fully wrote (partial commit), others drop it."""
+    if flow is None:
+        return None
+    if last:
+        return flow.commit_partial()
+    flow.abort()
+    return None
 
 
 def run_task(config: JobConfig, run_id: str, mwu: MultiWorkUnit, emit: Emit, sleep: Sleep = time.sleep) -> TaskOutcome:
@@ -86,16 +108,23 @@ def run_task(config: JobConfig, run_id: str, mwu: MultiWorkUnit, emit: Emit, sle
         try:
             results = run_attempt(constructs, run_id, mwu, attempt, last=attempt == attempts)
         except AttemptFailed as failure:
-            elapsed = int((time.perf_counter() - started) * 1000)
             emit([TaskFailed(**task, attempt=attempt, error=f"{failure}\n{failure.detail}"[:4000],
-                             results=tuple(failure.results), duration_ms=elapsed)])
+                             results=tuple(failure.results), duration_ms=_since(started))])
             if attempt == attempts:
                 return TaskOutcome(mwu.multi_work_unit_id, False, attempt, tuple(failure.results), str(failure))
             delay = float(config.task_retry_interval_s)
             emit([TaskRetried(**task, attempt=attempt, next_attempt=attempt + 1, delay_s=delay, reason=str(failure))])
             sleep(delay)
             continue
-        elapsed = int((time.perf_counter() - started) * 1000)
-        emit([TaskSucceeded(**task, attempt=attempt, results=tuple(results), duration_ms=elapsed)])
+        except BaseException as stopped:  # interrupted (KeyboardInterrupt, SystemExit): the attempt still ends
+            error = f"attempt stopped by {type(stopped).__name__}: {stopped}\n{_last_frames(stopped)}"
+            emit([TaskFailed(**task, attempt=attempt, error=error[:4000], results=(), duration_ms=_since(started))])
+            raise
+        emit([TaskSucceeded(**task, attempt=attempt, results=tuple(results), duration_ms=_since(started))])
         return TaskOutcome(mwu.multi_work_unit_id, True, attempt, tuple(results))
     raise AssertionError("unreachable: the last attempt returns")
+
+
+def _since(started: float) -> int:
+    """Milliseconds since a perf_counter reading."""
+    return int((time.perf_counter() - started) * 1000)

@@ -608,14 +608,106 @@ def test_branches_may_not_share_directories(tmp_path: Path) -> None:
     props = {**BASE, "fork.branches": "2", "writer.output.dir.0": "/same", "writer.output.dir.1": "/same",
              "writer.staging.dir.1": "/tmp/oncelog/output/fork_1"}
     found = one_problem(lambda: load_props(tmp_path, props))
-    assert ("'writer.output.dir.1' (branch 1) and 'writer.output.dir.0' (branch 0) are both '/same'; every "
-            "staging, output and final directory must be a different one") in found
+    assert ("'writer.output.dir.1' (branch 1) and 'writer.output.dir.0' (branch 0) are both '/same'; staging, "
+            "output and final folders must be separate: none equal to or inside another") in found
     props["writer.output.dir.1"] = "/tmp/oncelog/output/fork_1/"
     found = one_problem(lambda: load_props(tmp_path, props))
     assert "'writer.output.dir.1' (branch 1) and 'writer.staging.dir.1' (branch 1) are both" in found
     single = {**BASE, "data.publisher.final.dir": BASE["writer.output.dir"]}
     found = one_problem(lambda: load_props(tmp_path, single))
     assert "'data.publisher.final.dir' and 'writer.output.dir' are both '/tmp/oncelog/output'" in found
+
+
+def test_a_folder_inside_another_is_an_error_naming_both_keys_and_paths(tmp_path: Path) -> None:
+    nested = {**BASE, "data.publisher.final.dir": "/tmp/oncelog/staging/published"}
+    path = write(tmp_path, "nested.properties", properties_text(nested))
+    assert one_problem(lambda: load_job_config(path)) == (
+        f"{path}:7: 'data.publisher.final.dir' '/tmp/oncelog/staging/published' is inside 'writer.staging.dir' "
+        f"'/tmp/oncelog/staging'; staging, output and final folders must be separate: none equal to or inside another")
+    around = {**BASE, "writer.staging.dir": "/tmp/oncelog", "writer.output.dir": "/tmp/oncelog-output"}
+    assert load_props(tmp_path, around).writer_staging_dir == "/tmp/oncelog"  # a shared name prefix is no nesting
+
+
+def test_folders_compare_resolved_relative_and_through_symlinks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lake").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "lake")
+    relative = {**BASE, "writer.output.dir": "lake/../lake/out", "data.publisher.final.dir": "lake"}
+    found = one_problem(lambda: load_props(tmp_path, relative))
+    assert (f"'writer.output.dir' 'lake/../lake/out' ({tmp_path / 'lake' / 'out'}) is inside "
+            f"'data.publisher.final.dir' 'lake' ({tmp_path / 'lake'})") in found
+    linked = {**BASE, "writer.output.dir": str(tmp_path / "link"), "data.publisher.final.dir": str(tmp_path / "lake")}
+    assert (f"'data.publisher.final.dir' {str(tmp_path / 'lake')!r} and 'writer.output.dir' "
+            f"{str(tmp_path / 'link')!r} are one folder, {tmp_path / 'lake'}") in one_problem(
+        lambda: load_props(tmp_path, linked))
+
+
+def test_branch_folders_nested_in_another_branch_are_an_error(tmp_path: Path) -> None:
+    props = {**BASE, "fork.branches": "2", "data.publisher.final.dir.1": "/data/final/fork_0/more"}
+    found = one_problem(lambda: load_props(tmp_path, props))
+    assert ("'data.publisher.final.dir.1' (branch 1) '/data/final/fork_0/more' is inside 'data.publisher.final.dir' "
+            "(branch 0) '/data/final/fork_0'") in found
+    assert len(load_props(tmp_path, {**BASE, "fork.branches": "3"}).branches) == 3  # shared roots: own sub-folders
+
+
+# --- folders oncelog cannot write ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["writer.staging.dir", "writer.output.dir", "data.publisher.final.dir",
+                                 "qualitychecker.row.err.file"])
+@pytest.mark.parametrize("value", ["s3a://bucket/x", "hdfs://namenode:8020/x", "gs://b/x", "HDFS:/x"])
+def test_a_folder_with_a_remote_scheme_is_an_error_naming_key_value_and_file(tmp_path: Path, key: str,
+                                                                             value: str) -> None:
+    path = write(tmp_path, "remote.properties", properties_text({**BASE, key: value}))
+    found = one_problem(lambda: load_job_config(path))
+    scheme = value.partition(":")[0].lower()
+    assert found.startswith(f"{path}:") and f"{key!r}: {value!r}: scheme {scheme!r} is not supported" in found
+    assert "use a local path, bare (/data/x, data/x) or as a file: URI (file:///data/x)" in found
+
+
+def test_a_branch_folder_and_the_directory_source_folder_take_no_remote_scheme(tmp_path: Path) -> None:
+    props = {**BASE, "fork.branches": "2", "data.publisher.final.dir.1": "s3a://bucket/x",
+             "source.class": "spark_pipeline.sources.directory.DirectorySource",
+             "source.filebased.data.directory": "hdfs:///in"}
+    found = problems(lambda: load_props(tmp_path, props))
+    assert len(found) == 2, found
+    assert any("'data.publisher.final.dir.1': 's3a://bucket/x': scheme 's3a' is not supported" in p for p in found)
+    assert any("'source.filebased.data.directory': 'hdfs:///in': scheme 'hdfs' is not supported" in p for p in found)
+
+
+def test_file_uris_are_local_folders(tmp_path: Path) -> None:
+    props = {**BASE, "writer.staging.dir": "file:///tmp/oncelog/staging", "writer.output.dir": "file:/tmp/o%20x",
+             "data.publisher.final.dir": "file://localhost/data/final", "fork.branches": "2",
+             "writer.staging.dir.1": "file:///tmp/oncelog/staging-1",
+             "source.class": "spark_pipeline.sources.directory.DirectorySource",
+             "source.filebased.data.directory": "file:///in"}
+    config = load_props(tmp_path, props)
+    zero, one = config.branches
+    assert zero.writer_staging_dir == "/tmp/oncelog/staging/fork_0"
+    assert one.writer_staging_dir == "/tmp/oncelog/staging-1"
+    assert zero.writer_output_dir == "/tmp/o x/fork_0" and zero.publisher_final_dir == "/data/final/fork_0"
+    assert config.properties["source.filebased.data.directory"] == "/in"
+    for bad, reason in (("file://host/x", "naming host 'host' is not a local folder"),
+                        ("file:x", "a file: URI needs an absolute path")):
+        assert reason in one_problem(lambda: load_props(tmp_path, {**BASE, "writer.output.dir": bad}))
+
+
+def test_job_config_from_properties_refuses_a_remote_folder() -> None:
+    with pytest.raises(JobConfigError, match="'data.publisher.final.dir': 's3a://b/x': scheme 's3a'"):
+        JobConfig.from_properties({**BASE, "data.publisher.final.dir": "s3a://b/x"})
+
+
+# --- Spark settings oncelog needs ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["true", "TRUE", " yes "])
+def test_spark_speculation_on_is_an_error_naming_the_key(tmp_path: Path, value: str) -> None:
+    path = write(tmp_path, "spec.properties", properties_text({**BASE, "spark.speculation": value}))
+    assert one_problem(lambda: load_job_config(path)).startswith(
+        f"{path}:8: 'spark.speculation' must be false (got {value.strip()!r}): two attempts of one task write the "
+        f"same file names")
+    assert load_props(tmp_path, {**BASE, "spark.speculation": "False"}).spark_conf["spark.speculation"] == "False"
 
 
 def test_bad_branch_values_name_the_suffixed_key(tmp_path: Path) -> None:
@@ -786,10 +878,16 @@ def test_a_schedule_is_exposed_parsed(tmp_path: Path) -> None:
 # --- directories ---------------------------------------------------------------------------------------------------
 
 
+def own_folders(name: str) -> dict[str, str]:
+    """A job with folders of its own."""
+    return {**BASE, "job.name": name, "writer.staging.dir": f"/tmp/oncelog/{name}/staging",
+            "writer.output.dir": f"/tmp/oncelog/{name}/output", "data.publisher.final.dir": f"/data/{name}"}
+
+
 def test_load_job_dir_loads_every_job_file_in_order(tmp_path: Path) -> None:
-    write(tmp_path, "b.pull", properties_text({**BASE, "job.name": "B"}))
-    write(tmp_path, "a.yaml", yaml.safe_dump({**BASE, "job.name": "A"}))
-    write(tmp_path, "sub/c.job", properties_text({**BASE, "job.name": "C"}))
+    write(tmp_path, "b.pull", properties_text(own_folders("B")))
+    write(tmp_path, "a.yaml", yaml.safe_dump(own_folders("A")))
+    write(tmp_path, "sub/c.job", properties_text(own_folders("C")))
     write(tmp_path, ".hidden/d.pull", "garbage")
     write(tmp_path, "README.md", "not a job")
     assert [c.job_name for c in load_job_dir(tmp_path)] == ["A", "B", "C"]
@@ -805,6 +903,21 @@ def test_load_job_dir_lists_the_problems_of_every_bad_file(tmp_path: Path) -> No
     assert any(p.startswith(f"{bad2}:") and "'task.maxretries'" in p for p in found), found
     assert f"{twin}: 'job.name' 'PullOrders' is already the name of the job in {good}" in found
     assert len(found) == 3
+
+
+def test_load_job_dir_refuses_two_jobs_sharing_or_nesting_folders_naming_both_files(tmp_path: Path) -> None:
+    first = write(tmp_path, "a.pull", properties_text(own_folders("A")))
+    shared = {"writer.output.dir": "/tmp/oncelog/A/output", "data.publisher.final.dir": "/data/A/B"}
+    second = write(tmp_path, "b.yaml", yaml.safe_dump({**own_folders("B"), **shared, "job.disabled": "true"}))
+    found = problems(lambda: load_job_dir(tmp_path))
+    assert found == [
+        f"{second}: 'data.publisher.final.dir' of job 'B' (/data/A/B) is inside 'data.publisher.final.dir' of job 'A' "
+        f"(/data/A): two jobs must not share folders (one job's cleanup of stale runs would delete the other's files) "
+        f"(job 'A' is defined in {first})",
+        f"{second}: 'writer.output.dir' of job 'A' and 'writer.output.dir' of job 'B' are both /tmp/oncelog/A/output: "
+        f"two jobs must not share folders (one job's cleanup of stale runs would delete the other's files) "
+        f"(job 'A' is defined in {first})",
+    ]
 
 
 def test_load_job_dir_needs_a_directory(tmp_path: Path) -> None:

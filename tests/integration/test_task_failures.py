@@ -1,0 +1,136 @@
+"""A task's attempts end recorded whatever fails: the partial commit of a last attempt, an interruption; and Spark
+never runs a second, speculative attempt of a task beside the first (both would write the same file names)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from events.job import WorkUnitSpec
+from events.log import open_log
+from events.model import Event
+from events.task import TaskFailed, TaskRetried, TaskStarted, TaskSucceeded
+from spark_pipeline.config import JobConfig
+from spark_pipeline.constructs import Extractor, MultiWorkUnit, Record, WorkUnitState
+from spark_pipeline.sources.synthetic import SyntheticExtractor, SyntheticSource
+from spark_pipeline.task_runner import run_task
+from spark_pipeline.writers import path_segment
+from tests.fault.pipeline_checks import write_job
+
+ROOT = Path(__file__).parents[2]
+RUN_ID = "20261121T120000123Z-abcdef"
+URN, PARTITION = "ds.0", "ds.0:0"
+FAIL_AFTER = 4  # the synthetic source fails at this offset, in every attempt
+
+
+class InterruptedExtractor(SyntheticExtractor):
+    """Reads a few records, then is interrupted as a Ctrl-C would interrupt it."""
+
+    def read_record(self) -> Record | None:
+        if self.next_watermark == FAIL_AFTER:
+            raise KeyboardInterrupt
+        return super().read_record()
+
+
+class InterruptedSource(SyntheticSource):
+    """The synthetic source, interrupted while it extracts."""
+
+    def get_extractor(self, state: WorkUnitState) -> Extractor:
+        return InterruptedExtractor(state, self.settings())
+
+
+class Recorder:
+    """The `emit` of a task: keeps every event, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def __call__(self, events: Sequence[Event]) -> None:
+        self.events.extend(events)
+
+    def kinds(self) -> list[tuple[str, int]]:
+        return [(type(e).__name__, getattr(e, "attempt")) for e in self.events]
+
+
+def config_of(tmp_path: Path, **extra: str) -> JobConfig:
+    """A synthetic job with the default writer and publisher, whose every attempt fails after FAIL_AFTER records."""
+    return JobConfig.from_properties({
+        "job.name": "failing", "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",
+        "source.synthetic.datasets": "1", "source.synthetic.partitions": "1",
+        "source.synthetic.fail.attempts": "9", "source.synthetic.fail.after.records": str(FAIL_AFTER),
+        "dataset.urn": "ds", "task.maxretries": "1", "task.retry.intervalinsec": "0", "job.commit.policy": "partial",
+        "writer.staging.dir": str(tmp_path / "staging"), "writer.output.dir": str(tmp_path / "task-output"),
+        "data.publisher.final.dir": str(tmp_path / "published"), **extra})
+
+
+def one_task() -> MultiWorkUnit:
+    unit = WorkUnitSpec(work_unit_id=f"{PARTITION}@0", dataset_urn=URN, partition=PARTITION, low_watermark=0,
+                        expected_high_watermark=10, estimated_records=10, properties={"synthetic.partition": "0"})
+    return MultiWorkUnit("task-00000", (unit,))
+
+
+def partial_file(tmp_path: Path) -> Path:
+    """Where the last attempt's partial commit moves the records it fully wrote (offsets 0 to FAIL_AFTER)."""
+    return (tmp_path / "task-output" / RUN_ID / path_segment(URN)
+            / f"{path_segment(PARTITION)}_0-{FAIL_AFTER}.avro")
+
+
+def test_the_last_attempt_commits_what_it_fully_wrote(tmp_path: Path) -> None:
+    emit = Recorder()
+    outcome = run_task(config_of(tmp_path), RUN_ID, one_task(), emit, sleep=lambda _: None)
+    assert emit.kinds() == [("TaskStarted", 1), ("TaskFailed", 1), ("TaskRetried", 1), ("TaskStarted", 2),
+                            ("TaskFailed", 2)]
+    assert not outcome.succeeded and outcome.attempts == 2
+    (partial,) = outcome.results
+    assert partial.actual_high_watermark == FAIL_AFTER and partial.records_written == FAIL_AFTER
+    assert [f.path for f in partial.output_files] == [str(partial_file(tmp_path))]
+
+
+def test_a_failing_partial_commit_still_ends_the_attempt_with_task_failed(tmp_path: Path) -> None:
+    blocker = partial_file(tmp_path)
+    blocker.mkdir(parents=True)  # a directory where the partial file must go: moving it there raises an OSError
+    emit = Recorder()
+    outcome = run_task(config_of(tmp_path), RUN_ID, one_task(), emit, sleep=lambda _: None)
+    assert emit.kinds() == [("TaskStarted", 1), ("TaskFailed", 1), ("TaskRetried", 1), ("TaskStarted", 2),
+                            ("TaskFailed", 2)]
+    last = emit.events[-1]
+    assert isinstance(last, TaskFailed) and last.results == ()
+    assert f"injected failure at offset {FAIL_AFTER}" in last.error
+    assert "then handling the failed work unit's output failed: IsADirectoryError" in last.error
+    assert str(blocker) in last.error
+    assert not outcome.succeeded and outcome.results == () and "IsADirectoryError" in str(outcome.error)
+    assert blocker.is_dir() and not any(blocker.iterdir())  # nothing half-published in its place
+
+
+def test_an_interrupted_attempt_is_recorded_as_failed_before_the_interruption_goes_on(tmp_path: Path) -> None:
+    emit = Recorder()
+    config = config_of(tmp_path, **{"source.class": f"{__name__}.InterruptedSource"})
+    with pytest.raises(KeyboardInterrupt):
+        run_task(config, RUN_ID, one_task(), emit, sleep=lambda _: None)
+    assert emit.kinds() == [("TaskStarted", 1), ("TaskFailed", 1)]
+    last = emit.events[-1]
+    assert isinstance(last, TaskFailed) and last.error.startswith("attempt stopped by KeyboardInterrupt")
+
+
+@pytest.mark.spark
+def test_spark_submit_with_speculation_on_is_refused_before_any_task(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    job = write_job(tmp_path, url)
+    submit = Path(sys.executable).parent / "spark-submit"
+    result = subprocess.run([str(submit), "--master", "local[1]", "--conf", "spark.speculation=true",
+                             str(ROOT / "oncelog.py"), "run", str(job), "--json"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+                            env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    said = " ".join((result.stdout + result.stderr).split())  # spark-submit passes the driver's stderr to stdout
+    assert result.returncode == 2, said[-3000:]
+    assert ("error: 'spark.speculation' is 'true' set by spark-submit (--conf or spark-defaults.conf): oncelog needs "
+            "it false") in said
+    with open_log(url) as log:
+        events = [i.event for i in log.read()]
+    assert not any(isinstance(e, TaskStarted | TaskSucceeded | TaskRetried) for e in events)
+    assert not (tmp_path / "published").exists()

@@ -72,7 +72,7 @@ def reduce_job(view: JobView | None, event: RunEvent, run_before: RunView | None
         case JobLockReleased() if view.lock_run_id == event.run_id:
             return evolve(view, lock_holder=None, lock_run_id=None)
         case JobRunStarted() if run_before is None or run_before.started_at is None:
-            return evolve(view, last_run_id=event.run_id)
+            return evolve(view, last_run_id=event.run_id, properties=event.properties)
         case JobRunCommitted() if first_time:
             return evolve(view, last_committed_run_id=event.run_id, failed_streak=())
         case JobRunFailed() if first_time and event.run_id not in view.failed_streak:

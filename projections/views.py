@@ -69,6 +69,8 @@ class JobView:
     lock_run_id: str | None = None
     recent_runs: tuple[str, ...] = ()
     """The runs whose tasks and work units the state keeps in detail, oldest first."""
+    properties: dict[str, str] = field(default_factory=dict)
+    """The properties its latest run started with (its folders among them: other jobs must not share them)."""
 
     @property
     def consecutive_failures(self) -> int:

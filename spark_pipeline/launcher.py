@@ -19,7 +19,7 @@ from types import FrameType
 
 from pyspark.sql import SparkSession
 
-from events.errors import FencedError, OncelogError
+from events.errors import ConfigError, FencedError, OncelogError
 from events.job import (
     DatasetSkipped,
     JobLockAcquired,
@@ -34,6 +34,7 @@ from events.job import (
 from events.log import EventLog, open_log
 from events.model import RunFields
 from events.sqlite_store import SqliteLog
+from projections.state import State
 from projections.views import RunStatus, SequenceView
 from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
 from spark_pipeline.commit.sequence import CommitResult, Outcome
@@ -44,7 +45,7 @@ from spark_pipeline.config import JobCommitPolicy, JobConfig
 from spark_pipeline.constructs import DataPublisher, DatasetOutput, MultiWorkUnit, SourceState
 from spark_pipeline.filesystem import LOCAL, FileSystem
 from spark_pipeline.job_lock import FileJobLock
-from spark_pipeline.paths import absolute_config, run_dirs, stale_run_dirs
+from spark_pipeline.paths import JobRoots, absolute_config, overlaps, run_dirs, stale_run_dirs
 from spark_pipeline.planning import plan_work_units
 from spark_pipeline.task_engine import SparkTaskEngine, TaskEngine
 from spark_pipeline.task_flow import make_construct
@@ -136,6 +137,7 @@ class JobLauncher:
 
     def _run(self, session: CommitSession, holder: str) -> RunResult:
         config, run = self.config, self.run_fields
+        check_own_folders(config, session.state)
         emit = session.sink.emit
         emit([JobLockAcquired(**run, holder=holder),
               JobRunStarted(**run, job_group=config.job_group, properties=public_properties(config))])
@@ -282,6 +284,15 @@ def commit_settings(config: JobConfig) -> CommitSettings:
     dirs = run_dirs(config, "")
     return CommitSettings(PublishRoots.of([d.output for d in dirs], [d.final for d in dirs]),
                           config.commit_sequence_max_attempts, config.commit_parallelism)
+
+
+def check_own_folders(config: JobConfig, state: State) -> None:
+    """Refuse to run a job whose folders overlap those another job recorded in the log (a ConfigError naming both)."""
+    mine = JobRoots.of(config)
+    problems = [message for job, view in sorted(state.jobs.items()) if job != config.job_name and view.properties
+                for message in overlaps(mine, JobRoots.from_properties(job, view.properties))]
+    if problems:
+        raise ConfigError("; ".join(problems) + "; nothing was run")
 
 
 def runs_holding_output(session: CommitSession, job: str) -> set[str]:

@@ -19,8 +19,9 @@ from typer.testing import CliRunner
 
 from events.job import JobRunCancelled
 from events.log import open_log
-from events.task import TaskRetried
+from events.task import TaskEvent, TaskRetried, TaskStarted
 from oncelog import app
+from projections.projector import Projector
 from projections.views import RunStatus
 from spark_pipeline.config_validation import load_job_config
 from spark_pipeline.constructs import Converter, Record, RowLevelPolicy, Schema, WorkUnitState
@@ -114,20 +115,42 @@ def test_commit_policies_when_a_dataset_keeps_failing(policy: str, published: se
     assert_exactly_once(url, tmp_path)  # the failed ranges are pulled again, from the committed watermarks
 
 
-def test_sigterm_cancels_a_run_and_publishes_nothing(tmp_path: Path, spark: SparkSession) -> None:
+def wait_for_task_started(url: str, timeout: float = 120) -> None:
+    """Return once a task of the run recorded its start in the log (the tasks are then running on Spark)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if Path(url.removeprefix("sqlite:///")).exists():
+            with open_log(url) as log:
+                if any(isinstance(i.event, TaskStarted) for i in log.read()):
+                    return
+        time.sleep(0.5)
+    raise AssertionError("no task started")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_cancels_a_run_records_it_last_and_publishes_nothing(signum: int, tmp_path: Path,
+                                                                      spark: SparkSession) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
     job = write_job(tmp_path, url, **{"source.synthetic.records.per.second": 20})
-    process = subprocess.Popen([sys.executable, "-m", "oncelog", "run", str(job)], cwd=ROOT,
+    process = subprocess.Popen([sys.executable, "-m", "oncelog", "run", str(job), "--json"], cwd=ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(12)  # the tasks take 10 s: the signal comes while they run
-    process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=120)
+    wait_for_task_started(url)
+    time.sleep(1)
+    process.send_signal(signum)
+    out, err = process.communicate(timeout=120)
     assert process.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
+    assert json.loads(out)["status"] == "CANCELLED"
     with open_log(url) as log:
-        assert any(isinstance(i.event, JobRunCancelled) for i in log.read())
+        events = [i.event for i in log.read()]
+        state, _ = Projector(log).rebuild(use_snapshot=False)
+    cancelled = next(n for n, e in enumerate(events) if isinstance(e, JobRunCancelled))
+    assert not [e for e in events[cancelled:] if isinstance(e, TaskEvent)], "a task event after the cancellation"
+    assert [r.status for r in state.runs.values()] == [RunStatus.CANCELLED]
     assert published_records(tmp_path / "published") == {}
-    assert run(job, spark) is RunStatus.COMMITTED
-    assert set(assert_exactly_once(url, tmp_path).values()) == {200}
+    if signum == signal.SIGTERM:
+        assert run(job, spark) is RunStatus.COMMITTED
+        assert set(assert_exactly_once(url, tmp_path).values()) == {200}
 
 
 def test_an_invalid_job_file_runs_nothing(tmp_path: Path) -> None:

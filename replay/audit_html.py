@@ -90,6 +90,7 @@ def render_html(timeline: AuditTimeline) -> str:
                                                   "expected_high_watermark", "actual_high_watermark", "status"])),
         ("Task attempts", _table(doc["attempts"], ["task_id", "attempt", "status", "started_at", "ended_at",
                                                    "executor", "error", "retry_delay_s"])),
+        ("Skipped datasets (history not settled)", _table(doc["skipped"], ["dataset_urn", "reason"])),
         ("Commit sequences", _table(doc["sequences"], ["dataset_urn", "status", "planned_at", "ended_at", "error"])),
         ("Commit steps", _table(doc["commit_steps"], ["dataset_urn", "index", "kind", "detail", "outcome",
                                                       "applied_at", "duration_ms", "failures"])),

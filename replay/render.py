@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.table import Table
 
+from events.job import DatasetSkipped
 from projections.projector import FoldReport
 from projections.state import State
 from projections.views import DatasetView, RunView, SequenceView
@@ -42,7 +43,7 @@ def run_json(view: RunView) -> dict[str, Any]:
         "job": view.job, "run_id": view.run_id, "status": view.status.name, "started_at": when(view.started_at),
         "ended_at": when(view.ended_at), "work_units": view.work_units, "records_written": view.records_written,
         "error": view.error, "datasets_committed": list(view.datasets_committed),
-        "datasets_abandoned": list(view.datasets_abandoned),
+        "datasets_abandoned": list(view.datasets_abandoned), "datasets_skipped": list(view.datasets_skipped),
     }
 
 
@@ -121,6 +122,8 @@ def audit_json(timeline: AuditTimeline) -> dict[str, Any]:
                           "failures": list(s.failures)} for s in timeline.steps],
         "watermarks": [{"dataset_urn": m.dataset_urn, "partition": m.partition, "from": m.low, "to": m.value,
                         "at": when(m.at)} for m in timeline.watermarks],
+        "skipped": [{"dataset_urn": e.dataset_urn, "reason": e.reason} for e in
+                    (logged.event for logged in timeline.events) if isinstance(e, DatasetSkipped)],
         "events": len(timeline.events),
     }
 
@@ -132,6 +135,8 @@ def audit_tables(document: dict[str, Any]) -> RenderableType:
               f"{run['started_at'] or '?'} → {run['ended_at'] or '…'}  ({document['events']} events)")
     if run["error"]:
         header += f"\n[red]{run['error']}[/]"
+    for skipped in document["skipped"]:
+        header += f"\n[yellow]skipped {skipped['dataset_urn']}[/]: {skipped['reason']}"
     units = _table("Work units", ["work unit", "dataset", "partition", "low", "expected high", "actual high",
                                   "status"], [[w["work_unit_id"], w["dataset_urn"], w["partition"], w["low_watermark"],
                                                w["expected_high_watermark"], w["actual_high_watermark"], w["status"]]

@@ -45,7 +45,7 @@ from spark_pipeline.config import JobCommitPolicy, JobConfig
 from spark_pipeline.constructs import DataPublisher, DatasetOutput, MultiWorkUnit, SourceState
 from spark_pipeline.filesystem import LOCAL, FileSystem
 from spark_pipeline.job_lock import FileJobLock
-from spark_pipeline.paths import JobRoots, absolute_config, overlaps, run_dirs, stale_run_dirs
+from spark_pipeline.paths import JobRoots, absolute_config, overlaps, run_dirs
 from spark_pipeline.planning import plan_work_units
 from spark_pipeline.task_engine import SparkTaskEngine, TaskEngine
 from spark_pipeline.task_flow import make_construct
@@ -251,9 +251,11 @@ class JobLauncher:
         runs = {r.run_id for r in session.state.runs_of(job)
                 if r.run_id != self.run_id and (r.status.finished or self.config.job_lock_enabled)}
         doomed = runs - runs_holding_output(session, job)
-        for stale in stale_run_dirs(self.config, keep={self.run_id}):
-            if stale.name in doomed:
-                self.fs.remove_tree(str(stale))
+        for dirs in run_dirs(self.config, ""):
+            for root in (dirs.staging, dirs.output):
+                for name in self.fs.list_folders(str(root)):
+                    if name in doomed:
+                        self.fs.remove_tree(str(root / name))
 
     def _check_cancelled(self) -> None:
         if self.cancel.is_set():

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -38,14 +38,6 @@ def run_dirs(config: JobConfig, run_id: str) -> list[RunDirs]:
             found.append(RunDirs(Path(branch.writer_staging_dir) / run_id, Path(branch.writer_output_dir) / run_id,
                                  Path(branch.publisher_final_dir)))
     return found
-
-
-def stale_run_dirs(config: JobConfig, keep: set[str]) -> Iterator[Path]:
-    """Run folders in staging and task output that belong to no run in `keep` (crashed runs leave them)."""
-    for dirs in run_dirs(config, ""):
-        for root in (dirs.staging, dirs.output):
-            if root.is_dir():
-                yield from (p for p in root.iterdir() if p.is_dir() and RUN_ID.match(p.name) and p.name not in keep)
 
 
 def absolute_config(config: JobConfig) -> JobConfig:

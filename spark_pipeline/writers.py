@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 from pathlib import Path
 from typing import IO, Any, Literal, cast
 from urllib.parse import quote
@@ -19,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from events.task import OutputFile
 from spark_pipeline.constructs import DataWriter, DataWriterBuilder, Record, WriterDestination
+from spark_pipeline.filesystem import LOCAL
 
 
 class AvroWriterSettings(BaseModel):
@@ -94,8 +94,9 @@ class AvroDataWriter(DataWriter):
         self._file.close()
         self.bytes_written = self._file.size
         target = Path(self.destination.output_dir) / output_file_name(self.destination, actual_high_watermark)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(self.staging_path, target)
+        # Durable before the task records the file: a rename lost to a power cut would leave a recorded file missing.
+        LOCAL.rename(str(self.staging_path), str(target))
+        LOCAL.sync_folders({str(target.parent)})
         return [OutputFile(path=str(target), size=self._file.size, checksum=self._file.digest.hexdigest(),
                            records=self.records_written, branch=self.destination.branch.index)]
 
@@ -114,7 +115,3 @@ class AvroDataWriterBuilder(DataWriterBuilder):
     def build(self, destination: WriterDestination) -> DataWriter:
         return AvroDataWriter(destination, self.settings(destination.branch.index))
 
-
-def remove_tree(path: Path) -> None:
-    """Delete a folder and what it holds, if it exists (task output and staging of a finished run)."""
-    shutil.rmtree(path, ignore_errors=True)

@@ -22,6 +22,9 @@ from events.job import DatasetSkipped, WorkUnitsPlanned
 from events.log import EventLog, open_log
 from projections.projector import Projector
 from projections.views import RunStatus
+from replay.audit import audit
+from replay.audit_html import render_html
+from replay.render import audit_json
 from replay.verify import verify
 from spark_pipeline.commit.session import IncompleteHistoryError, open_session
 from spark_pipeline.commit.settings import CommitSettings
@@ -78,6 +81,10 @@ def test_a_dataset_still_pending_after_recovery_is_skipped_not_extracted_again(t
     assert any(isinstance(e, DatasetSkipped) and e.dataset_urn == "ds.0" for e in events)
     planned = next(e for e in events if isinstance(e, WorkUnitsPlanned))
     assert {w.dataset_urn for w in planned.work_units} == {"ds.1"}
+    document = audit_json(audit(sqlite, second.run_id))
+    assert document["run"]["datasets_skipped"] == ["ds.0"]
+    assert [s["dataset_urn"] for s in document["skipped"]] == ["ds.0"] and "ds.0" in render_html(audit(sqlite,
+                                                                                                   second.run_id))
 
     blocker.rmdir()  # the operator fixes the disk: the next run finishes the old sequence, then pulls on
     third = run(config, sqlite)

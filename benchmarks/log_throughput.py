@@ -118,7 +118,7 @@ def bench_codec(events: list[Event], records: list[Record], repeats: int) -> dic
 
     def decode(_: None) -> None:
         for r in records:
-            codec.decode(r.value or b"", "bench", r.partition, 0)
+            codec.decode(r.value or b"", "bench", r.partition, 0, r.key)
 
     return {"codec_encode": measure(encode, repeats), "codec_decode": measure(decode, repeats)}
 

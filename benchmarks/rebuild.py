@@ -109,7 +109,7 @@ def raw_consume_decode(bootstrap: str, topic: str) -> int:
                 if error is None:
                     if value is None:
                         raise RuntimeError("raw consumer: a tombstone (the history has none)")
-                    decode(value, topic, m.partition() or 0, m.offset() or 0)
+                    decode(value, topic, m.partition() or 0, m.offset() or 0, m.key())
                     seen += 1
                 elif error.code() == KafkaError._PARTITION_EOF:
                     active.discard(m.partition())

@@ -1,11 +1,15 @@
 """The codec: events to and from the bytes stored in the log (Avro via fastavro, parsed schemas cached).
 
-A value is a small frame followed by the Avro body:
+A value is a small frame, the Avro body, and a checksum:
 
-    0x0B | len(type) : u8 | type : ascii | schema version : u16 big-endian | Avro(Envelope{..., payload})
+    0x0C | len(type) : u8 | type : ascii | schema version : u16 BE | Avro(Envelope{..., payload}) | crc32 : u32 LE
 
 The frame names the writer's schema, so a reader resolves any older version against the version it knows
 (Avro schema resolution: a field added with a default is filled in). Keys are the transition's key in UTF-8.
+The crc32 (zlib's) covers the record's key bytes and every byte of the value before it: one changed byte anywhere
+in the key or the value is a `CorruptEventError` on read, in every store. Records written before the checksum
+existed carry the older frame, `0x0B | len(type) | type | version | Avro(...)` with nothing after the body, and
+stay readable, unchecked (only their event id, the uuid5 of the key, still exposes a changed key).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import io
 import json
 import types
 import typing
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -25,11 +30,17 @@ from fastavro.types import Schema
 from pydantic import BaseModel, ValidationError
 
 from events.avro_schema import NAMESPACE, SCHEMA_DIR, envelope_schema, schema_path
-from events.errors import EventDecodeError, UnknownEventTypeError
+from events.errors import CorruptEventError, EventDecodeError, UnknownEventTypeError
 from events.keys import event_id_bytes, partition_for
 from events.model import Event
 
-FRAME_MAGIC = 0x0B
+FRAME_MAGIC = 0x0C
+"""The frame every record is written in: it carries a checksum."""
+UNCHECKED_FRAME_MAGIC = 0x0B
+"""The frame of records written before the checksum: still read, not checked."""
+CHECKSUM_SIZE = 4
+CRC_RESIDUE = 0x2144DF1C
+"""zlib.crc32 of any data followed by its own crc32 in little-endian order: one call checks a record."""
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 MICROSECOND = timedelta(microseconds=1)
 MILLISECOND = timedelta(milliseconds=1)
@@ -209,7 +220,8 @@ class EventCodec:
         return Record(partition_for(event.aggregate, partitions), key, value, emitted_at_us // 1000)
 
     def _encode(self, event: Event, key: bytes, emitted_at_us: int) -> bytes:
-        """Frame + Avro envelope: the event's fields, its id (from its key) and its time in µs since the epoch."""
+        """Frame + Avro envelope: the event's fields, its id (from its key) and its time in µs since the epoch;
+        then the checksum of the key and all of that."""
         writer = self._writers.get(type(event))
         if writer is None:
             writer = self._prepare(type(event))
@@ -220,18 +232,33 @@ class EventCodec:
         out = io.BytesIO(writer.frame)
         out.seek(len(writer.frame))
         fastavro.schemaless_writer(out, writer.schema, envelope)
-        return out.getvalue()
+        value = out.getvalue()
+        return value + zlib.crc32(value, zlib.crc32(key)).to_bytes(CHECKSUM_SIZE, "little")
 
-    def decode(self, value: bytes, topic: str, partition: int, offset: int) -> Event:
-        """The event held by a record's value; EventDecodeError names topic, partition and offset."""
-        schemas, body = self._open(value, topic, partition, offset)
+    def decode(self, value: bytes, topic: str, partition: int, offset: int, key: bytes | None) -> Event:
+        """The event held by a record (its value, and its key the checksum covers; None: a record without one).
+
+        EventDecodeError names topic, partition and offset; CorruptEventError when the checksum does not match.
+        """
+        key = key or b""
+        schemas, body, checked = self._open(value, topic, partition, offset, key)
         try:
             envelope: Any = fastavro.schemaless_reader(body, schemas.writer, schemas.reader)
-            del envelope["event_id"]
+            event_id = envelope.pop("event_id")
+            if not checked and body.tell() != len(value):
+                raise ValueError(f"{len(value) - body.tell()} bytes after the body")
             # Exact to the microsecond while timestamps stay below 2**53 µs (the year 2255).
             envelope["emitted_at"] = datetime.fromtimestamp(envelope.pop("emitted_at_us") / 1e6, timezone.utc)
         except Exception as e:  # fastavro raises whatever the corrupt bytes provoke (EOFError, ValueError, ...)
             raise EventDecodeError(topic, partition, offset, f"Avro body of {schemas.label} is corrupt: {e!r}") from e
+        if not checked and event_id != event_id_bytes(key):
+            raise EventDecodeError(
+                topic,
+                partition,
+                offset,
+                f"the event id of this {schemas.label} record (unchecked 0x0B frame) is not the one of its key "
+                f"{key.decode('utf-8', 'replace')!r}: its key or value was changed after it was written",
+            )
         if envelope["dataset_urn"] is None:
             del envelope["dataset_urn"]
         try:
@@ -239,17 +266,29 @@ class EventCodec:
         except ValidationError as e:
             raise EventDecodeError(topic, partition, offset, f"{schemas.label} is invalid: {e}") from e
 
-    def _open(self, value: bytes, topic: str, partition: int, offset: int) -> tuple[_TypeSchemas, io.BytesIO]:
-        """The schemas a record's frame names (looked up by the frame's bytes), and the Avro body after it."""
+    def _open(
+        self, value: bytes, topic: str, partition: int, offset: int, key: bytes
+    ) -> tuple[_TypeSchemas, io.BytesIO, bool]:
+        """The schemas a record's frame names (looked up by the frame's bytes), the Avro body after it, and
+        whether the record carries a checksum (checked here).
+
+        The checksum is checked before anything the frame says is believed: a damaged type name or version
+        is reported as damage, not as an event type to upgrade for.
+        """
         try:
-            if len(value) < 4 or value[0] != FRAME_MAGIC:
+            if len(value) < 4 or value[0] not in (FRAME_MAGIC, UNCHECKED_FRAME_MAGIC):
                 raise ValueError("not an oncelog frame (bad magic byte or too short)")
-            body_start = 4 + value[1]
-            frame = value[:body_start]
+            checked = value[0] == FRAME_MAGIC
+            if checked and zlib.crc32(value, zlib.crc32(key)) != CRC_RESIDUE:
+                stored = int.from_bytes(value[-CHECKSUM_SIZE:], "little")
+                computed = zlib.crc32(value[:-CHECKSUM_SIZE], zlib.crc32(key))
+                raise CorruptEventError(topic, partition, offset, key, stored, computed)
+            frame_end = 4 + value[1]
+            frame = value[:frame_end]
             schemas = self._frames.get(frame)
             if schemas is None:
-                type_name = value[2 : body_start - 2].decode("ascii")
-                version = int.from_bytes(value[body_start - 2 : body_start], "big")
+                type_name = value[2 : frame_end - 2].decode("ascii")
+                version = int.from_bytes(value[frame_end - 2 : frame_end], "big")
         except (ValueError, UnicodeDecodeError) as e:
             raise EventDecodeError(topic, partition, offset, f"malformed frame: {e}") from e
         if schemas is None:
@@ -259,8 +298,8 @@ class EventCodec:
                 raise UnknownEventTypeError(topic, partition, offset, str(e.args[0])) from e
             self._frames[frame] = schemas
         body = io.BytesIO(value)
-        body.seek(body_start)
-        return schemas, body
+        body.seek(frame_end)
+        return schemas, body, checked
 
     def _prepare(self, cls: type[Event]) -> _Writer:
         name = cls.event_type().encode("ascii")

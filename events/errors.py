@@ -46,5 +46,42 @@ class UnknownEventTypeError(EventDecodeError):
     """The record names an event type (or schema version) this version of oncelog does not know."""
 
 
+class CorruptEventError(EventDecodeError):
+    """A record's bytes (key or value) differ from what was written: its checksum does not match."""
+
+    def __init__(self, topic: str, partition: int, offset: int, key: bytes, stored: int, computed: int) -> None:
+        self.key = key
+        self.stored = stored
+        self.computed = computed
+        super().__init__(
+            topic,
+            partition,
+            offset,
+            f"checksum mismatch for key {key.decode('utf-8', 'replace')!r}: the record holds crc32 {stored:#010x}, "
+            f"its bytes give {computed:#010x}; the record (key or value) was changed after it was written (disk "
+            f"damage, a manual edit): restore the log from a backup or a replica, do not plan from it",
+        )
+
+
+class LogNotStableError(OncelogError):
+    """The log's stable end stays short of its end: another writer's transaction is open on some partitions."""
+
+    def __init__(self, topic: str, stuck: dict[int, tuple[int, int]], waited_s: float) -> None:
+        self.topic = topic
+        self.stuck = stuck
+        """Per partition still not stable: (last stable offset, high watermark)."""
+        partitions = ", ".join(
+            f"{topic}[{p}] last stable offset {stable}, high watermark {high}"
+            for p, (stable, high) in sorted(stuck.items())
+        )
+        super().__init__(
+            f"the log is not stable after {waited_s:.0f}s: {partitions}. Another writer's transaction is open on "
+            f"these partitions (a writer killed between begin and commit: another job's driver, a task process); "
+            f"read_committed readers cannot read past it, so a fold would stop short. The broker aborts it after "
+            f"that writer's transaction.timeout.ms; or restart that writer (same transactional id) or abort its "
+            f"transaction; then run again"
+        )
+
+
 class KafkaProvisioningError(OncelogError):
     """The local Kafka broker could not be resolved, formatted, started or stopped."""

@@ -14,8 +14,31 @@ from events.log import DEFAULT_TOPIC, int_setting
 
 DEFAULT_PARTITIONS = 6
 CLIENT_PREFIXES = ("producer.", "consumer.", "admin.")
+TRANSIENT_CODES = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.BROKER_NOT_AVAILABLE,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+)
+"""Errors that pass once leadership or metadata settles (a topic just created, a leader moving): librdkafka does
+not flag them retriable when a metadata call (end offsets, say) returns them, so they are named here."""
 
 Client = TypeVar("Client")
+
+
+def is_transient(error: KafkaError) -> bool:
+    """Whether a Kafka error may pass if the same call is made again (after a pause)."""
+    return not error.fatal() and (error.retriable() or error.code() in TRANSIENT_CODES)
 
 
 @dataclass(frozen=True)

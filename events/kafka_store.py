@@ -5,17 +5,18 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, TopicMetadata
 
 from events.codec import EventCodec
-from events.errors import ConfigError, LogUnavailableError
-from events.kafka_config import DEFAULT_PARTITIONS, KafkaSettings
+from events.errors import ConfigError, LogNotStableError, LogUnavailableError
+from events.kafka_config import DEFAULT_PARTITIONS, KafkaSettings, is_transient
 from events.kafka_snapshots import KafkaSnapshotStore
 from events.kafka_writer import KafkaWriter
 from events.log import ErrorHandler, EventLog, Offsets, Snapshot, StoredRecord, Subscription, raise_error
@@ -37,6 +38,15 @@ READER_SETTINGS: dict[str, Any] = {
     "fetch.max.bytes": 64 * 1024 * 1024,
 }
 
+logger = logging.getLogger(__name__)
+
+STABLE_POLL_S = 0.05
+OFFSETS_RETRY_FIRST_S = 0.05
+OFFSETS_RETRY_MAX_S = 1.0
+"""Bounded backoff between attempts to read end offsets that failed with a transient error."""
+SAFE_REPLICATION = 3
+SAFE_MIN_INSYNC = 2
+
 BOUNDED_READ_SETTINGS: dict[str, Any] = {"fetch.wait.max.ms": 10}
 """Added for reads that stop at the end. librdkafka learns that a partition is at its end only from a fetch the
 broker answers empty, which it holds back up to fetch.wait.max.ms (500 ms by default) in case data comes; and a
@@ -47,10 +57,56 @@ def topic_configs(replication: int) -> dict[str, str]:
     """The explicit configs of the events topic: compacted, durable."""
     return {
         "cleanup.policy": "compact",
-        "min.insync.replicas": str(min(2, replication)),
+        "min.insync.replicas": str(min(SAFE_MIN_INSYNC, replication)),
         "message.timestamp.type": "CreateTime",
         "unclean.leader.election.enable": "false",
     }
+
+
+def _fix(topic: str, setting: str) -> str:
+    """The command that sets a topic config as oncelog needs it."""
+    return (
+        f"kafka-configs.sh --bootstrap-server HOST:PORT --alter --entity-type topics --entity-name {topic} "
+        f"--add-config {setting}"
+    )
+
+
+def check_topic_configs(topic: str, replication: int, configs: Mapping[str, str] | None) -> str | None:
+    """Refuse a topic that loses history (ConfigError naming the setting); a warning when it is not fully durable.
+
+    History is lost for sure by retention (`cleanup.policy` other than exactly `compact`). With 3 or more replicas,
+    acknowledged events are lost when one broker fails if `min.insync.replicas` < 2 or an out-of-sync replica may
+    become leader (`unclean.leader.election.enable=true`): refused too. Fewer replicas (a development broker) only
+    warn. `configs` is None when they could not be described (ACLs): then only a warning says so.
+    """
+    if configs is None:
+        return f"topic {topic!r}: its configs could not be described (ACLs?), so its durability was not checked"
+    policy = configs.get("cleanup.policy", "")
+    if policy != "compact":
+        raise ConfigError(
+            f"topic {topic!r} has cleanup.policy={policy}: an oncelog topic must be compacted and nothing else, or "
+            f"retention deletes history and watermarks fall back; fix: {_fix(topic, 'cleanup.policy=compact')}"
+        )
+    min_insync = int(configs.get("min.insync.replicas", "1"))
+    unclean = configs.get("unclean.leader.election.enable", "false").lower() == "true"
+    if replication < SAFE_REPLICATION:
+        return (
+            f"topic {topic!r} has replication factor {replication} (min.insync.replicas={min_insync}): losing "
+            f"one broker's disk loses acknowledged events; fine for development, not for production (use "
+            f"replication >= {SAFE_REPLICATION} with min.insync.replicas >= {SAFE_MIN_INSYNC})"
+        )
+    if min_insync < SAFE_MIN_INSYNC:
+        raise ConfigError(
+            f"topic {topic!r} has min.insync.replicas={min_insync} with replication factor {replication}: an event "
+            f"acknowledged by one broker alone is lost when that broker fails; "
+            f"fix: {_fix(topic, f'min.insync.replicas={SAFE_MIN_INSYNC}')}"
+        )
+    if unclean:
+        raise ConfigError(
+            f"topic {topic!r} has unclean.leader.election.enable=true: an out-of-sync replica may become leader and "
+            f"drop acknowledged events; fix: {_fix(topic, 'unclean.leader.election.enable=false')}"
+        )
+    return None
 
 
 class KafkaLog(EventLog):
@@ -65,6 +121,8 @@ class KafkaLog(EventLog):
         self._partitions: int | None = None
         self._meta_consumer: Consumer | None = None
         self._snapshots = KafkaSnapshotStore(self)
+        self._durability_checked = False
+        self._durability: str | None = None
 
     @classmethod
     def from_url(cls, url: str, location: str, settings: dict[str, str], codec: EventCodec | None) -> KafkaLog:
@@ -79,37 +137,59 @@ class KafkaLog(EventLog):
         return self._partitions
 
     def ensure_topic(self) -> None:
-        self._ensure(self.topic, self.settings.partitions or DEFAULT_PARTITIONS, self.settings.partitions is not None)
+        """Create the events and snapshot topics with explicit configs, or check the existing ones: a topic that
+        loses history is a ConfigError; a merely development-grade one sets `durability_warning` (logged once)."""
+        warning = self._ensure(
+            self.topic, self.settings.partitions or DEFAULT_PARTITIONS, self.settings.partitions is not None
+        )
         self._ensure(self._snapshots.topic, 1, False)
         self._partitions = None
+        self._set_durability(warning)
 
-    def _ensure(self, topic: str, partitions: int, partitions_asked: bool) -> None:
-        existing = self._describe_partitions(topic)
+    @property
+    def durability_warning(self) -> str | None:
+        """Why the events topic may lose acknowledged events (fewer than 3 replicas, say); None when durable."""
+        if not self._durability_checked:
+            found = self._describe(self.topic)
+            self._set_durability(None if found is None else self._check(self.topic, found))
+        return self._durability
+
+    def _set_durability(self, warning: str | None) -> None:
+        """Keep the events topic's durability warning; log it when it is new (once per log, not per check)."""
+        if warning is not None and (not self._durability_checked or warning != self._durability):
+            logger.warning("%s", warning)
+        self._durability, self._durability_checked = warning, True
+
+    def _ensure(self, topic: str, partitions: int, partitions_asked: bool) -> str | None:
+        """Create a topic, or check an existing one; returns its durability warning."""
+        existing = self._describe(topic)
         if existing is None:
-            replication = self.settings.replication or min(3, self._broker_count())
-            future = self._admin.create_topics(
-                [NewTopic(topic, partitions, replication, config=topic_configs(replication))]
-            )[topic]
+            replication = self.settings.replication or min(SAFE_REPLICATION, self._broker_count())
+            configs = topic_configs(replication)
+            future = self._admin.create_topics([NewTopic(topic, partitions, replication, config=configs)])[topic]
             try:
                 future.result(timeout=30)
-                return
+                return check_topic_configs(topic, replication, configs)
             except KafkaException as e:
                 if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise LogUnavailableError(f"cannot create topic {topic!r} on {self.settings.bootstrap}: {e}") from e
-            existing = self._describe_partitions(topic)
-        if partitions_asked and existing != partitions:
+            existing = self._describe(topic)
+            if existing is None:
+                raise LogUnavailableError(f"topic {topic!r} on {self.settings.bootstrap}: exists, yet not described")
+        if partitions_asked and len(existing.partitions) != partitions:
             raise ConfigError(
-                f"topic {topic!r} has {existing} partitions, not the {partitions} asked for (setting 'partitions'); "
-                f"an existing log's partitioning cannot change"
+                f"topic {topic!r} has {len(existing.partitions)} partitions, not the {partitions} asked for "
+                f"(setting 'partitions'); an existing log's partitioning cannot change"
             )
-        policy = self._topic_config(topic, "cleanup.policy")
-        if policy is not None and "compact" not in policy:
-            raise ConfigError(
-                f"topic {topic!r} has cleanup.policy={policy}: an oncelog topic must be compacted "
-                f"(kafka-configs --alter --add-config cleanup.policy=compact), or it loses history"
-            )
+        return self._check(topic, existing)
 
-    def _describe_partitions(self, topic: str) -> int | None:
+    def _check(self, topic: str, metadata: TopicMetadata) -> str | None:
+        """check_topic_configs on an existing topic: its configs as described, its smallest replica count."""
+        replication = min((len(p.replicas) for p in metadata.partitions.values()), default=0)
+        return check_topic_configs(topic, replication, self._topic_configs(topic))
+
+    def _describe(self, topic: str) -> TopicMetadata | None:
+        """The topic's metadata (partitions and their replicas); None when it does not exist."""
         try:
             # All topics, not list_topics(topic=...): asking for one topic auto-creates it on brokers that allow it.
             metadata = self._admin.list_topics(timeout=self.settings.read_timeout_s)
@@ -118,19 +198,23 @@ class KafkaLog(EventLog):
         found = metadata.topics.get(topic)
         if found is None or found.error is not None:
             return None
-        return len(found.partitions)
+        return found
+
+    def _describe_partitions(self, topic: str) -> int | None:
+        found = self._describe(topic)
+        return None if found is None else len(found.partitions)
 
     def _broker_count(self) -> int:
         return max(1, len(self._admin.list_topics(timeout=self.settings.read_timeout_s).brokers))
 
-    def _topic_config(self, topic: str, name: str) -> str | None:
+    def _topic_configs(self, topic: str) -> dict[str, str] | None:
+        """The topic's effective configs (its own, else the broker's defaults); None if describing is denied."""
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
         try:
             configs = self._admin.describe_configs([resource])[resource].result(timeout=30)
         except KafkaException:
-            return None  # describing configs may be denied by ACLs; the check is best-effort then
-        entry = configs.get(name)
-        return None if entry is None else str(entry.value)
+            return None  # describing configs may be denied by ACLs
+        return {name: str(entry.value) for name, entry in configs.items() if entry.value is not None}
 
     def writer(self, name: str) -> KafkaWriter:
         return self.writer_for(self.topic, name, self.partitions)
@@ -221,23 +305,27 @@ class KafkaLog(EventLog):
     def end_offsets(self) -> Offsets:
         return self.end_offsets_of(self.topic, self.partitions)
 
-    def await_stable(self, timeout_s: float = 10.0) -> bool:
-        """Wait until no transaction is open on the topic (each last stable offset reached its high watermark).
+    def await_stable(self, timeout_s: float = 10.0) -> None:
+        """Wait until every transaction holding records written before the call is decided: each partition's last
+        stable offset reaches its high watermark at the call. LogNotStableError names the partitions that did not.
 
         A writer that has just fenced another must see everything the fenced one committed; commit markers are
-        written after commit_transaction returns, and until they are, the last stable offset stops short.
+        written after commit_transaction returns, and until they are, the last stable offset stops short. A
+        transaction begun after the call does not count: a busy log is stable in this sense.
         """
         deadline = time.monotonic() + timeout_s
         uncommitted = self.consumer({"isolation.level": "read_uncommitted"})
         try:
+            target = self._offsets(uncommitted, self.topic, self.partitions)
             while True:
                 stable = self.end_offsets()
-                high = self._offsets(uncommitted, self.topic, self.partitions)
-                if stable == high:
-                    return True
+                short = [p for p, high in target.items() if stable[p] < high]
+                if not short:
+                    return
                 if time.monotonic() >= deadline:
-                    return False
-                time.sleep(0.05)
+                    high_now = self._offsets(uncommitted, self.topic, self.partitions)
+                    raise LogNotStableError(self.topic, {p: (stable[p], high_now[p]) for p in short}, timeout_s)
+                time.sleep(STABLE_POLL_S)
         finally:
             uncommitted.close()
 
@@ -246,17 +334,39 @@ class KafkaLog(EventLog):
         return self._offsets(self._metadata_consumer(), topic, partitions)
 
     def _offsets(self, consumer: Consumer, topic: str, partitions: int) -> Offsets:
-        """Each partition's end as `consumer` sees it (its isolation level decides: stable offset or high watermark)."""
-        found: Offsets = {}
-        for p in range(partitions):
+        """Each partition's end as `consumer` sees it (its isolation level decides: stable offset or high watermark).
+
+        Transient errors (a topic just created, a leader moving) are retried with a bounded backoff until the read
+        timeout; then LogUnavailableError names the partition.
+        """
+        deadline = time.monotonic() + self.settings.read_timeout_s
+        return {p: self._end_of(consumer, TopicPartition(topic, p), deadline) for p in range(partitions)}
+
+    def _end_of(self, consumer: Consumer, partition: TopicPartition, deadline: float) -> int:
+        pause = OFFSETS_RETRY_FIRST_S
+        while True:
+            remaining = deadline - time.monotonic()
             try:
-                _, high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, p), timeout=self.settings.read_timeout_s, cached=False
-                )
+                _, high = consumer.get_watermark_offsets(partition, timeout=max(remaining, 0.1), cached=False)
+                return int(high)
             except KafkaException as e:
-                raise LogUnavailableError(f"cannot read the end offsets of {topic!r}[{p}]: {e}") from e
-            found[p] = int(high)
-        return found
+                error: KafkaError = e.args[0]
+                where = f"{partition.topic!r}[{partition.partition}] on {self.settings.bootstrap}"
+                if not is_transient(error):
+                    raise LogUnavailableError(f"cannot read the end offset of {where}: {error.str()}") from e
+                if deadline - time.monotonic() <= 0:
+                    raise LogUnavailableError(
+                        f"cannot read the end offset of {where}: {error.str()}, still after "
+                        f"{self.settings.read_timeout_s:.0f}s of retries (setting read_timeout_s)"
+                    ) from e
+                if error.code() in (KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART):
+                    if self._describe(partition.topic) is None:  # not a topic just created: one that is not there
+                        raise LogUnavailableError(
+                            f"cannot read the end offset of {where}: the topic does not exist (open the log with "
+                            f"the right topic setting, or create it: ensure_topic)"
+                        ) from e
+                time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
+                pause = min(2 * pause, OFFSETS_RETRY_MAX_S)
 
     def offsets_for_time(self, timestamp_ms: int) -> Offsets:
         consumer = self._metadata_consumer()

@@ -23,6 +23,10 @@ FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaE
 ABORTED_BATCH_RETRIES = 3
 RETRY_PAUSE_S = 0.2
 VISIBILITY_WAIT_S = 10.0
+"""How long an append waits for its own commit markers (normally milliseconds) before returning anyway."""
+FOREIGN_HOLD_GRACE_S = 0.25
+"""How long an append waits when a transaction older than its batch holds a partition's stable offset: long enough
+for the markers of one just committed; one left open (a killed writer) holds it until its timeout, not waited for."""
 PRODUCER_TUNING: dict[str, Any] = {
     "linger.ms": 5,
     "batch.size": 1_000_000,
@@ -65,7 +69,10 @@ class KafkaWriter(LogWriter):
         )
         self._settings = settings
         self._visibility: Consumer | None = None
+        self._first_offsets: dict[int, int] = {}
         self._last_offsets: dict[int, int] = {}
+        self._held: dict[int, int] = {}
+        """Per partition, the stable offset at which another writer's transaction was last found holding it."""
         self._call("init_transactions", lambda: self._producer.init_transactions(self._timeout))
 
     def append_records(self, records: Iterable[Record]) -> int:
@@ -91,12 +98,12 @@ class KafkaWriter(LogWriter):
     def _transaction(self, records: Iterable[Record], sent: list[Record]) -> None:
         """One transaction: begin, produce every record, commit. Any failure aborts it."""
         producer = self._producer
-        self._last_offsets = {}
+        self._first_offsets, self._last_offsets = {}, {}
         self._call("begin_transaction", producer.begin_transaction)
         try:
             self._produce_all(records, sent)
             self._call("commit_transaction", lambda: producer.commit_transaction(self._timeout))
-            self._await_visible(self._last_offsets)
+            self._await_visible(self._first_offsets, self._last_offsets)
         except BaseException:
             # Whatever failed (Kafka, or the caller's iterable mid-batch): nothing of the batch may become visible.
             # A dead (fenced or fatally failed) producer cannot abort; the broker aborts its transaction for it.
@@ -105,18 +112,21 @@ class KafkaWriter(LogWriter):
             raise
 
     def _produce_all(self, records: Iterable[Record], sent: list[Record]) -> None:
-        """Produce the batch; only each partition's last record asks for a delivery report.
+        """Produce the batch; only each partition's first and last records ask for a delivery report.
 
-        Its offset is all `_await_visible` needs (a partition's records get increasing offsets in the order they
-        are produced), and a Python callback for every record costs about as much as producing it. So each
+        Their offsets are all `_await_visible` needs (a partition's records get increasing offsets in the order
+        they are produced), and a Python callback for every record costs about as much as producing it. So each
         partition's latest record is held back until the next one for that partition comes, or the batch ends.
         """
         held: dict[int, Record] = {}
+        reported: set[int] = set()
         for record in records:
             sent.append(record)
             previous = held.get(record.partition)
             if previous is not None:
-                self._produce(previous, None)
+                first = record.partition not in reported
+                reported.add(record.partition)
+                self._produce(previous, self._delivered if first else None)
             held[record.partition] = record
         for record in held.values():
             self._produce(record, self._delivered)
@@ -140,39 +150,61 @@ class KafkaWriter(LogWriter):
                 self._classify(e, "produce")
 
     def _delivered(self, error: KafkaError | None, message: Message) -> None:
-        """Record where a partition's last record of the batch landed (errors surface in commit_transaction)."""
+        """Record where a partition's first and last records of the batch landed (errors surface in
+        commit_transaction)."""
         partition, offset = message.partition(), message.offset()
         if error is None and partition is not None and offset is not None:
-            self._last_offsets[partition] = max(self._last_offsets.get(partition, -1), offset)
+            self._first_offsets[partition] = min(self._first_offsets.get(partition, offset), offset)
+            self._last_offsets[partition] = max(self._last_offsets.get(partition, offset), offset)
 
-    def _await_visible(self, last_offsets: dict[int, int]) -> None:
-        """Wait until read_committed readers can see the batch just committed (read-your-writes).
+    def _await_visible(self, first_offsets: dict[int, int], last_offsets: dict[int, int]) -> None:
+        """Wait until the commit markers of the batch just committed are written (read-your-writes).
 
-        commit_transaction returns before the broker has written the commit markers, and until it has, a
-        reader's end offsets stop short of the batch. Bounded: another writer's open transaction can hold
-        the markers back for longer, and the batch is committed either way.
+        commit_transaction returns before the broker has written them, and until it has, a read_committed reader's
+        end (the partition's last stable offset, LSO) stops short of the batch. While our transaction is open on a
+        partition the LSO is at most its first offset there; so an LSO past that offset says it is decided. An LSO
+        below it is held by an older transaction of another writer: the markers of one just committed come within
+        milliseconds, but one left open (a killed writer) holds it until the broker aborts it, and waiting for it
+        would stall every append: readers see that in `EventLog.await_stable`, not here. Bounded either way: the
+        batch is committed.
         """
         if self._visibility is None:
             self._visibility = self._settings.make(
                 "consumer", Consumer, {"group.id": f"oncelog-visibility-{self.name}", "isolation.level": "read_committed"}
             )
-        deadline = time.monotonic() + VISIBILITY_WAIT_S
-        pending = dict(last_offsets)
-        while pending and time.monotonic() < deadline:
-            for partition, offset in list(pending.items()):
+        start = time.monotonic()
+        pending = {p: first_offsets.get(p, offset) for p, offset in last_offsets.items()}
+        while pending and time.monotonic() - start < VISIBILITY_WAIT_S:
+            for partition, first in list(pending.items()):
                 try:
                     _, stable = self._visibility.get_watermark_offsets(
                         TopicPartition(self.topic, partition), timeout=VISIBILITY_WAIT_S, cached=False
                     )
                 except KafkaException:
                     return
-                if stable > offset:
+                if stable > first or self._held_by_another(partition, stable, first, time.monotonic() - start):
                     del pending[partition]
             if pending:
                 time.sleep(0.005)
 
+    def _held_by_another(self, partition: int, stable: int, first: int, waited_s: float) -> bool:
+        """Whether a transaction of another writer, older than our batch, holds the partition's stable offset and
+        stays open (past a short grace, or still the one found holding it before): then it is not waited for."""
+        if stable >= first:
+            return False
+        if self._held.get(partition) == stable or waited_s >= FOREIGN_HOLD_GRACE_S:
+            self._held[partition] = stable
+            return True
+        return False
+
     def _abort(self) -> None:
-        self._call("abort_transaction", lambda: self._producer.abort_transaction(self._timeout), aborting=True)
+        """Abort the open transaction; if that fails, the producer's transaction state is unknown: the writer dies."""
+        try:
+            self._call("abort_transaction", lambda: self._producer.abort_transaction(self._timeout), aborting=True)
+        except LogWriteError as e:
+            if self._dead is None:
+                self._dead = e
+            raise
 
     def _call(self, what: str, operation: Callable[[], T], aborting: bool = False) -> T:
         """Run a transactional call: retriable errors retried until the write timeout, the rest classified."""

@@ -171,9 +171,20 @@ class EventLog(Closing):
     def load_snapshot(self, name: str) -> Snapshot | None:
         """The latest snapshot stored under name, if any."""
 
-    def await_stable(self, timeout_s: float = 10.0) -> bool:
-        """Wait until every committed batch is readable (no transaction half-visible); False if it timed out."""
-        return True
+    def await_stable(self, timeout_s: float = 10.0) -> None:
+        """Wait until every batch begun before the call is decided (committed or aborted), so that a fold to the
+        end offsets reads all of it; LogNotStableError (naming each stuck partition) after timeout_s.
+
+        A store whose batches are visible at once (SQLite) is always stable.
+        """
+
+    @property
+    def durability_warning(self) -> str | None:
+        """Why the log may lose acknowledged events (a single-copy Kafka topic, say); None when it is durable.
+
+        Shown to users in run summaries; a setup that loses history for sure is refused instead (ConfigError).
+        """
+        return None
 
     def close(self) -> None:
         """Release the store's connections."""
@@ -205,7 +216,7 @@ def decode_records(codec: EventCodec, records: Iterable[StoredRecord], on_error:
         if r.value is None:
             continue
         try:
-            event = decode(r.value, r.topic, r.partition, r.offset)
+            event = decode(r.value, r.topic, r.partition, r.offset, r.key)
         except EventDecodeError as e:
             on_error(e)
             continue

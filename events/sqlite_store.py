@@ -45,7 +45,12 @@ CREATE TABLE IF NOT EXISTS oncelog_snapshots (
 
 READ_BATCH = 10_000
 FOLLOW_POLL_S = 0.05
-SYNCHRONOUS_MODES = ("full", "normal", "extra")
+SYNCHRONOUS_MODES = ("full", "extra", "normal")
+"""SQLite's `PRAGMA synchronous` levels a log may use (docs/log.md says what `normal` risks); `off` is not one."""
+NORMAL_SYNC_WARNING = (
+    "sqlite log setting synchronous=normal: a power loss or OS crash may forget the last committed batches "
+    "(a process crash loses nothing); an exactly-once run is only safe with synchronous=full, see docs/log.md"
+)
 
 
 def now_ms() -> int:
@@ -67,11 +72,14 @@ class SqliteLog(EventLog):
         url: str | None = None,
     ) -> None:
         super().__init__(codec)
+        self.url = url or f"sqlite:///{path}?topic={topic}" + (f"&partitions={partitions}" if partitions else "")
         if synchronous not in SYNCHRONOUS_MODES:
-            raise ConfigError(f"sqlite log setting synchronous={synchronous!r}: use one of {SYNCHRONOUS_MODES}")
+            raise ConfigError(
+                f"log URL {self.url!r}: sqlite setting synchronous={synchronous!r} is not one of "
+                f"{', '.join(SYNCHRONOUS_MODES)} (full is the default; normal may lose the last batches on power loss)"
+            )
         self.path = path
         self.topic = topic
-        self.url = url or f"sqlite:///{path}?topic={topic}" + (f"&partitions={partitions}" if partitions else "")
         self.busy_timeout_s = busy_timeout_s
         self.synchronous = synchronous
         self._requested_partitions = partitions
@@ -92,6 +100,11 @@ class SqliteLog(EventLog):
                 f"known: topic, partitions, busy_timeout_s, synchronous"
             )
         return cls(Path(location), topic, partitions, codec, float(busy_timeout or 60), synchronous, url)
+
+    @property
+    def durability_warning(self) -> str | None:
+        """None with synchronous=full or extra (each batch is on disk when append returns); a warning with normal."""
+        return NORMAL_SYNC_WARNING if self.synchronous == "normal" else None
 
     def connect(self) -> sqlite3.Connection:
         """A new connection in autocommit mode (transactions are explicit), WAL journal, busy timeout."""

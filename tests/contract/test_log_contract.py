@@ -15,7 +15,7 @@ import pytest
 
 from events.codec import Record
 from events.commit import CommitStepApplied
-from events.errors import ConfigError, EventDecodeError, FencedError, UnknownEventTypeError
+from events.errors import ConfigError, CorruptEventError, EventDecodeError, FencedError, UnknownEventTypeError
 from events.log import EventLog, LoggedEvent, Snapshot, open_log
 from events.model import Event
 from tests.factories import one_of_each, step_events
@@ -132,6 +132,30 @@ def test_a_corrupt_record_names_its_offset_and_the_rest_is_still_read(event_log:
         list(event_log.read())
     past_the_bad_ones = [logged.event for logged in event_log.read(start={0: errors[1].offset + 1})]
     assert set(good[2:]) <= set(past_the_bad_ones) <= set(good)
+
+
+def test_a_record_changed_after_encoding_is_refused_naming_its_offset(event_log: EventLog) -> None:
+    """The codec's checksum travels with the record through every store: a changed byte is found on read."""
+    good = step_events(3)
+    record = event_log.codec.to_record(good[0], event_log.partitions)
+    value = bytearray(record.value or b"")
+    value[-1] ^= 0x01
+    with event_log.writer("damage") as writer:
+        writer.append(good[1:])
+        writer.append_records([Record(record.partition, record.key, bytes(value), record.timestamp_ms)])
+    errors: list[EventDecodeError] = []
+    read = [logged.event for logged in event_log.read(on_error=errors.append)]
+    assert sorted(read, key=lambda e: e.key) == sorted(good[1:], key=lambda e: e.key)
+    assert len(errors) == 1 and isinstance(errors[0], CorruptEventError)
+    assert errors[0].partition == record.partition and good[0].key in str(errors[0])
+    with pytest.raises(CorruptEventError, match=rf"\[{record.partition}\]@{errors[0].offset}: checksum mismatch"):
+        list(event_log.read())
+
+
+def test_await_stable_returns_on_a_quiet_log(event_log: EventLog) -> None:
+    event_log.append(step_events(5))
+    event_log.await_stable(timeout_s=30)
+    assert len(list(event_log.read())) == 5
 
 
 def test_read_from_offsets_until_offsets(event_log: EventLog) -> None:

@@ -9,8 +9,8 @@ from typing import ClassVar
 import pytest
 
 from events.avro_schema import SCHEMA_DIR, payload_schema, schema_path
-from events.codec import EventCodec, SchemaRegistry
-from events.errors import EventDecodeError, UnknownEventTypeError
+from events.codec import CHECKSUM_SIZE, FRAME_MAGIC, UNCHECKED_FRAME_MAGIC, EventCodec, SchemaRegistry
+from events.errors import CorruptEventError, EventDecodeError, UnknownEventTypeError
 from events.model import RunEvent
 from events.registry import EVENT_TYPES
 from tests.factories import one_of_each
@@ -23,13 +23,13 @@ def test_every_event_type_round_trips_through_the_codec() -> None:
     for event in events:
         record = codec.to_record(event, partitions=4)
         assert record.key == event.key.encode()
-        assert codec.decode(record.value or b"", "t", 0, 0) == event
+        assert codec.decode(record.value or b"", "t", 0, 0, record.key) == event
 
 
 def test_emitted_at_keeps_its_microseconds() -> None:
     codec = EventCodec()
     event = one_of_each()[0]
-    decoded = codec.decode(codec.encode_value(event), "t", 0, 0)
+    decoded = codec.decode(codec.encode_value(event), "t", 0, 0, event.key.encode())
     assert decoded.emitted_at == event.emitted_at and decoded.emitted_at.microsecond == 123456
 
 
@@ -67,8 +67,8 @@ def test_a_version_1_record_is_read_by_version_2(tmp_path: Path) -> None:
     write_schemas(tmp_path, ProbeV1, ProbeV2)
     old_writer = EventCodec(SchemaRegistry([ProbeV1], tmp_path))
     new_reader = EventCodec(SchemaRegistry([ProbeV2], tmp_path))
-    written = old_writer.encode_value(ProbeV1(job="j", run_id="r", note="hello"))
-    read = new_reader.decode(written, "t", 0, 7)
+    written = old_writer.encode_value(ProbeV1(job="j", run_id="r", note="hello"), b"probe/key")
+    read = new_reader.decode(written, "t", 0, 7, b"probe/key")
     assert isinstance(read, ProbeV2)
     assert (read.note, read.priority, read.tags) == ("hello", 5, ())
 
@@ -77,14 +77,14 @@ def test_a_version_newer_than_the_reader_knows_is_a_typed_error(tmp_path: Path) 
     write_schemas(tmp_path, ProbeV1, ProbeV2)
     new_writer = EventCodec(SchemaRegistry([ProbeV2], tmp_path))
     old_reader = EventCodec(SchemaRegistry([ProbeV1], tmp_path))
-    written = new_writer.encode_value(ProbeV2(job="j", run_id="r", note="x", priority=1))
+    written = new_writer.encode_value(ProbeV2(job="j", run_id="r", note="x", priority=1), b"probe/key")
     with pytest.raises(UnknownEventTypeError, match=r"t\[2\]@9.*version 2 is newer"):
-        old_reader.decode(written, "t", 2, 9)
+        old_reader.decode(written, "t", 2, 9, b"probe/key")
 
 
 def test_an_unknown_event_type_names_topic_partition_offset() -> None:
     with pytest.raises(UnknownEventTypeError, match=r"events\[1\]@42.*'Mystery'") as caught:
-        EventCodec().decode(b"\x0b\x07Mystery\x00\x01abc", "events", 1, 42)
+        EventCodec().decode(b"\x0b\x07Mystery\x00\x01abc", "events", 1, 42, b"k")
     assert (caught.value.topic, caught.value.partition, caught.value.offset) == ("events", 1, 42)
 
 
@@ -95,7 +95,7 @@ def test_an_unknown_event_type_names_topic_partition_offset() -> None:
 )
 def test_undecodable_bytes_are_a_typed_error(value: bytes) -> None:
     with pytest.raises(EventDecodeError, match=r"events\[0\]@3"):
-        EventCodec().decode(value, "events", 0, 3)
+        EventCodec().decode(value, "events", 0, 3, b"k")
 
 
 def test_every_truncation_of_a_real_record_is_a_typed_error() -> None:
@@ -104,4 +104,36 @@ def test_every_truncation_of_a_real_record_is_a_typed_error() -> None:
         value = codec.encode_value(event)
         for cut in range(len(value) - 1):
             with pytest.raises(EventDecodeError):
-                codec.decode(value[:cut], "events", 0, cut)
+                codec.decode(value[:cut], "events", 0, cut, event.key.encode())
+
+
+def unchecked_frame(value: bytes) -> bytes:
+    """The same record in the frame written before checksums existed: magic 0x0B, no crc32 after the body."""
+    return bytes([UNCHECKED_FRAME_MAGIC]) + value[1:-CHECKSUM_SIZE]
+
+
+def test_records_of_the_unchecked_frame_stay_readable() -> None:
+    codec = EventCodec()
+    for event in one_of_each():
+        value = codec.encode_value(event)
+        assert value[0] == FRAME_MAGIC
+        assert codec.decode(unchecked_frame(value), "t", 0, 0, event.key.encode()) == event
+
+
+def test_an_unchecked_record_under_another_key_is_an_error() -> None:
+    """Old-frame records carry no checksum, but their event id (uuid5 of the key) still exposes a changed key."""
+    codec = EventCodec()
+    event = one_of_each()[0]
+    old = unchecked_frame(codec.encode_value(event))
+    with pytest.raises(EventDecodeError, match=r"t\[0\]@5.*event id"):
+        codec.decode(old, "t", 0, 5, event.key.encode() + b"x")
+
+
+def test_a_damaged_type_name_is_damage_not_an_unknown_type() -> None:
+    """The checksum is checked before the frame is believed: no 'upgrade oncelog' for a flipped letter."""
+    codec = EventCodec()
+    event = one_of_each()[0]
+    value = bytearray(codec.encode_value(event))
+    value[3] ^= 0x20  # a letter of the type name changes case
+    with pytest.raises(CorruptEventError, match=r"t\[0\]@5.*checksum mismatch"):
+        codec.decode(bytes(value), "t", 0, 5, event.key.encode())

@@ -14,6 +14,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, TopicMetadata
 
+from events.job_lock import FencingJobLock
 from events.codec import EventCodec
 from events.errors import ConfigError, LogNotStableError, LogUnavailableError
 from events.kafka_config import DEFAULT_PARTITIONS, KafkaSettings, is_transient
@@ -215,6 +216,10 @@ class KafkaLog(EventLog):
         except KafkaException:
             return None  # describing configs may be denied by ACLs
         return {name: str(entry.value) for name, entry in configs.items() if entry.value is not None}
+
+    def job_lock(self, job: str) -> FencingJobLock:
+        """The job's transactional writer is its lock: a second run opening it fences the first."""
+        return FencingJobLock(job)
 
     def writer(self, name: str) -> KafkaWriter:
         return self.writer_for(self.topic, name, self.partitions)

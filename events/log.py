@@ -15,6 +15,7 @@ from typing import Self
 from urllib.parse import parse_qsl, urlsplit
 
 from events.codec import EventCodec, Record
+from events.job_lock import JobLock
 from events.errors import ConfigError, EventDecodeError
 from events.model import Event, LoggedEvent
 
@@ -170,6 +171,10 @@ class EventLog(Closing):
     @abstractmethod
     def load_snapshot(self, name: str) -> Snapshot | None:
         """The latest snapshot stored under name, if any."""
+
+    @abstractmethod
+    def job_lock(self, job: str) -> JobLock:
+        """The lock that lets one run of `job` at a time use this log (a file lock, or the fencing job writer)."""
 
     def await_stable(self, timeout_s: float = 10.0) -> None:
         """Wait until every batch begun before the call is decided (committed or aborted), so that a fold to the

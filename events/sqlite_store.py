@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from events.codec import EventCodec, Record
+from events.job_lock import FileJobLock
 from events.errors import ConfigError, FencedError, LogUnavailableError, LogWriteError
 from events.log import (
     DEFAULT_TOPIC,
@@ -137,6 +138,10 @@ class SqliteLog(EventLog):
                     f"topic {self.topic!r} in {self.path} has {row[0]} partitions, not the {self._requested_partitions} "
                     f"asked for (setting 'partitions'); an existing log's partitioning cannot change"
                 )
+
+    def job_lock(self, job: str) -> FileJobLock:
+        """An flock on a file beside the database: the kernel drops it when its holder dies."""
+        return FileJobLock(self.path.parent / f"{self.path.name}.locks" / f"{job}.lock", job)
 
     def writer(self, name: str) -> SqliteWriter:
         conn = self.connect()

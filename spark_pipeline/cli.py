@@ -18,7 +18,7 @@ from spark_pipeline.commit.faults import FaultInjector
 from spark_pipeline.commit.session import open_session
 from spark_pipeline.config_validation import load_job_config
 from spark_pipeline.filesystem import LOCAL
-from spark_pipeline.job_lock import JobLockedError
+from events.job_lock import JobLockedError
 from spark_pipeline.launcher import JobLauncher, RunResult, commit_settings
 from spark_pipeline.paths import absolute_config
 

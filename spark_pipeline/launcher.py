@@ -33,7 +33,6 @@ from events.job import (
 )
 from events.log import EventLog, open_log
 from events.model import RunFields
-from events.sqlite_store import SqliteLog
 from projections.state import State
 from projections.views import RunStatus, SequenceView
 from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
@@ -44,7 +43,6 @@ from spark_pipeline.commit.steps import PublishRoots
 from spark_pipeline.config import JobCommitPolicy, JobConfig
 from spark_pipeline.constructs import DataPublisher, DatasetOutput, MultiWorkUnit, SourceState
 from spark_pipeline.filesystem import LOCAL, FileSystem
-from spark_pipeline.job_lock import FileJobLock
 from spark_pipeline.paths import JobRoots, absolute_config, overlaps, run_dirs
 from spark_pipeline.planning import plan_work_units
 from spark_pipeline.task_engine import SparkTaskEngine, TaskEngine
@@ -116,8 +114,8 @@ class JobLauncher:
         opened = nullcontext(self.log) if self.log is not None else open_log(config.log_url, config.log_settings)
         with opened as log, self._signals():
             log.ensure_topic()
-            lock = self._file_lock(log)
-            holder = lock.acquire(self.run_id) if lock else f"writer {config.job_name}"
+            lock = log.job_lock(config.job_name) if config.job_lock_enabled else None
+            holder = lock.acquire(self.run_id) if lock else f"writer {self._writer_name()} (job lock off)"
             try:
                 with open_session(log, self._writer_name(), self.commit_settings(), self.fs, self.faults) as session:
                     return self._run(session, holder)
@@ -128,12 +126,6 @@ class JobLauncher:
     def _writer_name(self) -> str:
         """The job's writer: one name per job fences a concurrent run (Kafka's job lock), unless locking is off."""
         return self.config.job_name if self.config.job_lock_enabled else f"{self.config.job_name}.{self.run_id}"
-
-    def _file_lock(self, log: EventLog) -> FileJobLock | None:
-        if not self.config.job_lock_enabled or not isinstance(log, SqliteLog):
-            return None
-        return FileJobLock(log.path.parent / f"{log.path.name}.locks" / f"{self.config.job_name}.lock",
-                           self.config.job_name)
 
     def _run(self, session: CommitSession, holder: str) -> RunResult:
         config, run = self.config, self.run_fields

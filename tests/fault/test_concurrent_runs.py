@@ -17,7 +17,7 @@ from events.kafka_local import LocalKafkaBroker
 from events.log import open_log
 from projections.views import RunStatus
 from spark_pipeline.config_validation import load_job_config
-from spark_pipeline.job_lock import JobLockedError
+from events.job_lock import JobLockedError
 from spark_pipeline.launcher import JobLauncher
 from tests.fault.pipeline_checks import assert_exactly_once, write_job
 

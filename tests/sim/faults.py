@@ -16,6 +16,7 @@ from enum import StrEnum
 
 from events.codec import Record
 from events.errors import LogWriteError
+from events.job_lock import JobLock
 from events.log import ErrorHandler, EventLog, LogWriter, Offsets, Snapshot, StoredRecord, Subscription, raise_error
 from spark_pipeline.filesystem import FileSystem
 
@@ -164,6 +165,9 @@ class FaultyEventLog(EventLog):
     @property
     def durability_warning(self) -> str | None:
         return self.inner.durability_warning
+
+    def job_lock(self, job: str) -> JobLock:
+        return self.inner.job_lock(job)
 
     def ensure_topic(self) -> None:
         self.inner.ensure_topic()

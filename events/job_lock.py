@@ -8,6 +8,7 @@ its holder dies, so a crashed run cannot keep it.
 from __future__ import annotations
 
 import fcntl
+from abc import ABC, abstractmethod
 import json
 import os
 import socket
@@ -23,7 +24,39 @@ class JobLockedError(OncelogError):
     """Another run of the job holds its lock."""
 
 
-class FileJobLock:
+class JobLock(ABC):
+    """One run of a job at a time: what `EventLog.job_lock` returns for the store it is."""
+
+    @abstractmethod
+    def acquire(self, run_id: str) -> str:
+        """Take the lock for `run_id`; JobLockedError naming the holder if another run has it. Returns the holder."""
+
+    @abstractmethod
+    def release(self) -> None:
+        """Give the lock back (a crashed holder's lock is dropped for it)."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.release()
+
+
+class FencingJobLock(JobLock):
+    """The lock of a store whose job writer fences: opening it fences any earlier run, which can append nothing."""
+
+    def __init__(self, job: str) -> None:
+        self.job = job
+
+    def acquire(self, run_id: str) -> str:
+        return f"writer {self.job}"
+
+    def release(self) -> None:
+        """Nothing to give back: the next run's writer fences this one."""
+
+
+class FileJobLock(JobLock):
     """An exclusive, non-blocking flock; the file says who holds it."""
 
     def __init__(self, path: Path, job: str) -> None:
@@ -56,10 +89,3 @@ class FileJobLock:
             fcntl.flock(self._file, fcntl.LOCK_UN)
             self._file.close()
             self._file = None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.release()

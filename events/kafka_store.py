@@ -174,9 +174,7 @@ class KafkaLog(EventLog):
             except KafkaException as e:
                 if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise LogUnavailableError(f"cannot create topic {topic!r} on {self.settings.bootstrap}: {e}") from e
-            existing = self._describe(topic)
-            if existing is None:
-                raise LogUnavailableError(f"topic {topic!r} on {self.settings.bootstrap}: exists, yet not described")
+            existing = self._describe_when_visible(topic)
         if partitions_asked and len(existing.partitions) != partitions:
             raise ConfigError(
                 f"topic {topic!r} has {len(existing.partitions)} partitions, not the {partitions} asked for "
@@ -199,6 +197,16 @@ class KafkaLog(EventLog):
         found = metadata.topics.get(topic)
         if found is None or found.error is not None:
             return None
+        return found
+
+    def _describe_when_visible(self, topic: str) -> TopicMetadata:
+        """The metadata of a topic the broker says exists: new topics reach the metadata a moment later."""
+        deadline = time.monotonic() + self.settings.read_timeout_s
+        while (found := self._describe(topic)) is None:
+            if time.monotonic() >= deadline:
+                raise LogUnavailableError(f"topic {topic!r} on {self.settings.bootstrap}: exists, yet its metadata "
+                                          f"did not show it within {self.settings.read_timeout_s} s")
+            time.sleep(0.1)
         return found
 
     def _describe_partitions(self, topic: str) -> int | None:

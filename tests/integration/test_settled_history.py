@@ -8,6 +8,7 @@ real folders.
 from __future__ import annotations
 
 import sqlite3
+import uuid
 from pathlib import Path
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +18,7 @@ import yaml
 
 from events.codec import UNCHECKED_FRAME_MAGIC, Record
 from events.commit import CommitSequencePlanned, CommitStepRolledBack, FsRenameStep
-from events.errors import ConfigError
+from events.errors import ConfigError, LogNotStableError
 from events.job import DatasetSkipped, WorkUnitsPlanned
 from events.log import EventLog, open_log
 from projections.projector import Projector
@@ -36,6 +37,7 @@ from spark_pipeline.filesystem import LOCAL
 from spark_pipeline.launcher import JobLauncher, RunResult, commit_settings
 from spark_pipeline.task_engine import InProcessTaskEngine
 from tests.fault.pipeline_checks import published_records
+from tests.integration.test_log_stability import kill_inside_a_transaction
 
 
 def job_config(base: Path, url: str, name: str = "orders", folder: str | None = None, **extra: Any) -> JobConfig:
@@ -188,3 +190,19 @@ def test_every_plan_the_commit_step_store_records_has_a_key_of_its_own(tmp_path:
     plans = [e.event for e in sqlite.read() if isinstance(e.event, CommitSequencePlanned)]
     assert len(plans) == 2 and len({p.key for p in plans}) == 2 and len({p.event_id for p in plans}) == 2
 
+
+
+@pytest.mark.kafka
+def test_a_run_stops_before_extracting_while_another_writers_transaction_holds_the_log(tmp_path: Path,
+                                                                                       kafka_bootstrap: str) -> None:
+    topic = f"oncelog.test.{uuid.uuid4().hex[:12]}"
+    url = f"kafka://{kafka_bootstrap}?topic={topic}&partitions=1&read_timeout_s=3"
+    config = job_config(tmp_path, url)
+    with open_log(url) as log:
+        log.ensure_topic()
+        assert run(config, log).status is RunStatus.COMMITTED
+        kill_inside_a_transaction(kafka_bootstrap, topic, f"another-job-{uuid.uuid4().hex[:6]}")
+        before = published_records(tmp_path / "orders" / "published")
+        with pytest.raises(LogNotStableError, match=rf"{topic}.*0"):
+            run(config, log)
+        assert published_records(tmp_path / "orders" / "published") == before

@@ -40,7 +40,8 @@ from tests.fault.pipeline_checks import published_records
 from tests.integration.test_log_stability import kill_inside_a_transaction
 
 
-def job_config(base: Path, url: str, name: str = "orders", folder: str | None = None, **extra: Any) -> JobConfig:
+def job_config(base: Path, url: str, name: str = "orders", folder: str | None = None,
+               extra: dict[str, Any] | None = None) -> JobConfig:
     """A synthetic job of two one-partition datasets, five records a run, under base/<folder or name>."""
     root = base / (folder or name)
     job = {
@@ -48,7 +49,7 @@ def job_config(base: Path, url: str, name: str = "orders", folder: str | None = 
         "source.synthetic.datasets": 2, "source.synthetic.partitions": 1, "source.synthetic.records.per.run": 5,
         "dataset.urn": "ds", "writer.staging.dir": str(root / "staging"),
         "writer.output.dir": str(root / "task-output"), "data.publisher.final.dir": str(root / "published"),
-        "task.maxretries": 0, "commit.parallelism": 1, "oncelog.log.url": url, **extra,
+        "task.maxretries": 0, "commit.parallelism": 1, "oncelog.log.url": url, **(extra or {}),
     }
     path = base / f"{name}.yaml"
     path.write_text(yaml.safe_dump(job))
@@ -70,7 +71,7 @@ def sqlite(tmp_path: Path) -> Iterator[EventLog]:
 
 def test_a_dataset_still_pending_after_recovery_is_skipped_not_extracted_again(tmp_path: Path, sqlite: EventLog
                                                                                ) -> None:
-    config = job_config(tmp_path, sqlite.url, **{"commit.sequence.max.attempts": 5})
+    config = job_config(tmp_path, sqlite.url, extra={"commit.sequence.max.attempts": 5})
     blocker = tmp_path / "orders" / "published" / "ds.0" / "ds.0%3A0_0-5.avro"
     blocker.mkdir(parents=True)  # a folder where the file must go: the rename fails with an ordinary OSError
     first = run(config, sqlite)
@@ -126,7 +127,7 @@ def test_a_damaged_byte_in_the_log_stops_the_run(tmp_path: Path, sqlite: EventLo
 
 
 def test_another_jobs_cleanup_never_deletes_this_jobs_pending_output(tmp_path: Path, sqlite: EventLog) -> None:
-    config_a = job_config(tmp_path, sqlite.url, name="a", **{"commit.sequence.max.attempts": 5})
+    config_a = job_config(tmp_path, sqlite.url, name="a", extra={"commit.sequence.max.attempts": 5})
     blocker = tmp_path / "a" / "published" / "ds.0" / "ds.0%3A0_0-5.avro"
     blocker.mkdir(parents=True)
     assert run(config_a, sqlite).status is RunStatus.FAILED  # a's sequence of ds.0 is pending, its output kept
@@ -150,7 +151,8 @@ def test_cleanup_deletes_only_folders_of_this_jobs_own_runs(tmp_path: Path, sqli
 
 
 def test_releasing_an_abandoned_dataset_rolls_back_what_it_published(tmp_path: Path, sqlite: EventLog) -> None:
-    config = job_config(tmp_path, sqlite.url, **{"commit.sequence.max.attempts": 1, "source.synthetic.partitions": 2})
+    config = job_config(tmp_path, sqlite.url,
+                        extra={"commit.sequence.max.attempts": 1, "source.synthetic.partitions": 2})
     blocker = tmp_path / "orders" / "published" / "ds.0" / "ds.0%3A1_0-5.avro"
     blocker.mkdir(parents=True)  # ds.0's second file cannot be published; its first one is
     assert run(config, sqlite).status is RunStatus.FAILED

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test demo kafka-jars kafka-up kafka-down bench bench-quick clean
+.PHONY: test soak simulate demo kafka-jars kafka-up kafka-down bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "oncelog needs Python 3.11+, found " + sys.version.split()[0] + " (set PYTHON=python3.11)")'
@@ -18,6 +18,20 @@ kafka-jars: $(STAMP)
 
 test: $(STAMP) kafka-jars
 	$(BIN)/python -m pytest
+
+# The SIGKILL soak (tests/fault/soak.py) at length, not part of `make test` (which runs 10 iterations per store).
+# Each store's soak uses $KAFKA_BOOTSTRAP, else starts a local broker of its own. SOAK_SEED picks another schedule.
+SOAK_ITERATIONS ?= 200
+SOAK_SEED ?= 1
+soak: $(STAMP) kafka-jars
+	$(BIN)/python -m tests.fault.soak --iterations $(SOAK_ITERATIONS) --store sqlite --seed $(SOAK_SEED)
+	$(BIN)/python -m tests.fault.soak --iterations $(SOAK_ITERATIONS) --store kafka --seed $(SOAK_SEED)
+
+# The seeded fault simulation (tests/sim/) at length: SIM_SCENARIOS seeds from SIM_FIRST, on SQLite, in-process.
+SIM_SCENARIOS ?= 20000
+SIM_FIRST ?= 0
+simulate: $(STAMP)
+	$(BIN)/python -m tests.sim.simulation --first $(SIM_FIRST) --count $(SIM_SCENARIOS)
 
 demo: $(STAMP)
 	$(BIN)/python -m spark_pipeline.demo

@@ -196,7 +196,7 @@ def tail(types: Annotated[list[str] | None, typer.Option("--type", help="Only ev
 def gc(keep_runs: Annotated[int, typer.Option(help="Finished runs to keep per job.")],
        dry_run: Annotated[bool, typer.Option(help="Only say what would be deleted.")] = False,
        log_url: LogUrl = DEFAULT_URL, as_json: AsJson = False) -> None:
-    """Retention: tombstone the transitions of old runs (never a pending sequence or a dataset's latest state)."""
+    """Retention: tombstone the transitions of old runs; what was published (plans, watermarks, states) stays."""
     with opened(log_url) as log, progress_bar("Collecting", as_json) as progress:
         try:
             report = run_gc(log, keep_runs, progress=progress, dry_run=dry_run)
@@ -208,8 +208,8 @@ def gc(keep_runs: Annotated[int, typer.Option(help="Finished runs to keep per jo
         out.print_json(json.dumps(document))
     else:
         verb = "would delete" if dry_run else "deleted"
-        out.print(f"{verb} {len(report.runs_deleted)} run(s) ({report.tombstones:,} transitions); kept "
-                  f"{len(report.sequences_kept)} sequence(s) that hold pending work or a dataset's latest state.")
+        out.print(f"{verb} {len(report.runs_deleted)} run(s) ({report.tombstones:,} transitions); kept the plans, "
+                  f"watermarks and states of their {len(report.sequences_kept)} commit sequence(s).")
 
 
 def register(app: typer.Typer) -> None:

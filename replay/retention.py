@@ -1,8 +1,21 @@
-"""`oncelog gc --keep-runs N`: retention by tombstones — the transitions of each job's older runs are deleted.
+"""`oncelog gc --keep-runs N`: retention by tombstones. It never changes what was published.
 
-Never deleted: the transitions of the newest N finished runs of each job, of any run not finished, of a pending
-or abandoned sequence, and of the sequence that holds a dataset's latest state. Kafka's compaction then drops
-the tombstoned records (a SQLite log drops them at once); `oncelog verify` still passes afterwards.
+Which runs: each job's finished runs older than its newest N finished runs, except a run that planned a
+sequence still pending or abandoned (its runs' folders and audit stay until that sequence is settled).
+
+Deleted, for those runs only:
+- the run's own transitions: lock, start, work units planned, task attempts and retries, skipped datasets, end
+  (every run-scoped event);
+- the `CommitStepFailed` events of its completed commit sequences (attempts that failed and were retried).
+
+Kept, always: every other dataset event. A completed sequence keeps its `CommitSequencePlanned` (the files it
+published: `verify --publish-dir`), its `CommitStepApplied` and `CommitSequenceCompleted` (every step ran: `verify`),
+its `WatermarkAdvanced` (the committed watermarks, and the chain of ranges `verify` checks) and its
+`DatasetStateCommitted` (records and files published, summed into the dataset's totals, and its last run). Pending
+and abandoned sequences and `DatasetReleased` keep everything. The dataset fold reads only kept events, so after gc
+`state` (watermarks, totals, last run, pending and abandoned sequences) and `verify` give the same answers as before.
+
+Kafka's compaction then drops the tombstoned records (a SQLite log drops them at once).
 """
 
 from __future__ import annotations
@@ -12,12 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from events.codec import Record
+from events.commit import CommitStepFailed
 from events.errors import ConfigError
 from events.keys import partition_for
 from events.log import EventLog
-from events.model import DatasetEvent, RunEvent
+from events.model import DatasetEvent, Event, RunEvent
 from projections.projector import Projector
-from projections.state import State
+from projections.state import RunKey, State
 
 Progress = Callable[[int], None]
 TOMBSTONE_BATCH = 10_000
@@ -27,26 +41,32 @@ TOMBSTONE_BATCH = 10_000
 class GcReport:
     """What gc deleted and kept."""
 
-    runs_deleted: list[tuple[str, str]] = field(default_factory=list)
+    runs_deleted: list[RunKey] = field(default_factory=list)
     sequences_kept: list[str] = field(default_factory=list)
+    """Commit sequences of the deleted runs: their plans, steps applied, watermarks and states stay."""
     tombstones: int = 0
 
 
-def runs_to_delete(state: State, keep_runs: int) -> list[tuple[str, str]]:
-    """(job, run id) of every finished run older than the newest `keep_runs` finished runs of its job."""
+def runs_to_delete(state: State, keep_runs: int) -> list[RunKey]:
+    """(job, run id) of every finished run older than the newest `keep_runs` finished runs of its job, except a run
+    whose sequence is pending or abandoned."""
+    unsettled = {(s.job, s.run_id) for s in state.sequences.values()}
     doomed = []
     for job in sorted(state.jobs):
         finished = [r for r in state.runs_of(job) if r.status.finished]
-        doomed += [(job, r.run_id) for r in finished[: max(0, len(finished) - keep_runs)]]
+        older = finished[: max(0, len(finished) - keep_runs)]
+        doomed += [(job, r.run_id) for r in older if (job, r.run_id) not in unsettled]
     return doomed
 
 
-def protected_sequences(state: State) -> set[tuple[str, str, str]]:
-    """Sequences whose transitions stay: pending or abandoned ones, and each dataset's latest state."""
-    kept = {key for key in state.sequences}
-    kept |= {(job, urn, view.last_sequence_id) for (job, urn), view in state.datasets.items()
-             if view.last_sequence_id is not None}
-    return kept
+def deletable(event: Event, doomed: set[RunKey], state: State) -> bool:
+    """Whether gc tombstones this event: a transition of a deleted run, or a failed attempt of a completed sequence."""
+    if (event.job, event.run_id) not in doomed:
+        return False
+    if isinstance(event, RunEvent):
+        return True
+    return isinstance(event, CommitStepFailed) and event.sequence_id in state.completed.get(
+        (event.job, event.dataset_urn), ())
 
 
 def gc(log: EventLog, keep_runs: int, writer_name: str = "oncelog-gc", progress: Progress | None = None,
@@ -56,19 +76,15 @@ def gc(log: EventLog, keep_runs: int, writer_name: str = "oncelog-gc", progress:
         raise ConfigError(f"--keep-runs {keep_runs}: keep at least 1 run per job")
     state, _ = Projector(log).rebuild(use_snapshot=False)
     doomed = set(runs_to_delete(state, keep_runs))
-    protected = protected_sequences(state)
     report = GcReport(runs_deleted=sorted(doomed))
     keys: dict[bytes, int] = {}
     kept: set[str] = set()
     for count, logged in enumerate(log.read(), start=1):
         event = logged.event
-        if (event.job, event.run_id) not in doomed:
-            continue
-        if isinstance(event, DatasetEvent) and (event.job, event.dataset_urn, event.sequence_id) in protected:
-            kept.add(f"{event.job} / {event.dataset_urn} / {event.sequence_id}")
-            continue
-        if isinstance(event, (RunEvent, DatasetEvent)):
+        if deletable(event, doomed, state):
             keys[event.key.encode()] = partition_for(event.aggregate, log.partitions)
+        elif isinstance(event, DatasetEvent) and (event.job, event.run_id) in doomed:
+            kept.add(f"{event.job} / {event.dataset_urn} / {event.sequence_id}")
         if progress is not None and count % 10_000 == 0:
             progress(count)
     report.sequences_kept = sorted(kept)

@@ -1,9 +1,16 @@
 """`oncelog verify`: the invariants of exactly-once publishing, checked over the whole history of a log.
 
 - every planned sequence is completed, abandoned or pending — and only a completed one has all its steps applied;
-- watermarks never go backwards per partition, and each advance starts where the last one ended (no range lost);
+  an abandoned one keeps no file published (its applied renames were rolled back);
+- every watermark move and every dataset state committed is the one its sequence planned (same partition, low
+  watermark and value; same watermarks and counts): a damaged or forged transition is named by its offset;
+- a completed sequence moved every watermark it planned, and committed the state it planned;
+- watermarks never go backwards per partition, and each advance starts where the last one ended (no range lost,
+  none published twice); a pending sequence still starts where the committed watermark stands;
 - no source range is published twice;
 - every published file belongs to a completed sequence (and, given the publish directory, every file in it does);
+- any event key identifies one payload, forever: a record's key is its event's key, and two records with one key
+  hold the same event (their emitted_at aside);
 - every record decodes, and every run or sequence event belongs to a run or sequence that exists.
 """
 
@@ -12,21 +19,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from events.commit import (
     CommitSequenceAbandoned,
     CommitSequenceCompleted,
     CommitSequencePlanned,
     CommitStepApplied,
+    CommitStepRolledBack,
+    DatasetStateStep,
     FsRenameStep,
+    HighWatermarkStep,
 )
-from events.dataset import WatermarkAdvanced
+from events.codec import EventCodec
+from events.dataset import DatasetStateCommitted, WatermarkAdvanced
 from events.errors import EventDecodeError
-from events.log import EventLog
-from events.model import LoggedEvent, Position
+from events.log import EventLog, StoredRecord
+from events.model import Event, LoggedEvent, Position
 from projections.state import State
 
 Progress = Callable[[int], None]
+E = TypeVar("E", WatermarkAdvanced, DatasetStateCommitted)
 
 
 @dataclass(frozen=True)
@@ -41,13 +54,38 @@ class Violation:
         return f"{self.kind}: {self.message}" + (f" (at {self.position})" if self.position else "")
 
 
+@dataclass(frozen=True, slots=True)
+class _Found(Generic[E]):
+    """A state transition as read from the log, and where it lies."""
+
+    event: E
+    where: str
+
+
 @dataclass
 class _Sequence:
     planned: CommitSequencePlanned
     at: str
     applied: set[int] = field(default_factory=set)
+    rolled_back: set[int] = field(default_factory=set)
+    """Applied steps of the abandoned sequence undone by `recover --release`."""
     completed: bool = False
     abandoned: bool = False
+    advances: dict[str, _Found[WatermarkAdvanced]] = field(default_factory=dict)
+    """The sequence's WatermarkAdvanced, by partition (the first read: a repeat is a no-op)."""
+    state: _Found[DatasetStateCommitted] | None = None
+
+    def describe(self) -> str:
+        return f"sequence {self.planned.sequence_id!r} of {self.planned.dataset_urn!r} ({self.planned.job})"
+
+
+@dataclass(frozen=True, slots=True)
+class _KeyReuse:
+    """A key read again with other bytes than the first time: a violation unless only emitted_at differs."""
+
+    key: bytes
+    where: str
+    content: str
 
 
 @dataclass
@@ -65,24 +103,69 @@ class VerifyReport:
         return not self.violations
 
 
+def content_of(event: Event) -> str:
+    """What an event says, apart from when it was emitted: two records of one key must say the same."""
+    return event.model_dump_json(exclude={"emitted_at"})
+
+
+def where_of(topic: str, position: Position) -> str:
+    """topic[partition]@offset, as every violation names a record."""
+    return f"{topic}[{position.partition}]@{position.offset}"
+
+
 class _Checker:
     """Folds the log once, keeping what the invariants need."""
 
-    def __init__(self) -> None:
+    def __init__(self, codec: EventCodec) -> None:
+        self.codec = codec
         self.state = State()
         self.sequences: dict[tuple[str, str, str], _Sequence] = {}
-        self.chains: dict[tuple[str, str, str], list[tuple[int, int, str]]] = {}
+        self.chains: dict[tuple[str, str, str], list[_Found[WatermarkAdvanced]]] = {}
         self.seen_advances: set[str] = set()
+        self.identities: dict[int, int] = {}
+        """Per key (its hash): the hash of the value first stored under it. Small: one entry per key of the log."""
+        self.reused: list[_KeyReuse] = []
         self.report = VerifyReport()
 
     def on_error(self, error: EventDecodeError) -> None:
         self.state.report(Position(error.partition, error.offset), "undecodable", str(error))
 
+    def read(self, record: StoredRecord) -> None:
+        """Check and fold one stored record (a tombstone forgets its key: compaction drops what came before)."""
+        key_hash = hash(record.key)
+        if record.value is None:
+            self.identities.pop(key_hash, None)
+            return
+        try:
+            event = self.codec.decode(record.value, record.topic, record.partition, record.offset, record.key)
+        except EventDecodeError as e:
+            self.on_error(e)
+            return
+        logged = LoggedEvent(record.topic, record.partition, record.offset, record.timestamp_ms, event)
+        self.check_key(record, key_hash, logged)
+        self.fold(logged)
+
+    def check_key(self, record: StoredRecord, key_hash: int, logged: LoggedEvent) -> None:
+        """The record's key is its event's key; a key read before with other bytes is kept for a closer look (a
+        hash collision of two keys only costs that look)."""
+        event = logged.event
+        key = event.key
+        if record.key != key.encode():
+            self.violate("key-mismatch", f"the record's key {record.key.decode(errors='replace')!r} is not the key "
+                         f"{key!r} of the {event.event_type()} it holds", where_of(logged.topic, logged.position))
+        value_hash = hash(record.value)
+        if self.identities.setdefault(key_hash, value_hash) != value_hash:
+            self.reused.append(_KeyReuse(record.key, where_of(logged.topic, logged.position), content_of(event)))
+
     def fold(self, logged: LoggedEvent) -> None:
         self.report.events += 1
         self.state.apply(logged)
         event = logged.event
-        where = f"{logged.topic}[{logged.partition}]@{logged.offset}"
+        if not isinstance(event, (CommitSequencePlanned, CommitStepApplied, CommitStepRolledBack,
+                                  CommitSequenceCompleted, CommitSequenceAbandoned, WatermarkAdvanced,
+                                  DatasetStateCommitted)):
+            return
+        where = where_of(logged.topic, logged.position)
         if isinstance(event, CommitSequencePlanned):
             key = (event.job, event.dataset_urn, event.sequence_id)
             known = self.sequences.get(key)
@@ -91,39 +174,46 @@ class _Checker:
             elif not known.applied and len(event.steps) > len(known.planned.steps):
                 known.planned = event  # CommitStepStore.put added a step
             return
-        if not isinstance(event, (CommitStepApplied, CommitSequenceCompleted, CommitSequenceAbandoned,
-                                  WatermarkAdvanced)):
-            return
         sequence = self.sequences.get((event.job, event.dataset_urn, event.sequence_id))
         if sequence is None:
             return  # reported by the fold as an unknown sequence
         if isinstance(event, CommitStepApplied):
             if event.step_index >= len(sequence.planned.steps):
-                self.violate("step-out-of-range", f"step {event.step_index} applied, but sequence "
-                             f"{event.sequence_id!r} of {event.dataset_urn!r} has {len(sequence.planned.steps)}", where)
+                self.violate("step-out-of-range", f"step {event.step_index} applied, but {sequence.describe()} has "
+                             f"{len(sequence.planned.steps)}", where)
             sequence.applied.add(event.step_index)
         elif isinstance(event, CommitSequenceCompleted):
             sequence.completed = True
             missing = set(range(len(sequence.planned.steps))) - sequence.applied
             if missing:
-                self.violate("completed-early", f"sequence {event.sequence_id!r} of {event.dataset_urn!r} completed "
-                             f"with steps {sorted(missing)} never applied", where)
+                self.violate("completed-early", f"{sequence.describe()} completed with steps {sorted(missing)} never "
+                             f"applied", where)
         elif isinstance(event, CommitSequenceAbandoned):
             sequence.abandoned = True
+        elif isinstance(event, CommitStepRolledBack):
+            if sequence.abandoned and event.step_index in sequence.applied:
+                sequence.rolled_back.add(event.step_index)
+        elif isinstance(event, DatasetStateCommitted):
+            if sequence.state is None:
+                sequence.state = _Found(event, where)
         elif event.key not in self.seen_advances:
             self.seen_advances.add(event.key)
-            chain = self.chains.setdefault((event.job, event.dataset_urn, event.partition), [])
-            chain.append((event.low_watermark, event.value, where))
+            found = _Found(event, where)
+            sequence.advances.setdefault(event.partition, found)
+            self.chains.setdefault((event.job, event.dataset_urn, event.partition), []).append(found)
 
     def violate(self, kind: str, message: str, position: str = "") -> None:
         self.report.violations.append(Violation(kind, message, position))
 
-    def finish(self, publish_dir: Path | None) -> VerifyReport:
+    def finish(self, log: EventLog, publish_dir: Path | None) -> VerifyReport:
         for problem in self.state.problems:
             self.violate(problem.kind, problem.message, problem.where())
         if self.state.problem_count > len(self.state.problems):
             self.violate("more-problems", f"{self.state.problem_count - len(self.state.problems)} more not listed")
+        self._check_reused_keys(log)
         self._check_sequences()
+        for sequence in self.sequences.values():
+            self._check_against_plan(sequence)
         self._check_watermarks()
         published = self._published_files()
         if publish_dir is not None:
@@ -131,6 +221,29 @@ class _Checker:
         self.report.sequences = len(self.sequences)
         self.report.published_files = len(published)
         return self.report
+
+    def _check_reused_keys(self, log: EventLog) -> None:
+        """Read again the first record of each key seen with other bytes: only its emitted_at may differ."""
+        if not self.reused:
+            return
+        suspects = {r.key for r in self.reused}
+        firsts: dict[bytes, tuple[str, str]] = {}
+        for record in log.read_records():
+            if record.key not in suspects or record.key in firsts or record.value is None:
+                continue
+            try:
+                event = self.codec.decode(record.value, record.topic, record.partition, record.offset, record.key)
+            except EventDecodeError:
+                continue  # reported when it was first read
+            firsts[record.key] = (where_of(record.topic, Position(record.partition, record.offset)), content_of(event))
+            if len(firsts) == len(suspects):
+                break
+        for reuse in self.reused:
+            at, first = firsts.get(reuse.key, ("", reuse.content))
+            if first != reuse.content:
+                self.violate("key-reused", f"key {reuse.key.decode(errors='replace')!r} holds another payload than "
+                             f"the record first stored under it at {at}: first {first}, now {reuse.content}",
+                             reuse.where)
 
     def _check_sequences(self) -> None:
         for (job, urn, sequence_id), s in self.sequences.items():
@@ -140,23 +253,84 @@ class _Checker:
                 self.report.pending.append(f"{job} / {urn} / {sequence_id}")
             if s.abandoned and not s.completed:
                 renamed = [i for i, step in enumerate(s.planned.steps)
-                           if isinstance(step, FsRenameStep) and i in s.applied]
+                           if isinstance(step, FsRenameStep) and i in s.applied - s.rolled_back]
                 if renamed:
                     self.violate("published-by-abandoned", f"sequence {sequence_id!r} of {urn!r} ({job}) was "
-                                 f"abandoned after publishing the files of steps {renamed}", s.at)
+                                 f"abandoned after publishing the files of steps {renamed}, never rolled back", s.at)
+
+    def _check_against_plan(self, s: _Sequence) -> None:
+        """Each watermark move and state commit of a sequence is the one it planned; a completed one made them all."""
+        planned = {step.partition: step for step in s.planned.steps if isinstance(step, HighWatermarkStep)}
+        for partition, found in s.advances.items():
+            move, step = found.event, planned.get(partition)
+            if step is None:
+                self.violate("watermark-unplanned", f"{move.key} moves {partition} from {move.low_watermark} to "
+                             f"{move.value}, but {s.describe()} planned no HighWatermark step for {partition}",
+                             found.where)
+            elif (move.low_watermark, move.value) != (step.low_watermark, step.value):
+                self.violate("watermark-differs-from-plan", f"{move.key} moves {partition} from {move.low_watermark} "
+                             f"to {move.value}, but {s.describe()} planned {step.low_watermark} to {step.value} "
+                             f"(plan at {s.at})", found.where)
+        states = [step for step in s.planned.steps if isinstance(step, DatasetStateStep)]
+        if s.state is not None:
+            self._check_state(s, s.state, states)
+        if not s.completed:
+            return
+        for partition, step in planned.items():
+            if partition not in s.advances and step.value != step.low_watermark:
+                self.violate("watermark-not-advanced", f"{s.describe()} completed, but no WatermarkAdvanced moved "
+                             f"{partition} from {step.low_watermark} to {step.value} as planned", s.at)
+        if states and s.state is None:
+            self.violate("state-not-committed", f"{s.describe()} completed, but no DatasetStateCommitted recorded the "
+                         f"state it planned", s.at)
+
+    def _check_state(self, s: _Sequence, found: _Found[DatasetStateCommitted], states: list[DatasetStateStep]) -> None:
+        committed = found.event
+        said = _facts(committed)
+        if not states:
+            self.violate("state-unplanned", f"{committed.key} commits {_describe(said)}, but {s.describe()} planned "
+                         f"no DatasetState step", found.where)
+            return
+        plans = [_facts(step) for step in states]
+        if said not in plans:
+            self.violate("state-differs-from-plan", f"{committed.key} commits {_describe(said)}, but {s.describe()} "
+                         f"planned {' or '.join(_describe(p) for p in plans)} (plan at {s.at})", found.where)
 
     def _check_watermarks(self) -> None:
         for (job, urn, partition), chain in self.chains.items():
-            for (low, high, _), (next_low, next_high, where) in zip(chain, chain[1:]):
-                if next_high < high:
-                    self.violate("watermark-backwards", f"{urn} {partition} ({job}) went from {high} back to "
-                                 f"{next_high}", where)
-                elif next_low < high:
-                    self.violate("published-twice", f"{urn} {partition} ({job}): range [{next_low}, {next_high}) "
-                                 f"overlaps the range [{low}, {high}) published before", where)
-                elif next_low > high:
-                    self.violate("range-skipped", f"{urn} {partition} ({job}): range [{high}, {next_low}) was "
-                                 f"never published (watermark jumped from {high} to {next_low})", where)
+            for before, after in zip(chain, chain[1:]):
+                low, high = before.event.low_watermark, before.event.value
+                move = after.event
+                which = f"{urn} {partition} ({job}): {move.key} of sequence {move.sequence_id!r}"
+                if move.value < high:
+                    self.violate("watermark-backwards", f"{which} moves it from {high} back to {move.value}",
+                                 after.where)
+                elif move.low_watermark < high:
+                    self.violate("published-twice", f"{which} publishes [{move.low_watermark}, {move.value}), which "
+                                 f"overlaps [{low}, {high}) published by sequence {before.event.sequence_id!r} at "
+                                 f"{before.where}", after.where)
+                elif move.low_watermark > high:
+                    self.violate("range-skipped", f"{which} starts at {move.low_watermark}, but the watermark stood at "
+                                 f"{high} (set at {before.where}): [{high}, {move.low_watermark}) was never published",
+                                 after.where)
+        self._check_pending_plans()
+
+    def _check_pending_plans(self) -> None:
+        """A pending sequence's watermark steps not yet applied start where the committed watermark stands now."""
+        for (job, urn, sequence_id), s in self.sequences.items():
+            if s.completed or s.abandoned:
+                continue
+            for step in s.planned.steps:
+                if not isinstance(step, HighWatermarkStep) or step.partition in s.advances:
+                    continue
+                chain = self.chains.get((job, urn, step.partition))
+                if chain and chain[-1].event.value != step.low_watermark:
+                    standing = chain[-1].event.value
+                    effect = "publish twice" if step.low_watermark < standing else "never publish"
+                    low, high = sorted((step.low_watermark, standing))
+                    self.violate("stale-plan", f"{s.describe()} plans {step.partition} from {step.low_watermark} to "
+                                 f"{step.value}, but the committed watermark stands at {standing} (set at "
+                                 f"{chain[-1].where}): completing it would {effect} [{low}, {high})", s.at)
 
     def _published_files(self) -> dict[str, str]:
         """Destination → the completed sequence that published it; a destination published twice is a violation."""
@@ -183,11 +357,27 @@ class _Checker:
                 self.violate("missing-file", f"{missing} was published by a completed sequence but is gone")
 
 
+StateFacts = tuple[dict[str, int], int, int, dict[str, str]]
+
+
+def _facts(state: DatasetStateCommitted | DatasetStateStep) -> StateFacts:
+    """What a committed or planned dataset state says: watermarks, records and files published, properties."""
+    return state.watermarks, state.records_published, state.files_published, state.properties
+
+
+def _describe(facts: StateFacts) -> str:
+    """A dataset state as a violation names it."""
+    watermarks, records, files, properties = facts
+    marks = ", ".join(f"{p}={v}" for p, v in sorted(watermarks.items()))
+    extra = f", properties {dict(sorted(properties.items()))}" if properties else ""
+    return f"watermarks {{{marks}}}, {records} records, {files} files{extra}"
+
+
 def verify(log: EventLog, publish_dir: Path | None = None, progress: Progress | None = None) -> VerifyReport:
     """Check every invariant over the whole history of the log."""
-    checker = _Checker()
-    for count, logged in enumerate(log.read(on_error=checker.on_error), start=1):
-        checker.fold(logged)
+    checker = _Checker(log.codec)
+    for count, record in enumerate(log.read_records(), start=1):
+        checker.read(record)
         if progress is not None and count % 10_000 == 0:
             progress(count)
-    return checker.finish(publish_dir)
+    return checker.finish(log, publish_dir)

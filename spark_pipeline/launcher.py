@@ -97,6 +97,8 @@ class JobLauncher:
         self.run_id = run_id or new_run_id(datetime.now(timezone.utc))
         self.cancel = threading.Event()
         self._mwus: list[MultiWorkUnit] = []
+        self._ending: JobRunFailed | JobRunCancelled | None = None
+        """The run's end once decided: appended again as it is (never a second payload under its key)."""
 
     @property
     def run_fields(self) -> RunFields:
@@ -216,13 +218,14 @@ class JobLauncher:
                 failed_tasks: list[str] | None = None) -> None:
         """End the run as failed or cancelled: recorded (after every task event), unpublished output removed."""
         run = self.run_fields
-        result.status, result.error = status, error
-        if status is RunStatus.CANCELLED:
-            self.engine.stop(self.config, self.run_id, self._mwus, session.log)
-            session.catch_up()
-        ending = (JobRunCancelled(**run, reason=error) if status is RunStatus.CANCELLED
-                  else JobRunFailed(**run, error=error[:4000], failed_tasks=tuple(failed_tasks or ())))
-        session.sink.emit([ending])
+        if self._ending is None:  # a failure to record the first ending must not record a second one
+            result.status, result.error = status, error
+            if status is RunStatus.CANCELLED:
+                self.engine.stop(self.config, self.run_id, self._mwus, session.log)
+                session.catch_up()
+            self._ending = (JobRunCancelled(**run, reason=error) if status is RunStatus.CANCELLED
+                            else JobRunFailed(**run, error=error[:4000], failed_tasks=tuple(failed_tasks or ())))
+        session.sink.emit([self._ending])
         self._clean_up(session)
 
     def _clean_up(self, session: CommitSession) -> None:

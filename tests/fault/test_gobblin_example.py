@@ -53,7 +53,7 @@ def test_a_crash_after_any_step_is_recovered_exactly_once(crash_at: str, event_l
     published_exactly_once(tmp_path)
     events = [logged.event for logged in event_log.read()]
     planned = {e.key for e in events if isinstance(e, CommitSequencePlanned)}
-    assert len(planned) == 1
+    assert planned == {f"commit/{JOB}/{URN}/run-1/PLANNED/{n}" for n in range(1, 6)}  # each put: a plan of its own
     applied = Counter(e.step_index for e in events if isinstance(e, CommitStepApplied))
     assert applied == Counter(range(5)), "every step applied exactly once, across the crash"
     assert sum(isinstance(e, CommitSequenceCompleted) for e in events) == 1

@@ -7,6 +7,7 @@ A failing seed's message carries the one-line command that replays it.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import tempfile
 from collections import Counter
@@ -53,7 +54,8 @@ def test_seeded_scenarios_on_sqlite_publish_exactly_once() -> None:
     failures: list[str] = []
     totals: Counter[str] = Counter()
     records = 0
-    with ProcessPoolExecutor(WORKERS) as pool:
+    # spawn, not fork: the test process may hold librdkafka and JVM threads, which a forked child must not inherit
+    with ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("spawn")) as pool:
         for chunk_failures, chunk_totals, chunk_records in pool.map(_chunk, chunks):
             failures += chunk_failures
             totals.update(chunk_totals)

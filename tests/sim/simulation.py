@@ -76,11 +76,11 @@ def kafka_log_at(bootstrap: str) -> OpenLog:
 
 
 def write_job(base: Path, name: str, url: str, rng: random.Random) -> JobConfig:
-    """A synthetic job of two one-partition datasets under base/<name>, with seeded retry and attempt settings."""
+    """A synthetic job of two datasets of one to three partitions under base/<name>, with seeded retry and attempt settings."""
     root = base / name
     job = {
         "job.name": name, "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",
-        "source.synthetic.datasets": 2, "source.synthetic.partitions": 1,
+        "source.synthetic.datasets": 2, "source.synthetic.partitions": rng.randint(1, 3),
         "source.synthetic.records.per.run": rng.randint(1, 4), "source.synthetic.payload.bytes": 0,
         "dataset.urn": "ds", "writer.staging.dir": str(root / "staging"),
         "writer.output.dir": str(root / "task-output"), "data.publisher.final.dir": str(root / "published"),

@@ -49,17 +49,16 @@ class CommitSession(Closing):
         self.writer.close()
 
 
-def fold_strictly(log: EventLog, state: State | None = None) -> int:
-    """Fold the log into `state` (a new one from the snapshot when None) up to its stable end; any record that cannot
-    be decoded or placed stops it with IncompleteHistoryError naming the offset. Returns the events folded."""
+def fold_strictly(log: EventLog, state: State) -> int:
+    """Fold the log into `state` up to its stable end; any record that cannot be decoded or placed stops it with
+    IncompleteHistoryError naming the offset. Returns the events folded."""
     log.await_stable()
-    projector = Projector(log, stop_on_error=True)
-    before = 0 if state is None else state.problem_count
+    before = state.problem_count
     try:
-        folded = projector.catch_up(state) if state is not None else 0
+        folded = Projector(log, stop_on_error=True).catch_up(state)
     except ProjectionStopped as e:
         raise IncompleteHistoryError(f"the fold stopped at {e.error}; {WHAT_TO_DO}") from e
-    if state is not None and state.problem_count > before:
+    if state.problem_count > before:
         problem = state.problems[min(before, len(state.problems) - 1)]
         raise IncompleteHistoryError(
             f"the fold could not place the event at {problem.where()} ({problem.kind}: {problem.message}); "

@@ -10,15 +10,19 @@ from __future__ import annotations
 import errno
 import random
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TypeVar
 
 from events.codec import Record
 from events.errors import LogWriteError
 from events.job_lock import JobLock
 from events.log import ErrorHandler, EventLog, LogWriter, Offsets, Snapshot, StoredRecord, Subscription, raise_error
 from spark_pipeline.filesystem import FileSystem
+
+
+T = TypeVar("T")
 
 
 class SimulatedCrash(BaseException):
@@ -62,10 +66,6 @@ class FaultPlan:
         return fault
 
 
-def _io_error(call: str, path: str) -> OSError:
-    return OSError(errno.EIO, f"simulated I/O error in {call}", path)
-
-
 class FaultyFileSystem(FileSystem):
     """A file system whose every call may fail or crash, as the plan says."""
 
@@ -73,51 +73,36 @@ class FaultyFileSystem(FileSystem):
         self.inner = inner
         self.plan = plan
 
-    def _before(self, call: str, path: str) -> Fault | None:
+    def _guarded(self, call: str, path: str, action: Callable[[], T]) -> T:
+        """Run one file operation as the plan says: an OSError or a crash before it, a crash after it, or neither."""
         fault = self.plan.decide(call)
         if fault is Fault.CRASH_BEFORE:
             raise SimulatedCrash(f"{call} {path}")
         if fault is Fault.IO_ERROR:
-            raise _io_error(call, path)
-        return fault
-
-    def _after(self, fault: Fault | None, call: str, path: str) -> None:
+            raise OSError(errno.EIO, f"simulated I/O error in {call}", path)
+        result = action()
         if fault is Fault.CRASH_AFTER:
             raise SimulatedCrash(f"after {call} {path}")
+        return result
 
     def size(self, path: str) -> int | None:
-        fault = self._before("size", path)
-        found = self.inner.size(path)
-        self._after(fault, "size", path)
-        return found
+        return self._guarded("size", path, lambda: self.inner.size(path))
 
     def checksum(self, path: str) -> str:
-        fault = self._before("checksum", path)
-        found = self.inner.checksum(path)
-        self._after(fault, "checksum", path)
-        return found
+        return self._guarded("checksum", path, lambda: self.inner.checksum(path))
 
     def rename(self, src: str, dst: str) -> None:
-        fault = self._before("rename", src)
-        self.inner.rename(src, dst)
-        self._after(fault, "rename", src)
+        self._guarded("rename", src, lambda: self.inner.rename(src, dst))
 
     def sync_folders(self, folders: Iterable[str]) -> None:
         unique = sorted(set(folders))
-        fault = self._before("fsync", ",".join(unique))
-        self.inner.sync_folders(unique)
-        self._after(fault, "fsync", ",".join(unique))
+        self._guarded("fsync", ",".join(unique), lambda: self.inner.sync_folders(unique))
 
     def list_folders(self, path: str) -> list[str]:
-        fault = self._before("list", path)
-        found = self.inner.list_folders(path)
-        self._after(fault, "list", path)
-        return found
+        return self._guarded("list", path, lambda: self.inner.list_folders(path))
 
     def remove_tree(self, path: str) -> None:
-        fault = self._before("delete", path)
-        self.inner.remove_tree(path)
-        self._after(fault, "delete", path)
+        self._guarded("delete", path, lambda: self.inner.remove_tree(path))
 
 
 class FaultyWriter(LogWriter):

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test soak simulate demo kafka-jars kafka-up kafka-down bench bench-quick clean
+.PHONY: test soak simulate demo kafka-jars kafka-up kafka-down hdfs-jars hdfs-up hdfs-down s3-build s3-up s3-down bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "oncelog needs Python 3.11+, found " + sys.version.split()[0] + " (set PYTHON=python3.11)")'
@@ -16,7 +16,27 @@ $(STAMP): pyproject.toml
 kafka-jars: $(STAMP)
 	$(BIN)/oncelog kafka jars
 
-test: $(STAMP) kafka-jars
+# The servers the tests run for real: HDFS from Hadoop's Maven Central jars, an S3-compatible server (versitygw)
+# built from the Go module proxy; both cached in ~/.cache/oncelog after the first time.
+hdfs-jars: $(STAMP)
+	$(BIN)/oncelog hdfs jars
+
+hdfs-up: hdfs-jars
+	$(BIN)/oncelog hdfs up
+
+hdfs-down: $(STAMP)
+	$(BIN)/oncelog hdfs down
+
+s3-build: $(STAMP)
+	$(BIN)/oncelog s3 build
+
+s3-up: s3-build
+	$(BIN)/oncelog s3 up --bucket oncelog
+
+s3-down: $(STAMP)
+	$(BIN)/oncelog s3 down
+
+test: $(STAMP) kafka-jars hdfs-jars s3-build
 	$(BIN)/python -m pytest
 
 # The SIGKILL soak (tests/fault/soak.py) at length, not part of `make test` (which runs 10 iterations per store).

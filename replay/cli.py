@@ -17,6 +17,7 @@ from rich.text import Text
 from events.errors import OncelogError
 from events.log import DEFAULT_URL, EventLog, open_log
 from events.model import LoggedEvent
+from filesystems.base import FileSystemError
 from projections.projector import Projector
 from replay.audit import audit
 from replay.audit_html import write_html
@@ -144,12 +145,16 @@ def audit_run(run_id: Annotated[str, typer.Argument(help="The run to audit.")],
     emit(audit_json(timeline), as_json, audit_tables)
 
 
-def verify(publish_dir: Annotated[Path | None, typer.Option(
-        help="Also check that every file in this directory was published by a completed sequence.")] = None,
+def verify(publish_dir: Annotated[str | None, typer.Option(
+        help="Also check that every file in this folder (a path, hdfs://… or s3a://…) was published by a completed "
+             "sequence, and that every file published there is still there.")] = None,
            log_url: LogUrl = DEFAULT_URL, as_json: AsJson = False) -> None:
     """Check the invariants over the whole history; exit code 1 with the list of violations if any is broken."""
-    with opened(log_url) as log, progress_bar("Verifying", as_json) as progress:
-        report = run_verify(log, publish_dir, progress)
+    try:
+        with opened(log_url) as log, progress_bar("Verifying", as_json) as progress:
+            report = run_verify(log, publish_dir, progress)
+    except FileSystemError as e:
+        raise fail(str(e), 2) from e
     if as_json:
         out.print_json(json.dumps(verify_json(report)))
     else:

@@ -36,6 +36,9 @@ from events.dataset import DatasetStateCommitted, WatermarkAdvanced
 from events.errors import EventDecodeError
 from events.log import EventLog, StoredRecord
 from events.model import Event, LoggedEvent, Position
+from filesystems import urls
+from filesystems.base import FileSystem
+from filesystems.router import FileSystems
 from projections.state import State
 
 Progress = Callable[[int], None]
@@ -205,7 +208,7 @@ class _Checker:
     def violate(self, kind: str, message: str, position: str = "") -> None:
         self.report.violations.append(Violation(kind, message, position))
 
-    def finish(self, log: EventLog, publish_dir: Path | None) -> VerifyReport:
+    def finish(self, log: EventLog, publish_dir: str | None, fs: FileSystem) -> VerifyReport:
         for problem in self.state.problems:
             self.violate(problem.kind, problem.message, problem.where())
         if self.state.problem_count > len(self.state.problems):
@@ -217,7 +220,7 @@ class _Checker:
         self._check_watermarks()
         published = self._published_files()
         if publish_dir is not None:
-            self._check_publish_dir(publish_dir, published)
+            self._check_publish_dir(publish_dir, published, fs)
         self.report.sequences = len(self.sequences)
         self.report.published_files = len(published)
         return self.report
@@ -346,15 +349,29 @@ class _Checker:
                     published[step.dst] = owner
         return published
 
-    def _check_publish_dir(self, publish_dir: Path, published: dict[str, str]) -> None:
-        on_disk = {str(p.resolve()) for p in publish_dir.rglob("*") if p.is_file()}
-        known = {str(Path(p).resolve()) for p in published}
-        for orphan in sorted(on_disk - known):
+    def _moving(self) -> set[str]:
+        """Destinations of sequences not settled yet: a file there belongs to a publication still under way."""
+        return {step.dst for s in self.sequences.values() if not s.completed and not (s.abandoned and s.rolled_back)
+                for step in s.planned.steps if isinstance(step, FsRenameStep)}
+
+    def _check_publish_dir(self, publish_dir: str, published: dict[str, str], fs: FileSystem) -> None:
+        """Every file under the folder was published by a completed sequence (or is being published), and every
+        file a completed sequence published there is still there."""
+        root = urls.resolve_folder(publish_dir)
+        on_disk = {_canonical(f.path) for f in fs.list_files(root)}
+        known = {_canonical(p) for p in published}
+        moving = {_canonical(p) for p in self._moving()}
+        for orphan in sorted(on_disk - known - moving):
             self.violate("orphaned-file", f"{orphan} is in the publish directory but no completed sequence "
                          f"published it")
         for missing in sorted(known - on_disk):
-            if Path(missing).is_relative_to(publish_dir.resolve()):
+            if urls.is_within(missing, root):
                 self.violate("missing-file", f"{missing} was published by a completed sequence but is gone")
+
+
+def _canonical(location: str) -> str:
+    """A file location as compared: local paths with symlinks resolved, URLs normalized."""
+    return urls.resolve_folder(location)
 
 
 StateFacts = tuple[dict[str, int], int, int, dict[str, str]]
@@ -373,11 +390,13 @@ def _describe(facts: StateFacts) -> str:
     return f"watermarks {{{marks}}}, {records} records, {files} files{extra}"
 
 
-def verify(log: EventLog, publish_dir: Path | None = None, progress: Progress | None = None) -> VerifyReport:
+def verify(log: EventLog, publish_dir: str | Path | None = None, progress: Progress | None = None,
+           fs: FileSystem | None = None) -> VerifyReport:
     """Check every invariant over the whole history of the log."""
     checker = _Checker(log.codec)
     for count, record in enumerate(log.read_records(), start=1):
         checker.read(record)
         if progress is not None and count % 10_000 == 0:
             progress(count)
-    return checker.finish(log, publish_dir)
+    folder = str(publish_dir) if publish_dir is not None else None
+    return checker.finish(log, folder, fs or FileSystems.of({}))

@@ -17,7 +17,7 @@ from projections.views import RunStatus
 from spark_pipeline.commit.faults import FaultInjector
 from spark_pipeline.commit.session import open_session
 from spark_pipeline.config_validation import load_job_config
-from spark_pipeline.filesystem import LOCAL
+from filesystems.router import FileSystems
 from events.job_lock import JobLockedError
 from spark_pipeline.launcher import JobLauncher, RunResult, commit_settings
 from spark_pipeline.paths import absolute_config
@@ -105,7 +105,7 @@ def recover(job_file: JobFile, release: Annotated[list[str] | None, typer.Option
     try:
         config = absolute_config(load_job_config(job_file))
         with open_log(config.log_url, config.log_settings) as log, open_session(
-                log, config.job_name, commit_settings(config), LOCAL) as s:
+                log, config.job_name, commit_settings(config), FileSystems.of(config.properties)) as s:
             results = s.committer.recover(config.job_name)
             for urn in release or ():
                 sequence = s.committer.release(config.job_name, urn, "released with oncelog recover --release")

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
-from urllib.parse import unquote
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from events.errors import ConfigError
 from events.log import DEFAULT_URL, parse_url
+from filesystems import urls
 from spark_pipeline.config_files import Entry, ParsedFile, Problem
 from spark_pipeline.cron import CronSchedule, parse_cron
 
@@ -330,11 +330,10 @@ PATH_KEYS = {"writer.staging.dir": "writer_staging_dir", "writer.output.dir": "w
 ROW_ERR_FILE = "qualitychecker.row.err.file"
 DIRECTORY_SOURCE_FOLDER = "source.filebased.data.directory"
 FOLDER_KEYS = (*PATH_KEYS, ROW_ERR_FILE, DIRECTORY_SOURCE_FOLDER)
-"""Keys naming a folder the job reads or writes: local only until remote file systems are supported."""
+"""Keys naming a folder the job reads or writes (local, HDFS or S3; the row error file local only)."""
 BRANCH_FOLDER_KEYS = (*PATH_KEYS, ROW_ERR_FILE)  # these also take a `.N` branch suffix
-SUPPORTED_FOLDERS = "a local path, bare (/data/x, data/x) or as a file: URI (file:///data/x)"
+LOCAL_ONLY_KEYS = (ROW_ERR_FILE,)  # appended to line by line: object stores cannot append
 SPECULATION = "spark.speculation"
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(.*)$", re.DOTALL)
 ROW_POLICIES, ROW_POLICY_TYPES = "qualitychecker.row.policies", "qualitychecker.row.policy.types"
 TASK_POLICIES, TASK_POLICY_TYPES = "qualitychecker.task.policies", "qualitychecker.task.policy.types"
 _SUFFIX = re.compile(r"^(.+)\.(\d+)$")
@@ -373,26 +372,21 @@ def is_folder_key(key: str) -> bool:
     return key in FOLDER_KEYS or (suffixed is not None and suffixed[0] in BRANCH_FOLDER_KEYS)
 
 
-def local_folder(value: str) -> str:
-    """A folder value as a local path (`file:///x` → `/x`); a ValueError for a scheme oncelog cannot write.
+def folder_value(key: str, value: str) -> str:
+    """A folder key's value as oncelog reads it: a local path as given (`file:///x` → `/x`), a remote URL
+    normalized; a ValueError for a scheme oncelog cannot read or write, or a remote folder where only local works.
 
-    Any other scheme (s3a://, hdfs://, gs://…) would silently become a relative folder named after it.
+    Without this check, an unknown scheme (gs://…) would silently become a relative folder named after it.
     """
-    match = _SCHEME.match(value)
-    if match is None:
-        return value
-    scheme, rest = match.group(1).lower(), match.group(2)
-    if scheme != "file":
-        raise ValueError(f"scheme {scheme!r} is not supported: oncelog reads and writes local folders only "
-                         f"(remote file systems are not supported yet); use {SUPPORTED_FOLDERS}")
-    if rest.startswith("//"):
-        host, slash, path = rest[2:].partition("/")
-        if host not in ("", "localhost"):
-            raise ValueError(f"a file: URI naming host {host!r} is not a local folder; use file:///path")
-        rest = slash + path
-    if not rest.startswith("/"):
-        raise ValueError("a file: URI needs an absolute path (file:///data/x); write a relative folder bare")
-    return unquote(rest)
+    if urls.has_scheme(value):
+        location = urls.parse(value)
+        if location.scheme is urls.Scheme.FILE:
+            return location.path
+        base = split_suffix(key)
+        if (base[0] if base else key) in LOCAL_ONLY_KEYS:
+            raise ValueError("must be a local folder (error files are appended to line by line)")
+        return str(location)
+    return value
 
 
 def validation_messages(error: ValidationError, key_of: Callable[[str], str], owner: str = "",

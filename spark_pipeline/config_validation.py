@@ -36,8 +36,8 @@ from spark_pipeline.config import (
     construct_input,
     construct_model,
     import_class,
+    folder_value,
     is_folder_key,
-    local_folder,
     model_keys,
     policy_messages,
     qualified_name,
@@ -45,6 +45,7 @@ from spark_pipeline.config import (
     split_suffix,
     validation_messages,
 )
+from filesystems.settings import HADOOP_PREFIXES
 from spark_pipeline.config_files import JOB_FILE_SUFFIXES, ParsedFile, Problem, parse_job_file, substitute
 from spark_pipeline.paths import JobRoots, nested_pairs, overlaps, resolved_path
 
@@ -154,19 +155,19 @@ class _Checker:
         self.parsed = parsed
         self.failed = frozenset(parsed.entries) - frozenset(values)  # substitution failed: already reported
         self.imported: dict[str, type | None] = {}
-        self.bad_folders: set[str] = set()  # folder keys whose value is no local folder: already reported
+        self.bad_folders: set[str] = set()  # folder keys whose value is no folder oncelog serves: already reported
         self.values = {key: self._folder(key, value) if is_folder_key(key) else value for key, value in values.items()}
 
     def _folder(self, key: str, value: str) -> str:
-        """A folder key's value as a local path; a scheme oncelog cannot write is a problem naming key and value."""
+        """A folder key's value as oncelog reads it; a scheme it cannot serve is a problem naming key and value."""
         stripped = value.strip()
         try:
-            local = local_folder(stripped)
+            folder = folder_value(key, stripped)
         except ValueError as e:
             self.problem(key, f"{key!r}: {stripped!r}: {e}")
             self.bad_folders.add(key)
             return value
-        return value if local == stripped else local
+        return value if folder == stripped else folder
 
     def problem(self, key: str | None, message: str) -> None:
         """Record a problem about `key`, on the line the key is set when there is one."""
@@ -251,7 +252,7 @@ class _Checker:
             construct_keys |= keys
             branch_keys |= keys if usage.branch_level else set()
         for key in self.parsed.entries:
-            if key in CORE_KEYS or key in construct_keys or key.startswith((SPARK_PREFIX, LOG_PREFIX)):
+            if key in CORE_KEYS or key in construct_keys or key.startswith((SPARK_PREFIX, LOG_PREFIX, *HADOOP_PREFIXES)):
                 continue
             suffixed = split_suffix(key)
             if suffixed and suffixed[0] in branch_keys:

@@ -18,6 +18,7 @@ from events.commit import CommitSequencePlanned
 from events.errors import OncelogError
 from events.job import WorkUnitSpec
 from events.task import OutputFile, WorkUnitResult
+from filesystems.base import FileSystem
 from projections.views import DatasetView, WorkUnitView
 from spark_pipeline.config import BranchConfig, JobConfig, PolicyType
 
@@ -219,7 +220,9 @@ class WriterDestination:
     attempt: int
     staging_dir: str
     output_dir: str
-    """The task output folder of the run (writer.output.dir/<run_id>/<branch>)."""
+    """The task output folder of the run (writer.output.dir/<run_id>)."""
+    fs: FileSystem
+    """The file systems to write through (folders may be local, hdfs:// or s3a:// locations)."""
 
 
 class DataWriter(ABC):

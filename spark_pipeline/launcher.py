@@ -33,6 +33,9 @@ from events.job import (
 )
 from events.log import EventLog, open_log
 from events.model import RunFields
+from filesystems import urls
+from filesystems.base import FileSystem
+from filesystems.router import FileSystems
 from projections.state import State
 from projections.views import RunStatus, SequenceView
 from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
@@ -42,14 +45,13 @@ from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.steps import PublishRoots
 from spark_pipeline.config import JobCommitPolicy, JobConfig
 from spark_pipeline.constructs import DataPublisher, DatasetOutput, MultiWorkUnit, SourceState
-from spark_pipeline.filesystem import LOCAL, FileSystem
 from spark_pipeline.paths import JobRoots, absolute_config, overlaps, run_dirs
 from spark_pipeline.planning import plan_work_units
 from spark_pipeline.task_engine import SparkTaskEngine, TaskEngine
 from spark_pipeline.task_flow import make_construct
 from spark_pipeline.task_runner import TaskOutcome
 
-SECRET_HINTS = ("password", "secret", "token", "credential", "jaas", "private")
+SECRET_HINTS = ("password", "secret", "token", "credential", "jaas", "private", "access.key")
 
 
 class RunCancelled(OncelogError):
@@ -83,17 +85,17 @@ def new_run_id(now: datetime) -> str:
 
 class JobLauncher:
     """Runs a job once. The engine runs the tasks (default: Spark, from `spark` or the job's settings); `fs` is the
-    file system publishing goes through."""
+    file system publishing goes through (default: the job's file systems, by URL)."""
 
     def __init__(self, config: JobConfig, spark: SparkSession | None = None, faults: FaultInjector = NO_FAULTS,
-                 run_id: str | None = None, engine: TaskEngine | None = None, fs: FileSystem = LOCAL,
+                 run_id: str | None = None, engine: TaskEngine | None = None, fs: FileSystem | None = None,
                  log: EventLog | None = None) -> None:
         self.config = absolute_config(config)
         self.log = log
         """The log to use, left open; None: the job's log URL is opened, and closed after the run."""
         self.engine = engine or SparkTaskEngine(self.config, spark)
         self.faults = faults
-        self.fs = fs
+        self.fs = fs or FileSystems.of(self.config.properties)
         self.run_id = run_id or new_run_id(datetime.now(timezone.utc))
         self.cancel = threading.Event()
         self._mwus: list[MultiWorkUnit] = []
@@ -233,10 +235,10 @@ class JobLauncher:
         session.catch_up()  # what this run appended before a failure may be in the log: never delete what it needs
         keep_output = self.run_id in runs_holding_output(session, self.config.job_name)
         for dirs in run_dirs(self.config, self.run_id):
-            self.fs.remove_tree(str(dirs.staging))
+            self.fs.remove_tree(dirs.staging)
             self.faults.reached("during-cleanup")
             if not keep_output:
-                self.fs.remove_tree(str(dirs.output))
+                self.fs.remove_tree(dirs.output)
         session.sink.emit([JobLockReleased(job=self.config.job_name, run_id=self.run_id)])
 
     def _clean_stale(self, session: CommitSession) -> None:
@@ -248,9 +250,9 @@ class JobLauncher:
         doomed = runs - runs_holding_output(session, job)
         for dirs in run_dirs(self.config, ""):
             for root in (dirs.staging, dirs.output):
-                for name in self.fs.list_folders(str(root)):
+                for name in self.fs.list_folders(root):
                     if name in doomed:
-                        self.fs.remove_tree(str(root / name))
+                        self.fs.remove_tree(urls.join(root, name))
 
     def _check_cancelled(self) -> None:
         if self.cancel.is_set():

@@ -15,7 +15,8 @@ from typing import TypeVar
 
 from events.errors import ConfigError
 from events.log import parse_url
-from spark_pipeline.config import JobConfig, branch_sources, local_folder, split_suffix
+from filesystems import urls
+from spark_pipeline.config import JobConfig, branch_sources, folder_value, split_suffix
 
 RUN_ID = re.compile(r"^\d{8}T\d{9}Z-[0-9a-f]{6}$")
 DIRECTORY_KEYS = ("writer.staging.dir", "writer.output.dir", "data.publisher.final.dir", "qualitychecker.row.err.file")
@@ -23,11 +24,11 @@ DIRECTORY_KEYS = ("writer.staging.dir", "writer.output.dir", "data.publisher.fin
 
 @dataclass(frozen=True)
 class RunDirs:
-    """One branch's folders for one run (run id '' gives the roots)."""
+    """One branch's folders for one run (run id '' gives the roots), as locations (paths or URLs)."""
 
-    staging: Path
-    output: Path
-    final: Path
+    staging: str
+    output: str
+    final: str
 
 
 def run_dirs(config: JobConfig, run_id: str) -> list[RunDirs]:
@@ -35,19 +36,20 @@ def run_dirs(config: JobConfig, run_id: str) -> list[RunDirs]:
     found = []
     for branch in config.branches:
         if branch.writer_staging_dir and branch.writer_output_dir and branch.publisher_final_dir:
-            found.append(RunDirs(Path(branch.writer_staging_dir) / run_id, Path(branch.writer_output_dir) / run_id,
-                                 Path(branch.publisher_final_dir)))
+            found.append(RunDirs(urls.join(branch.writer_staging_dir, run_id),
+                                 urls.join(branch.writer_output_dir, run_id), branch.publisher_final_dir))
     return found
 
 
 def absolute_config(config: JobConfig) -> JobConfig:
-    """The config with its folders and SQLite log path made absolute: executors may start elsewhere."""
+    """The config with its folders (local ones resolved, remote ones normalized) and SQLite log path absolute:
+    executors may start elsewhere."""
     properties = dict(config.properties)
     for key, value in config.properties.items():
         suffixed = split_suffix(key)
         base = suffixed[0] if suffixed else key
         if base in DIRECTORY_KEYS:
-            properties[key] = str(Path(value).resolve())
+            properties[key] = urls.resolve_folder(folder_value(key, value))
     updates: dict[str, object] = {"properties": properties}
     for field, key in (("writer_staging_dir", "writer.staging.dir"), ("writer_output_dir", "writer.output.dir"),
                        ("publisher_final_dir", "data.publisher.final.dir"), ("row_err_file", "qualitychecker.row.err.file")):
@@ -73,8 +75,8 @@ class Role(StrEnum):
 
 
 def resolved_path(value: str) -> str:
-    """A local folder as an absolute path with symlinks and `..` resolved (relative to the current folder)."""
-    return str(Path(value).resolve())
+    """A folder as compared: a local one absolute with symlinks and `..` resolved, a remote URL normalized."""
+    return urls.resolve_folder(value)
 
 
 def nested_pairs(roots: Sequence[tuple[T, str]]) -> list[tuple[T, T]]:
@@ -130,7 +132,7 @@ class JobRoots:
             for role in Role:
                 if role.value in sources:
                     key, value = sources[role.value]
-                    found[role].append(_local(job, key, value))
+                    found[role].append(_recorded_folder(job, key, value))
         return cls(job, _resolved(found[Role.STAGING]), _resolved(found[Role.OUTPUT]), _resolved(found[Role.PUBLISH]))
 
     def roots(self) -> list[tuple[Role, str]]:
@@ -144,10 +146,10 @@ def _resolved(values: Iterable[str | None]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(resolved_path(v) for v in values if v))
 
 
-def _local(job: str, key: str, value: str) -> str:
-    """A recorded folder value as a local path; a scheme oncelog cannot write is a ConfigError naming job and key."""
+def _recorded_folder(job: str, key: str, value: str) -> str:
+    """A recorded folder value; a scheme oncelog cannot serve is a ConfigError naming job and key."""
     try:
-        return local_folder(value)
+        return folder_value(key, value)
     except ValueError as e:
         raise ConfigError(f"job {job!r}: recorded {key!r} {value!r}: {e}") from e
 

@@ -7,9 +7,9 @@ path), a HighWatermark per partition that moved, and the DatasetState with every
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 
 from events.commit import CommitSequencePlanned, CommitStepSpec, DatasetStateStep, FsRenameStep, HighWatermarkStep
+from filesystems import urls
 from projections.views import DatasetView
 from spark_pipeline.constructs import DataPublisher, DatasetOutput
 
@@ -20,8 +20,8 @@ class BaseDataPublisher(DataPublisher):
     def destination(self, run_id: str, path: str, branch: int) -> str:
         """Where a task output file is published: the same path under the branch's final directory."""
         settings = self.config.branch(branch)
-        relative = Path(path).relative_to(Path(str(settings.writer_output_dir)) / run_id)
-        return str(Path(str(settings.publisher_final_dir)) / relative)
+        relative = urls.relative_to(path, urls.join(str(settings.writer_output_dir), run_id))
+        return urls.join(str(settings.publisher_final_dir), relative)
 
     def plan(self, run_id: str, outputs: list[DatasetOutput], dataset_states: Mapping[str, DatasetView]
              ) -> list[CommitSequencePlanned]:

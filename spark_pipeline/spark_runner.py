@@ -6,7 +6,7 @@ import os
 import sys
 from collections.abc import Iterable, Mapping
 
-from pyspark import SparkConf, SparkContext
+from pyspark import SparkConf, SparkContext, TaskContext
 from pyspark.sql import SparkSession
 
 from events.errors import ConfigError
@@ -64,9 +64,14 @@ def task_writer_name(config: JobConfig, run_id: str, mwu: MultiWorkUnit) -> str:
 
 def execute(config: JobConfig, run_id: str, mwu: MultiWorkUnit, log_url: str, log_settings: Mapping[str, str]
             ) -> TaskOutcome:
-    """Run one task where it is (an executor), recording its attempts through a writer of its own."""
+    """Run one task where it is (an executor), recording its attempts through a writer of its own.
+
+    Spark runs a task again when its executor is lost (that does not count against spark.task.maxFailures): the
+    new run's attempts are numbered after the lost one's, and its writer (same name) fences the lost one's."""
+    context = TaskContext.get()
+    first_attempt = (context.attemptNumber() if context else 0) * (config.task_max_retries + 1) + 1
     with open_log(log_url, log_settings) as log, log.writer(task_writer_name(config, run_id, mwu)) as w:
-        return run_task(config, run_id, mwu, w.append)
+        return run_task(config, run_id, mwu, w.append, first_attempt=first_attempt)
 
 
 def run_tasks(spark: SparkSession, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], log_url: str,

@@ -16,6 +16,9 @@ from typing import TypeVar, cast
 
 from events.errors import ConfigError, OncelogError
 from events.task import OutputFile, WorkUnitResult
+from filesystems import urls
+from filesystems.base import FileSystem
+from filesystems.router import FileSystems
 from spark_pipeline.config import BranchConfig, JobConfig, PolicyType, import_class
 from spark_pipeline.constructs import (
     Converter,
@@ -60,6 +63,8 @@ class Constructs:
     row_policies: list[RowLevelPolicy]
     fork: ForkOperator
     branches: list[BranchConstructs]
+    fs: FileSystem
+    """The file systems the writers write to (one client per task, reused by its work units)."""
 
 
 T = TypeVar("T")
@@ -97,6 +102,7 @@ def build_constructs(config: JobConfig) -> Constructs:
          for p in config.row_policies],
         fork,
         branches,
+        FileSystems.of(config.properties),
     )
 
 
@@ -295,5 +301,5 @@ class WorkUnitFlow:
         return WriterDestination(
             config=self.c.config, branch=branch, schema=schema, work_unit=state.work_unit, run_id=state.run_id,
             task_id=state.task_id, attempt=state.attempt, staging_dir=str(branch.writer_staging_dir),
-            output_dir=str(Path(str(branch.writer_output_dir)) / state.run_id),
+            output_dir=urls.join(str(branch.writer_output_dir), state.run_id), fs=self.c.fs,
         )

@@ -96,13 +96,17 @@ def _end_failed(flow: WorkUnitFlow | None, last: bool) -> WorkUnitResult | None:
     return None
 
 
-def run_task(config: JobConfig, run_id: str, mwu: MultiWorkUnit, emit: Emit, sleep: Sleep = time.sleep) -> TaskOutcome:
-    """Run a task with its retries, recording every attempt through `emit`."""
+def run_task(config: JobConfig, run_id: str, mwu: MultiWorkUnit, emit: Emit, sleep: Sleep = time.sleep,
+             first_attempt: int = 1) -> TaskOutcome:
+    """Run a task with its retries, recording every attempt through `emit`.
+
+    `first_attempt` numbers the attempts after those of an earlier run of the same task (Spark re-runs a task whose
+    executor was lost): each attempt keeps its own events and staging folder."""
     task: TaskFields = {"job": config.job_name, "run_id": run_id, "task_id": mwu.multi_work_unit_id}
     unit_ids = tuple(u.work_unit_id for u in mwu.work_units)
-    attempts = config.task_max_retries + 1
+    attempts = first_attempt + config.task_max_retries
     constructs = build_constructs(config)
-    for attempt in range(1, attempts + 1):
+    for attempt in range(first_attempt, attempts + 1):
         started = time.perf_counter()
         emit([TaskStarted(**task, attempt=attempt, work_unit_ids=unit_ids, executor=executor_name())])
         try:

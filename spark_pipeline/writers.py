@@ -7,8 +7,6 @@ file: nothing is published twice under two names. The size and sha256 are taken 
 from __future__ import annotations
 
 import hashlib
-import os
-from pathlib import Path
 from typing import IO, Any, Literal, cast
 from urllib.parse import quote
 
@@ -17,8 +15,9 @@ from fastavro.write import Writer
 from pydantic import BaseModel, ConfigDict, Field
 
 from events.task import OutputFile
+from filesystems import urls
+from filesystems.base import WritableFile
 from spark_pipeline.constructs import DataWriter, DataWriterBuilder, Record, WriterDestination
-from spark_pipeline.filesystem import LOCAL
 
 
 class AvroWriterSettings(BaseModel):
@@ -41,12 +40,13 @@ def output_file_name(destination: WriterDestination, high: int) -> str:
 
 
 class _HashingFile:
-    """A binary file that counts and hashes what passes through it."""
+    """A new file that counts and hashes what passes through it."""
 
-    def __init__(self, path: Path) -> None:
-        self.file = path.open("wb")
+    def __init__(self, file: WritableFile) -> None:
+        self.file = file
         self.digest = hashlib.sha256()
         self.size = 0
+        self.closed = False
 
     def write(self, data: bytes) -> int:
         self.digest.update(data)
@@ -61,9 +61,13 @@ class _HashingFile:
         return False
 
     def close(self) -> None:
-        self.file.flush()
-        os.fsync(self.file.fileno())
+        self.closed = True
         self.file.close()
+
+    def discard(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.file.discard()
 
 
 class AvroDataWriter(DataWriter):
@@ -71,11 +75,12 @@ class AvroDataWriter(DataWriter):
 
     def __init__(self, destination: WriterDestination, settings: AvroWriterSettings) -> None:
         self.destination = destination
+        self.fs = destination.fs
         unit = destination.work_unit
-        attempt_dir = Path(destination.staging_dir) / destination.run_id / destination.task_id / f"attempt-{destination.attempt}"
-        self.staging_path = attempt_dir / f"{path_segment(unit.dataset_urn)}.{path_segment(unit.partition)}.avro.tmp"
-        self.staging_path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = _HashingFile(self.staging_path)
+        attempt_dir = urls.join(destination.staging_dir, destination.run_id, destination.task_id,
+                                f"attempt-{destination.attempt}")
+        self.staging_path = urls.join(attempt_dir, f"{path_segment(unit.dataset_urn)}.{path_segment(unit.partition)}.avro.tmp")
+        self._file = _HashingFile(self.fs.open_write(self.staging_path))
         schema = fastavro.parse_schema(destination.schema)
         self._writer: Any = Writer(cast(IO[bytes], self._file), schema, codec=settings.codec,
                                    sync_interval=settings.sync_interval)
@@ -93,17 +98,19 @@ class AvroDataWriter(DataWriter):
         self._writer.flush()
         self._file.close()
         self.bytes_written = self._file.size
-        target = Path(self.destination.output_dir) / output_file_name(self.destination, actual_high_watermark)
-        # Durable before the task records the file: a rename lost to a power cut would leave a recorded file missing.
-        LOCAL.rename(str(self.staging_path), str(target))
-        LOCAL.sync_folders({str(target.parent)})
-        return [OutputFile(path=str(target), size=self._file.size, checksum=self._file.digest.hexdigest(),
+        checksum = self._file.digest.hexdigest()
+        target = urls.join(self.destination.output_dir, output_file_name(self.destination, actual_high_watermark))
+        # Durable before the task records the file: a move lost to a power cut would leave a recorded file missing.
+        self.fs.move(self.staging_path, target, self._file.size, checksum)
+        self.fs.sync_folders({urls.parent(target)})
+        return [OutputFile(path=target, size=self._file.size, checksum=checksum,
                            records=self.records_written, branch=self.destination.branch.index)]
 
     def abort(self) -> None:
-        if not self._file.file.closed:
-            self._file.file.close()
-        self.staging_path.unlink(missing_ok=True)
+        if self._file.closed:
+            self.fs.delete(self.staging_path)
+        else:
+            self._file.discard()
 
 
 class AvroDataWriterBuilder(DataWriterBuilder):

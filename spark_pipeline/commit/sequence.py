@@ -7,7 +7,6 @@ failures the sequence is abandoned for its dataset alone, and the error recorded
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +25,8 @@ from events.commit import (
 )
 from events.dataset import DatasetReleased
 from events.model import Event
+from filesystems import urls
+from filesystems.base import FileSystem, FileSystemError
 from projections.views import SequenceView
 from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
 from spark_pipeline.commit.settings import CommitSettings
@@ -37,7 +38,6 @@ from spark_pipeline.commit.steps import (
     UnsafeCommitStepError,
     step_for,
 )
-from spark_pipeline.filesystem import FileSystem
 
 Record = Callable[[Sequence[Event]], None]
 """Where a sequence records its events: the sink (at once), or a list the committer appends in one batch."""
@@ -108,7 +108,7 @@ class CommitSequence:
             try:
                 done = step.verify()
                 effects: list[Event] = [] if done else step.execute()
-            except (OSError, CommitStepError) as e:
+            except (OSError, FileSystemError, CommitStepError) as e:
                 record([*applied, *self._failure(index, f"step {index} ({spec.kind}): {e}")])
                 return self._result(self._after_failure(), f"step {index} ({spec.kind}): {e}")
             outcome: Literal["executed", "verified"] = "verified" if done else "executed"
@@ -117,7 +117,7 @@ class CommitSequence:
                                                     duration_ms=(time.perf_counter() - step_started) * 1000)]
             if isinstance(spec, FsRenameStep):
                 if not done:
-                    self.renamed_into.add(os.path.dirname(spec.dst))
+                    self.renamed_into.add(urls.parent(spec.dst))
                 self.faults.reached("after-rename")
             elif isinstance(spec, HighWatermarkStep):
                 self.faults.reached("after-watermark")

@@ -16,7 +16,7 @@ from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
 from spark_pipeline.commit.sequence import Committer
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.sink import EventSink
-from spark_pipeline.filesystem import FileSystem
+from filesystems.base import FileSystem
 
 WHAT_TO_DO = (
     "nothing was planned or published. A record of a newer schema version needs a newer oncelog (upgrade, then run "

@@ -7,19 +7,20 @@ watermark or dataset-state transition for the others (the log holds it).
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from os import PathLike
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Generic, TypeVar
 
 from events.commit import CommitStepSpec, DatasetStateStep, FsRenameStep, HighWatermarkStep
 from events.dataset import DatasetStateCommitted, WatermarkAdvanced
 from events.errors import OncelogError
 from events.model import Event, SequenceFields
+from filesystems import urls
+from filesystems.base import FileSystem
 from projections.state import State
 from projections.views import DatasetView
-from spark_pipeline.filesystem import FileSystem
 
 S = TypeVar("S", HighWatermarkStep, DatasetStateStep)
 
@@ -36,8 +37,8 @@ class UnsafeCommitStepError(CommitStepError):
 class PublishRoots:
     """Where commit steps may move files: from under a task-output root to under a publish root.
 
-    Paths are compared as normalized absolute strings ('..' removed; no file-system calls: a thousand datasets'
-    steps are checked in milliseconds). Each root is allowed as given and as its symlinks resolve. The check guards
+    Locations are compared as normalized strings ('..' removed; no file-system calls: a thousand datasets' steps
+    are checked in milliseconds). A local root is allowed as given and as its symlinks resolve. The check guards
     against paths from the log that leave the roots; a symlink an operator places inside a root is followed.
     """
 
@@ -45,7 +46,7 @@ class PublishRoots:
     destinations: tuple[str, ...]
 
     @classmethod
-    def of(cls, sources: list[str | Path], destinations: list[str | Path]) -> PublishRoots:
+    def of(cls, sources: Sequence[str | PathLike[str]], destinations: Sequence[str | PathLike[str]]) -> PublishRoots:
         return cls(_root_forms(sources), _root_forms(destinations))
 
     def check(self, index: int, spec: CommitStepSpec) -> None:
@@ -53,20 +54,27 @@ class PublishRoots:
         if not isinstance(spec, FsRenameStep):
             return
         for role, path, roots in (("source", spec.src, self.sources), ("destination", spec.dst, self.destinations)):
-            normal = os.path.normpath(os.path.abspath(path))
-            if not any(normal == root or normal.startswith(root + os.sep) for root in roots):
+            if not any(_within(path, root) for root in roots):
                 raise UnsafeCommitStepError(
                     f"commit step {index} (FsRename) has {role} {path!r} outside the configured roots "
                     f"{sorted(set(roots))}; refused before anything moved"
                 )
 
 
-def _root_forms(roots: list[str | Path]) -> tuple[str, ...]:
-    """Each root normalized, and resolved (symlinks followed) when that differs."""
+def _root_forms(roots: Sequence[str | PathLike[str]]) -> tuple[str, ...]:
+    """Each root normalized, and (local ones) resolved with symlinks followed when that differs."""
     forms: list[str] = []
-    for root in roots:
-        forms += [os.path.normpath(os.path.abspath(root)), str(Path(root).resolve())]
+    for root in map(str, roots):
+        forms += [urls.normalize(root), urls.resolve_folder(root)]
     return tuple(dict.fromkeys(forms))
+
+
+def _within(path: str, root: str) -> bool:
+    """Whether a recorded path lies at or below a root; a path that is no location oncelog serves lies nowhere."""
+    try:
+        return urls.is_within(path, root)
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -99,8 +107,9 @@ class FsRenameCommitStep(CommitStep):
     """Publish a file: move it from task output to the job output.
 
     Done when the destination holds the recorded size and checksum and the source is gone: content, not
-    mere existence, since a rename on some stores is a copy that can stop halfway. The source must hold the
-    recorded content before it moves: a file changed since its task wrote it is never published.
+    mere existence, since on object stores (S3) a move is a copy and a delete, either of which can stop halfway.
+    The source must hold the recorded content before it moves: a file changed since its task wrote it is never
+    published. How the file moves is the file system's: one atomic rename (local, HDFS), or copy, check, delete.
     """
 
     def __init__(self, spec: FsRenameStep, fs: FileSystem) -> None:
@@ -124,17 +133,19 @@ class FsRenameCommitStep(CommitStep):
                 f"refusing to publish {spec.src}: it does not hold the content its task recorded ({spec.size} bytes, "
                 f"sha256 {spec.checksum[:12]}…); it was changed or damaged after it was written"
             )
-        self.fs.rename(spec.src, spec.dst)
+        self.fs.move(spec.src, spec.dst, spec.size, spec.checksum)
         return []
 
     def roll_back(self) -> bool:
         """Undo a published rename (the file goes back to the source); False if it was back already."""
         spec = self.spec
         if self.fs.holds(spec.dst, spec.size, spec.checksum):
-            self.fs.rename(spec.dst, spec.src)
-            self.fs.sync_folders({os.path.dirname(spec.dst), os.path.dirname(spec.src)})
+            self.fs.move(spec.dst, spec.src, spec.size, spec.checksum)
+            self.fs.sync_folders({urls.parent(spec.dst), urls.parent(spec.src)})
             return True
         if self.fs.holds(spec.src, spec.size, spec.checksum):
+            if not self.fs.renames_atomically(spec.dst) and self.fs.exists(spec.dst):
+                self.fs.delete(spec.dst)  # a copy cut short: never a publication, and not to be left behind
             return False
         raise CommitStepError(
             f"cannot roll back the publication of {spec.dst}: neither it nor {spec.src} holds the recorded content "

@@ -23,19 +23,26 @@ The invariants:
 Files are taken oldest first (mtime, then path), at most `source.filebased.max.files.per.run` per run; a work
 unit's estimated_records is the bytes it has left to read. The state grows by one entry per file: keep a
 directory's files few (move old ones away, or lay them out in sub-directories: one dataset each).
+
+The directory may be local, on HDFS (`hdfs://`, `webhdfs://`) or in an S3 bucket (`s3a://`, `s3://`): it is listed
+and read through `filesystems` only (stores serve ranged reads, so a resumed file is opened at its byte offset).
+S3 has no folders and no rename: an object is written whole (never seen in part), a folder exists only through
+the objects under it, and an object's mtime is when it was written (by the store's clock, compared with the
+commit time by the driver's: keep clocks in step).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import io
 import json
 import logging
-import os
+import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
-from typing import IO, Annotated, Any, Literal
+from functools import cached_property
+from typing import IO, Annotated, Any, BinaryIO, ClassVar, Literal
 
 import fastavro
 from fastavro.read import SchemaResolutionError
@@ -45,6 +52,9 @@ from fastavro.validation import validate
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from events.job import WorkUnitSpec
+from filesystems import urls
+from filesystems.base import FileInfo, FileSystem, FileSystemError
+from filesystems.router import FileSystems
 from projections.views import DatasetView
 from spark_pipeline.constructs import Extractor, Record, Schema, Source, SourceError, SourceState, WorkUnitState
 
@@ -52,7 +62,10 @@ log = logging.getLogger(__name__)
 
 SCALE = 1_000_000
 COMPLETE = SCALE - 1
+DIRECTORY = "source.filebased.data.directory"
 FILE, SCHEMA_PROPERTY = "source.filebased.file", "source.filebased.avro.schema"
+HIDDEN = (".", "_")
+READ_BUFFER = 1 << 20  # remote reads are round trips: read ahead in large chunks
 LINES_SCHEMA: dict[str, Any] = {
     "type": "record", "name": "TextLine", "namespace": "oncelog.files",
     "fields": [{"name": "file", "type": "string"}, {"name": "line_number", "type": "long"},
@@ -106,9 +119,9 @@ class DirectorySettings(BaseModel):
 
 @dataclass(frozen=True)
 class Candidate:
-    """A file the run may read: where, and from which watermark."""
+    """A file the run may read: where (a location string), and from which watermark."""
 
-    path: Path
+    path: str
     relative: str
     size: int
     mtime_ns: int
@@ -118,19 +131,24 @@ class Candidate:
 class DirectorySource(Source):
     """`source.class: spark_pipeline.sources.directory.DirectorySource`: one work unit per new (or partly read) file."""
 
-    CONFIG_MODEL = DirectorySettings
+    CONFIG_MODEL: ClassVar[type[BaseModel] | None] = DirectorySettings  # subclasses may add keys
+
+    @cached_property
+    def file_systems(self) -> FileSystem:
+        """The job's file systems, made once per source (its extractors share them: one client per task)."""
+        return FileSystems.of(self.config.properties)
 
     def get_work_units(self, state: SourceState) -> list[WorkUnitSpec]:
         settings: DirectorySettings = self.settings()
-        root = Path(settings.directory).resolve()
-        if not root.is_dir():
-            raise SourceError(f"source.filebased.data.directory: {root} is not a directory")
-        candidates = sorted((c for c in self._candidates(root, settings, state) if _has_records(c, settings)),
+        root = _root(settings.directory)
+        candidates = sorted((c for c in self._candidates(root, settings, state)
+                             if _has_records(self.file_systems, c, settings)),
                             key=lambda c: (c.mtime_ns, c.relative))[:settings.max_files]
-        schema = _avro_schema(candidates[0].path) if candidates and settings.format == "avro" else None
+        schema = (_avro_schema(self.file_systems, candidates[0].path)
+                  if candidates and settings.format == "avro" else None)
         units = []
         for c in candidates:
-            properties = {FILE: str(c.path)} | ({SCHEMA_PROPERTY: schema} if schema else {})
+            properties = {FILE: c.path} | ({SCHEMA_PROPERTY: schema} if schema else {})
             units.append(WorkUnitSpec(
                 work_unit_id=f"{c.relative}@{c.low}", dataset_urn=self._urn(c.relative), partition=c.relative,
                 low_watermark=c.low, expected_high_watermark=complete(c.size),
@@ -139,40 +157,75 @@ class DirectorySource(Source):
 
     def _urn(self, relative: str) -> str:
         """The dataset of a file: the base URN, plus its sub-directory."""
-        parent = Path(relative).parent.as_posix()
+        parent = posixpath.dirname(relative)
         base = self.config.default_dataset_urn
-        return base if parent == "." else f"{base}/{parent}"
+        return base if not parent else f"{base}/{parent}"
 
-    def _candidates(self, root: Path, settings: DirectorySettings, state: SourceState) -> Iterator[Candidate]:
+    def _candidates(self, root: str, settings: DirectorySettings, state: SourceState) -> Iterator[Candidate]:
         """Every visible matching file with something left to read."""
-        for path in _files(root, settings):
-            relative = path.relative_to(root).as_posix()
-            try:
-                stat = path.stat()
-            except FileNotFoundError:
-                continue  # gone since it was listed
+        for file, relative in _files(self.file_systems, root, settings):
             dataset = state.dataset_states.get(self._urn(relative))
             watermark = None if dataset is None else dataset.watermarks.get(relative)
-            low = _start(relative, stat.st_size, stat.st_mtime_ns, watermark, dataset)
+            low = _start(relative, file.size, file.modified_ns, watermark, dataset)
             if low is not None:
-                yield Candidate(path, relative, stat.st_size, stat.st_mtime_ns, low)
+                yield Candidate(file.path, relative, file.size, file.modified_ns, low)
 
     def get_extractor(self, state: WorkUnitState) -> Extractor:
         settings: DirectorySettings = self.settings()
         if settings.format == "avro":
-            return AvroFileExtractor(state)
-        return LinesExtractor(state) if settings.format == "lines" else JsonLinesExtractor(state, settings.json_schema)
+            return AvroFileExtractor(state, self.file_systems)
+        if settings.format == "lines":
+            return LinesExtractor(state, self.file_systems)
+        return JsonLinesExtractor(state, self.file_systems, settings.json_schema)
 
 
-def _files(root: Path, settings: DirectorySettings) -> Iterator[Path]:
-    """Visible regular files under `root` matching the pattern (one level unless recursive)."""
-    for directory, subdirectories, names in os.walk(root):
-        subdirectories[:] = sorted(d for d in subdirectories if settings.recursive and not d.startswith((".", "_")))
-        for name in sorted(names):
-            path = Path(directory) / name
-            target = path.relative_to(root).as_posix() if "/" in settings.pattern else name
-            if not name.startswith((".", "_")) and fnmatch.fnmatchcase(target, settings.pattern) and path.is_file():
-                yield path
+def _root(directory: str) -> str:
+    """The configured directory as a location: local ones absolute with symlinks resolved, remote ones normalized."""
+    try:
+        return urls.resolve_folder(directory)
+    except ValueError as e:
+        raise SourceError(f"{DIRECTORY}: {e}") from e
+
+
+def _files(fs: FileSystem, root: str, settings: DirectorySettings) -> list[tuple[FileInfo, str]]:
+    """Visible files under `root` matching the pattern (one level unless recursive), with their relative paths.
+
+    A root that is not a directory is an error naming the key. On S3, where a folder exists only through the
+    objects under it, that means nothing is stored under it (nor a `folder/` marker): an empty folder cannot be
+    told from a mistyped one there, so neither is taken for an empty input.
+    """
+    try:
+        listed = fs.list_files(root)
+        if not listed and not _is_folder(fs, root):
+            raise SourceError(_not_a_directory(root))
+    except FileSystemError as e:
+        raise SourceError(f"{DIRECTORY}: cannot list {root}: {e}") from e
+    found = []
+    for file in listed:
+        try:
+            relative = urls.relative_to(file.path, root)
+        except ValueError as e:  # the root itself, listed as a file (HDFS lists a file path as itself)
+            raise SourceError(_not_a_directory(root)) from e
+        parts = relative.split("/")
+        target = relative if "/" in settings.pattern else parts[-1]
+        if (len(parts) == 1 or settings.recursive) and not any(p.startswith(HIDDEN) for p in parts) \
+                and fnmatch.fnmatchcase(target, settings.pattern):
+            found.append((file, relative))
+    return found
+
+
+def _is_folder(fs: FileSystem, root: str) -> bool:
+    """Whether a location with no file under it is a folder all the same (an empty one)."""
+    path = urls.parse(root).path
+    return path == "/" or posixpath.basename(path) in fs.list_folders(urls.parent(root))
+
+
+def _not_a_directory(root: str) -> str:
+    """The error for a data directory that is not one (on S3: a prefix with nothing under it)."""
+    if urls.parse(root).scheme in (urls.Scheme.S3, urls.Scheme.S3A):
+        return (f"{DIRECTORY}: {root} is not a directory: nothing is stored under it (on S3 a folder exists only "
+                f"through its objects, or a '{posixpath.basename(urls.parse(root).path)}/' marker)")
+    return f"{DIRECTORY}: {root} is not a directory"
 
 
 def _start(relative: str, size: int, mtime_ns: int, watermark: int | None, dataset: DatasetView | None) -> int | None:
@@ -200,11 +253,11 @@ def _nanoseconds(moment: datetime) -> int:
     return (aware - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1) * 1_000
 
 
-def _has_records(candidate: Candidate, settings: DirectorySettings) -> bool:
+def _has_records(fs: FileSystem, candidate: Candidate, settings: DirectorySettings) -> bool:
     """False for an Avro file that is only a header (no record yet); other formats are not looked into."""
     if settings.format != "avro" or candidate.low > 0:
         return True
-    with candidate.path.open("rb") as stream:
+    with _listed(fs, candidate.path) as stream:
         try:
             fastavro.block_reader(stream)
         except (ValueError, EOFError) as e:
@@ -212,20 +265,89 @@ def _has_records(candidate: Candidate, settings: DirectorySettings) -> bool:
         return stream.tell() < candidate.size
 
 
-def _avro_schema(path: Path) -> str:
+def _avro_schema(fs: FileSystem, path: str) -> str:
     """The writer schema of an Avro file, as JSON: the schema of every Avro record the run reads."""
-    with path.open("rb") as stream:
-        return json.dumps(fastavro.block_reader(stream).writer_schema, separators=(",", ":"))
+    with _listed(fs, path) as stream:
+        try:
+            return json.dumps(fastavro.block_reader(stream).writer_schema, separators=(",", ":"))
+        except (ValueError, EOFError) as e:
+            raise SourceError(f"{path} is not an Avro container file: {e}") from e
+
+
+def _listed(fs: FileSystem, path: str) -> io.BufferedReader:
+    """A file just listed, opened from its start (gone since: an error naming it)."""
+    try:
+        return open_file(fs, path)
+    except (OSError, FileSystemError) as e:
+        raise SourceError(f"cannot read {path} (listed under {DIRECTORY}): {e}") from e
+
+
+class _RangedReader(io.RawIOBase):
+    """A file of any store as a seekable raw stream: reads go to one `open_read` stream; a seek elsewhere drops it
+    and the next read opens the file again at the new byte (stores serve ranged reads, not seeks)."""
+
+    def __init__(self, fs: FileSystem, path: str) -> None:
+        super().__init__()
+        self.fs, self.path = fs, path
+        self._position = 0
+        self._stream: BinaryIO | None = None  # set before opening: close() runs even when the open fails
+        self._stream = fs.open_read(path, 0)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence not in (io.SEEK_SET, io.SEEK_CUR):
+            raise io.UnsupportedOperation(f"{self.path}: seeks from the end are not supported")
+        target = offset + (self._position if whence == io.SEEK_CUR else 0)
+        if target < 0:
+            raise ValueError(f"{self.path}: negative position {target}")
+        if target != self._position:
+            self._drop()
+            self._position = target
+        return target
+
+    def readinto(self, buffer: Any) -> int:
+        if self._stream is None:
+            try:
+                self._stream = self.fs.open_read(self.path, self._position)
+            except (OSError, FileSystemError) as e:
+                raise SourceError(f"cannot read {self.path} from byte {self._position}: {e}") from e
+        data = self._stream.read(len(buffer))
+        buffer[:len(data)] = data
+        self._position += len(data)
+        return len(data)
+
+    def _drop(self) -> None:
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            stream.close()
+
+    def close(self) -> None:
+        self._drop()
+        super().close()
+
+
+def open_file(fs: FileSystem, path: str) -> io.BufferedReader:
+    """A file from its start, buffered, seekable on every store (a seek past the buffer reopens it there)."""
+    return io.BufferedReader(_RangedReader(fs, path), READ_BUFFER)
 
 
 class FileExtractor(Extractor):
     """Reads one file from the low watermark up to its size at planning."""
 
-    def __init__(self, state: WorkUnitState) -> None:
+    def __init__(self, state: WorkUnitState, fs: FileSystem) -> None:
         super().__init__(state)
         unit = state.work_unit
+        self.fs = fs
         self.relative = unit.partition
-        self.path = Path(unit.properties[FILE])
+        self.path = unit.properties[FILE]
         self.size = unit.expected_high_watermark // SCALE
         self._stream: IO[bytes] | None = None
 
@@ -233,8 +355,8 @@ class FileExtractor(Extractor):
         """The file, opened once; a file gone since planning is an error naming it."""
         if self._stream is None:
             try:
-                self._stream = self.path.open("rb")
-            except OSError as e:
+                self._stream = open_file(self.fs, self.path)
+            except (OSError, FileSystemError) as e:
                 raise SourceError(f"cannot read {self.path} (planned in this run): {e}") from e
         return self._stream
 
@@ -247,8 +369,8 @@ class FileExtractor(Extractor):
 class LinesExtractor(FileExtractor):
     """`lines`: every line a record {file, line_number, text}; the watermark is the byte offset after it."""
 
-    def __init__(self, state: WorkUnitState) -> None:
-        super().__init__(state)
+    def __init__(self, state: WorkUnitState, fs: FileSystem) -> None:
+        super().__init__(state, fs)
         self.offset = state.work_unit.low_watermark // SCALE
         self.line_number: int | None = None
 
@@ -259,7 +381,7 @@ class LinesExtractor(FileExtractor):
         """The next line (number, text without its end of line) before the planned size, or None."""
         stream = self.open()
         if self.line_number is None:
-            self.line_number = _count_lines(stream, self.offset)
+            self.line_number = _count_lines(stream, self.offset)  # reads the prefix: numbering needs it anyway
             stream.seek(self.offset)
         if self.offset >= self.size:
             return None
@@ -299,8 +421,8 @@ def _count_lines(stream: IO[bytes], offset: int) -> int:
 class JsonLinesExtractor(LinesExtractor):
     """`json`: every non-blank line a JSON value; blank lines after a record are read with it (no empty tail)."""
 
-    def __init__(self, state: WorkUnitState, schema_json: str | None) -> None:
-        super().__init__(state)
+    def __init__(self, state: WorkUnitState, fs: FileSystem, schema_json: str | None) -> None:
+        super().__init__(state, fs)
         self.schema: dict[str, Any] = json.loads(schema_json) if schema_json else JSON_SCHEMA
         self.parsed = fastavro.parse_schema(self.schema) if schema_json else None
         self._pending: tuple[int, str] | None = None
@@ -345,8 +467,8 @@ _END = object()
 class AvroFileExtractor(FileExtractor):
     """`avro`: the records of an Avro container file, read with the schema of the run's first file."""
 
-    def __init__(self, state: WorkUnitState) -> None:
-        super().__init__(state)
+    def __init__(self, state: WorkUnitState, fs: FileSystem) -> None:
+        super().__init__(state, fs)
         self.schema: dict[str, Any] = json.loads(state.work_unit.properties[SCHEMA_PROPERTY])
         self.offset, self.skip = divmod(state.work_unit.low_watermark, SCALE)
         self._blocks: Iterator[Any] | None = None
@@ -378,7 +500,7 @@ class AvroFileExtractor(FileExtractor):
             stream = self.open()
             reader = fastavro.block_reader(stream, reader_schema=self.schema)
             if self.offset > 0:
-                stream.seek(self.offset)  # resume at the block boundary the watermark names
+                stream.seek(self.offset)  # resume at the block boundary the watermark names (a ranged read)
             else:
                 self._block_offset = self._block_end = stream.tell()  # the first block follows the header
             self._blocks = iter(reader)

@@ -19,7 +19,7 @@ from spark_pipeline.commit.faults import FaultInjector
 from spark_pipeline.commit.session import open_session
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.steps import PublishRoots
-from spark_pipeline.filesystem import LOCAL
+from filesystems.local import LOCAL
 
 JOB = "MyTopicIngestion"
 URN = "MyTopic"

@@ -43,6 +43,9 @@ import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from filesystems import urls
+from filesystems.base import FileSystemError
+from filesystems.router import FileSystems
 from events.commit import CommitSequencePlanned
 from events.log import EventLog, Subscription, open_log
 from events.model import Event
@@ -322,19 +325,25 @@ def full_run(job: Path, out_dir: Path, name: str) -> RunOutcome:
     return RunOutcome(name, False, proc.returncode, time.monotonic() - started, stdout, stderr)
 
 
-def published_ids(published: Path) -> Counter[str]:
+def published_files(published: str | Path) -> list[str]:
+    """The Avro files under a publish folder (a local path, hdfs://… or s3a://…)."""
+    return [f.path for f in FileSystems.of({}).list_files(str(published)) if f.path.endswith(".avro")]
+
+
+def published_ids(published: str | Path) -> Counter[str]:
     """Every record id in every published Avro file, counted."""
+    fs = FileSystems.of({})
     seen: Counter[str] = Counter()
-    for path in sorted(published.rglob("*.avro")):
+    for path in published_files(published):
         try:
-            with path.open("rb") as f:
+            with fs.open_read(path) as f:
                 seen.update(bytes(record["value"]).decode() for record in fastavro.reader(f))
-        except (OSError, ValueError, EOFError) as e:
+        except (OSError, ValueError, EOFError, FileSystemError) as e:
             raise SoakFailure(f"published file {path} cannot be read: {type(e).__name__}: {e}") from e
     return seen
 
 
-def check_no_duplicates(published: Path, source: Source, after: str) -> Counter[str]:
+def check_no_duplicates(published: str | Path, source: Source, after: str) -> Counter[str]:
     """No id published twice, and none that was never produced; returns the counts."""
     seen = published_ids(published)
     duplicates = sorted(i for i, n in seen.items() if n > 1)
@@ -354,15 +363,16 @@ def check_none_missing(seen: Counter[str], source: Source, after: str) -> None:
         raise SoakFailure(f"after {after}: {len(missing)} produced id(s) never published, e.g. {missing[:8]}")
 
 
-def files_of(published: Path, ids: Sequence[str]) -> dict[str, list[str]]:
+def files_of(published: str | Path, ids: Sequence[str]) -> dict[str, list[str]]:
     """Which published files hold each of these ids (for the failure message)."""
+    fs = FileSystems.of({})
     where: dict[str, list[str]] = {i: [] for i in ids}
-    for path in sorted(published.rglob("*.avro")):
-        with path.open("rb") as f:
+    for path in published_files(published):
+        with fs.open_read(path) as f:
             for record in fastavro.reader(f):
                 value = bytes(record["value"]).decode()
                 if value in where:
-                    where[value].append(str(path.relative_to(published)))
+                    where[value].append(urls.relative_to(path, str(published)))
     return where
 
 

@@ -13,7 +13,7 @@ from spark_pipeline.commit.sequence import Outcome
 from spark_pipeline.commit.session import open_session
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.steps import CommitStepError, PublishRoots
-from spark_pipeline.filesystem import LOCAL
+from filesystems.local import LOCAL
 from projections.views import RunStatus
 from replay.verify import verify
 from spark_pipeline.config_validation import load_job_config

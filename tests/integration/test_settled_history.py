@@ -33,7 +33,7 @@ from spark_pipeline.commit.steps import CommitStepError, FsRenameCommitStep, Pub
 from spark_pipeline.commit.store import CommitStepStore
 from spark_pipeline.config import JobConfig
 from spark_pipeline.config_validation import load_job_config
-from spark_pipeline.filesystem import LOCAL
+from filesystems.local import LOCAL
 from spark_pipeline.launcher import JobLauncher, RunResult, commit_settings
 from spark_pipeline.task_engine import InProcessTaskEngine
 from tests.fault.pipeline_checks import published_records

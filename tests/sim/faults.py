@@ -13,13 +13,13 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 from events.codec import Record
 from events.errors import LogWriteError
 from events.job_lock import JobLock
 from events.log import ErrorHandler, EventLog, LogWriter, Offsets, Snapshot, StoredRecord, Subscription, raise_error
-from spark_pipeline.filesystem import FileSystem
+from filesystems.base import FileInfo, FileSystem, WritableFile
 
 
 T = TypeVar("T")
@@ -67,18 +67,29 @@ class FaultPlan:
 
 
 class FaultyFileSystem(FileSystem):
-    """A file system whose every call may fail or crash, as the plan says."""
+    """A file system whose every call may fail or crash, as the plan says.
 
-    def __init__(self, inner: FileSystem, plan: FaultPlan) -> None:
+    With `object_store`, it behaves as S3 does for publishing: no rename (a move is copy, check, delete), a copy
+    that fails may leave part of the object behind, and a listing may be stale (it may miss what was just made).
+    """
+
+    def __init__(self, inner: FileSystem, plan: FaultPlan, object_store: bool = False) -> None:
         self.inner = inner
         self.plan = plan
+        self.object_store = object_store
+        self._listed: dict[str, list[str]] = {}
 
-    def _guarded(self, call: str, path: str, action: Callable[[], T]) -> T:
-        """Run one file operation as the plan says: an OSError or a crash before it, a crash after it, or neither."""
+    def _guarded(self, call: str, path: str, action: Callable[[], T], partial: Callable[[], None] | None = None) -> T:
+        """Run one file operation as the plan says: an OSError or a crash before it, a crash after it, or neither.
+
+        An I/O error on an operation with a `partial` effect may leave that effect behind (half a copy)."""
         fault = self.plan.decide(call)
         if fault is Fault.CRASH_BEFORE:
             raise SimulatedCrash(f"{call} {path}")
         if fault is Fault.IO_ERROR:
+            if partial is not None and self.plan.rng.random() < 0.5:
+                partial()
+                self.plan.injected[f"{call}:partial"] += 1
             raise OSError(errno.EIO, f"simulated I/O error in {call}", path)
         result = action()
         if fault is Fault.CRASH_AFTER:
@@ -91,15 +102,49 @@ class FaultyFileSystem(FileSystem):
     def checksum(self, path: str) -> str:
         return self._guarded("checksum", path, lambda: self.inner.checksum(path))
 
+    def open_read(self, path: str, start: int = 0) -> BinaryIO:
+        return self._guarded("open", path, lambda: self.inner.open_read(path, start))
+
+    def open_write(self, path: str) -> WritableFile:
+        return self._guarded("create", path, lambda: self.inner.open_write(path))
+
+    def renames_atomically(self, path: str) -> bool:
+        return not self.object_store and self.inner.renames_atomically(path)
+
     def rename(self, src: str, dst: str) -> None:
+        if self.object_store:
+            raise AssertionError(f"an object store has no rename, yet {src} was renamed")
         self._guarded("rename", src, lambda: self.inner.rename(src, dst))
+
+    def copy(self, src: str, dst: str) -> None:
+        self._guarded("copy", src, lambda: self.inner.copy(src, dst), partial=lambda: self._half_copy(src, dst))
+
+    def _half_copy(self, src: str, dst: str) -> None:
+        """What a copy cut short leaves: the destination with the first half of the source."""
+        with self.inner.open_read(src) as reader:
+            data = reader.read()
+        writer = self.inner.open_write(dst)
+        writer.write(data[: len(data) // 2])
+        writer.close()
+
+    def delete(self, path: str) -> None:
+        self._guarded("delete", path, lambda: self.inner.delete(path))
 
     def sync_folders(self, folders: Iterable[str]) -> None:
         unique = sorted(set(folders))
         self._guarded("fsync", ",".join(unique), lambda: self.inner.sync_folders(unique))
 
     def list_folders(self, path: str) -> list[str]:
-        return self._guarded("list", path, lambda: self.inner.list_folders(path))
+        fresh = self._guarded("list", path, lambda: self.inner.list_folders(path))
+        stale = self._listed.get(path)
+        self._listed[path] = fresh
+        if self.object_store and stale is not None and self.plan.armed and self.plan.rng.random() < 0.3:
+            self.plan.injected["list:stale"] += 1
+            return stale
+        return fresh
+
+    def list_files(self, path: str) -> list[FileInfo]:
+        return self._guarded("list", path, lambda: self.inner.list_files(path))
 
     def remove_tree(self, path: str) -> None:
         self._guarded("delete", path, lambda: self.inner.remove_tree(path))

@@ -31,16 +31,16 @@ from events.codec import UNCHECKED_FRAME_MAGIC, Record
 from events.errors import OncelogError
 from events.log import EventLog, open_log
 from events.sqlite_store import SqliteLog
+from filesystems.local import LOCAL
 from projections.projector import Projector
 from replay.verify import verify
 from spark_pipeline.commit.session import IncompleteHistoryError, open_session
 from spark_pipeline.config import JobConfig
 from spark_pipeline.config_validation import load_job_config
-from spark_pipeline.filesystem import LOCAL
 from spark_pipeline.launcher import JobLauncher, commit_settings
 from spark_pipeline.paths import RUN_ID
 from spark_pipeline.task_engine import InProcessTaskEngine
-from tests.fault.pipeline_checks import published_records
+from tests.fault.pipeline_checks import published_records_of
 from tests.sim.faults import FaultPlan, FaultyEventLog, FaultyFileSystem, SimulatedCrash
 
 JOBS = ("simA", "simB")
@@ -104,9 +104,11 @@ class Scenario:
         self.inner = open_scenario_log(base)
         self.inner.ensure_topic()
         self.log = FaultyEventLog(self.inner, self.plan)
-        self.fs = FaultyFileSystem(LOCAL, self.plan)
+        self.object_store = random.Random(seed * 31 + 7).random() < 0.5  # publishing as on S3: copy, check, delete
+        self.fs = FaultyFileSystem(LOCAL, self.plan, object_store=self.object_store)
         self.configs = {name: write_job(base, name, self.inner.url, self.rng) for name in JOBS}
         self.outcome = Outcome(seed)
+        self.outcome.steps["object-store" if self.object_store else "rename-store"] += 1
 
     def play(self) -> Outcome:
         """Faulty steps, then settling runs without faults; checks after each."""
@@ -160,7 +162,7 @@ class Scenario:
         value = bytes([UNCHECKED_FRAME_MAGIC, len(name)]) + name + NEWER_VERSION.to_bytes(2, "big") + b"\x00" * 8
         with self.inner.writer("sim-newer-oncelog") as writer:
             writer.append_records([Record(0, f"run/{config.job_name}/future/STARTED".encode(), value, 0)])
-        before = published_records(self.base / config.job_name / "published")
+        before = self._published(config.job_name, settled=False)
         self.plan.armed = False
         try:
             self._run(config)
@@ -168,7 +170,7 @@ class Scenario:
             pass
         else:
             self._fail("a run planned from a log holding an event it cannot read")
-        if published_records(self.base / config.job_name / "published") != before:
+        if self._published(config.job_name, settled=False) != before:
             self._fail("a run that could not read the whole log published something")
         self._upgrade(value)
 
@@ -191,9 +193,21 @@ class Scenario:
             else:
                 self._fail(f"{name} did not settle in {SETTLE_RUNS} fault-free runs")
 
+    def _published(self, name: str, settled: bool) -> Counter[tuple[str, int, int]]:
+        """The records of a job's published files; a damaged file (half a copy) may exist only while unsettled."""
+        seen: Counter[tuple[str, int, int]] = Counter()
+        for path in sorted((self.base / name / "published").rglob("*")):
+            if path.is_file():
+                try:
+                    seen.update(published_records_of(path))
+                except ValueError as e:
+                    if settled or not self.object_store:
+                        self._fail(f"{name}: published file {path} is damaged ({e})")
+        return seen
+
     def _check_no_duplicates(self) -> None:
         for name in JOBS:
-            seen = published_records(self.base / name / "published")
+            seen = self._published(name, settled=False)
             twice = sorted(k for k, n in seen.items() if n > 1)
             if twice:
                 self._fail(f"{name} published records twice: {twice[:5]}")
@@ -204,7 +218,7 @@ class Scenario:
         if not report.ok:
             self._fail("verify: " + "; ".join(str(v) for v in report.violations[:5]))
         for name in JOBS:
-            seen = published_records(self.base / name / "published")
+            seen = self._published(name, settled=True)
             expected = {(urn, int(p.rsplit(":", 1)[1]), o) for (job, urn), d in state.datasets.items() if job == name
                         for p, w in d.watermarks.items() for o in range(w)}
             if set(seen) != expected or any(n > 1 for n in seen.values()):

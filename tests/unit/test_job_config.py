@@ -651,29 +651,50 @@ def test_branch_folders_nested_in_another_branch_are_an_error(tmp_path: Path) ->
     assert len(load_props(tmp_path, {**BASE, "fork.branches": "3"}).branches) == 3  # shared roots: own sub-folders
 
 
-# --- folders oncelog cannot write ------------------------------------------------------------------------------------
+# --- folders: local, HDFS, S3 ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("key", ["writer.staging.dir", "writer.output.dir", "data.publisher.final.dir",
                                  "qualitychecker.row.err.file"])
-@pytest.mark.parametrize("value", ["s3a://bucket/x", "hdfs://namenode:8020/x", "gs://b/x", "HDFS:/x"])
-def test_a_folder_with_a_remote_scheme_is_an_error_naming_key_value_and_file(tmp_path: Path, key: str,
-                                                                             value: str) -> None:
+@pytest.mark.parametrize("value", ["gs://b/x", "ftp://host/x", "abfs://c@a/x"])
+def test_a_folder_with_an_unsupported_scheme_is_an_error_naming_key_value_and_file(tmp_path: Path, key: str,
+                                                                                   value: str) -> None:
     path = write(tmp_path, "remote.properties", properties_text({**BASE, key: value}))
     found = one_problem(lambda: load_job_config(path))
     scheme = value.partition(":")[0].lower()
     assert found.startswith(f"{path}:") and f"{key!r}: {value!r}: scheme {scheme!r} is not supported" in found
-    assert "use a local path, bare (/data/x, data/x) or as a file: URI (file:///data/x)" in found
+    assert "use a local path (bare, or a file:///path URI), hdfs://namenode:port/path" in found
 
 
-def test_a_branch_folder_and_the_directory_source_folder_take_no_remote_scheme(tmp_path: Path) -> None:
+def test_hdfs_and_s3_folders_are_accepted_and_normalized(tmp_path: Path) -> None:
+    props = {**BASE, "writer.staging.dir": "hdfs://NameNode:8020/lake/../staging/",
+             "writer.output.dir": "webhdfs://nn:9870/output", "data.publisher.final.dir": "s3a://Bucket/final//x"}
+    config = load_props(tmp_path, props)
+    assert config.writer_staging_dir == "hdfs://namenode:8020/staging"
+    assert config.writer_output_dir == "webhdfs://nn:9870/output"
+    assert config.publisher_final_dir == "s3a://Bucket/final/x"
+
+
+@pytest.mark.parametrize(("value", "reason"), [
+    ("HDFS:/x", "'HDFS:/x' lacks '//': write hdfs://host:port/path"),
+    ("s3a:///x", "'s3a:///x' names no bucket"),
+])
+def test_a_remote_folder_without_its_host_or_bucket_is_an_error(tmp_path: Path, value: str, reason: str) -> None:
+    assert reason in one_problem(lambda: load_props(tmp_path, {**BASE, "writer.output.dir": value}))
+
+
+def test_the_row_error_file_must_be_local(tmp_path: Path) -> None:
+    found = one_problem(lambda: load_props(tmp_path, {**BASE, "qualitychecker.row.err.file": "s3a://b/err"}))
+    assert "'qualitychecker.row.err.file': 's3a://b/err': must be a local folder" in found
+
+
+def test_a_branch_folder_and_the_directory_source_folder_take_remote_schemes(tmp_path: Path) -> None:
     props = {**BASE, "fork.branches": "2", "data.publisher.final.dir.1": "s3a://bucket/x",
              "source.class": "spark_pipeline.sources.directory.DirectorySource",
-             "source.filebased.data.directory": "hdfs:///in"}
-    found = problems(lambda: load_props(tmp_path, props))
-    assert len(found) == 2, found
-    assert any("'data.publisher.final.dir.1': 's3a://bucket/x': scheme 's3a' is not supported" in p for p in found)
-    assert any("'source.filebased.data.directory': 'hdfs:///in': scheme 'hdfs' is not supported" in p for p in found)
+             "source.filebased.data.directory": "hdfs://nn:8020/in"}
+    config = load_props(tmp_path, props)
+    assert config.branches[1].publisher_final_dir == "s3a://bucket/x"
+    assert config.properties["source.filebased.data.directory"] == "hdfs://nn:8020/in"
 
 
 def test_file_uris_are_local_folders(tmp_path: Path) -> None:
@@ -693,9 +714,9 @@ def test_file_uris_are_local_folders(tmp_path: Path) -> None:
         assert reason in one_problem(lambda: load_props(tmp_path, {**BASE, "writer.output.dir": bad}))
 
 
-def test_job_config_from_properties_refuses_a_remote_folder() -> None:
-    with pytest.raises(JobConfigError, match="'data.publisher.final.dir': 's3a://b/x': scheme 's3a'"):
-        JobConfig.from_properties({**BASE, "data.publisher.final.dir": "s3a://b/x"})
+def test_job_config_from_properties_refuses_an_unsupported_scheme() -> None:
+    with pytest.raises(JobConfigError, match="'data.publisher.final.dir': 'gs://b/x': scheme 'gs'"):
+        JobConfig.from_properties({**BASE, "data.publisher.final.dir": "gs://b/x"})
 
 
 # --- Spark settings oncelog needs ------------------------------------------------------------------------------------

@@ -56,9 +56,10 @@ def test_recorded_properties_are_read_without_importing_the_job_s_classes() -> N
     assert JobRoots.from_properties("Old", {"job.name": "Old"}) == JobRoots("Old", (), (), ())
 
 
-def test_recorded_properties_that_name_no_local_folder_are_an_error_naming_job_and_key() -> None:
-    with pytest.raises(ConfigError, match="job 'Old': recorded 'data.publisher.final.dir' 's3a://b/x': scheme 's3a'"):
-        JobRoots.from_properties("Old", {"data.publisher.final.dir": "s3a://b/x"})
+def test_recorded_properties_that_name_no_supported_folder_are_an_error_naming_job_and_key() -> None:
+    with pytest.raises(ConfigError, match="job 'Old': recorded 'data.publisher.final.dir' 'gs://b/x': scheme 'gs'"):
+        JobRoots.from_properties("Old", {"data.publisher.final.dir": "gs://b/x"})
+    assert JobRoots.from_properties("Old", {"data.publisher.final.dir": "s3a://b/x/"}).publish == ("s3a://b/x",)
     with pytest.raises(ConfigError, match="recorded 'fork.branches' is 'two'"):
         JobRoots.from_properties("Old", {"fork.branches": "two"})
 

@@ -1,0 +1,124 @@
+"""The local disk (or any mount with POSIX rename and fsync): rename is atomic, fsync of a folder makes it durable."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+from typing import BinaryIO
+
+from filesystems.base import FileInfo, FileSystem, WritableFile
+
+SYNC_ALL_ABOVE = 16
+"""More folders to sync than this, and one sync() of the file systems is cheaper than an fsync per folder."""
+
+
+class _LocalFile(WritableFile):
+    """A new local file, fsynced at close (its folder entry is made durable by sync_folders, as a rename's is)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(path, "wb")
+
+    def write(self, data: bytes) -> int:
+        return self._file.write(data)
+
+    def close(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+
+    def discard(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+        Path(self.path).unlink(missing_ok=True)
+
+
+class LocalFileSystem(FileSystem):
+    """The local disk."""
+
+    def size(self, path: str) -> int | None:
+        try:
+            stat = os.stat(path)
+        except FileNotFoundError:
+            return None
+        return stat.st_size if os.path.isfile(path) else None
+
+    def open_read(self, path: str, start: int = 0) -> BinaryIO:
+        stream = open(path, "rb")
+        if start:
+            stream.seek(start)
+        return stream
+
+    def open_write(self, path: str) -> WritableFile:
+        return _LocalFile(path)
+
+    def renames_atomically(self, path: str) -> bool:
+        return True
+
+    def rename(self, src: str, dst: str) -> None:
+        parent = Path(dst).parent
+        created = _missing_ancestors(parent)
+        parent.mkdir(parents=True, exist_ok=True)
+        os.replace(src, dst)
+        # New folders are entries of their parents: without syncing those, a power cut can lose the whole path.
+        self.sync_folders(str(p.parent) for p in created)
+
+    def copy(self, src: str, dst: str) -> None:
+        Path(dst).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+
+    def delete(self, path: str) -> None:
+        Path(path).unlink(missing_ok=True)
+
+    def sync_folders(self, folders: Iterable[str]) -> None:
+        unique = set(folders)
+        if len(unique) > SYNC_ALL_ABOVE:
+            os.sync()
+            return
+        for folder in unique:
+            fd = os.open(folder, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def list_folders(self, path: str) -> list[str]:
+        try:
+            return sorted(entry.name for entry in os.scandir(path) if entry.is_dir())
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def list_files(self, path: str) -> list[FileInfo]:
+        found = []
+        for folder, _, names in os.walk(path):
+            for name in names:
+                full = os.path.join(folder, name)
+                try:
+                    stat = os.stat(full)
+                except FileNotFoundError:
+                    continue  # gone since it was listed
+                if os.path.isfile(full):
+                    found.append(FileInfo(full, stat.st_size, stat.st_mtime_ns))
+        return sorted(found, key=lambda f: f.path)
+
+    def remove_tree(self, path: str) -> None:
+        try:
+            shutil.rmtree(path)
+        except FileNotFoundError:
+            pass
+
+
+def _missing_ancestors(folder: Path) -> list[Path]:
+    """The folders on the way to `folder` (itself included) that do not exist yet, outermost first."""
+    missing: list[Path] = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    return missing[::-1]
+
+
+LOCAL = LocalFileSystem()
+"""The local file system: stateless, shared."""

@@ -1,23 +1,26 @@
 """Commit phase by file system: N datasets published on the local disk, on HDFS and on S3, side by side, same run.
 
-    python -m benchmarks.commit_fs [--quick] [--datasets N] [--repeats R] [--parallelism P] [--no-recovery]
+    python -m benchmarks.commit_fs [--quick] [--datasets N] [--repeats R] [--parallelism P] [--recover-pending]
 
 For each store a fresh folder gets N task-output files (2-8 KiB of random bytes each) under
 `<root>/task-output/<run>/ds.<i>/part-00000.avro`, written before any timing. One CommitSequence per dataset is
 planned as the default publisher plans it (FsRename to `<root>/published/ds.<i>/…`, HighWatermark, DatasetState)
-and appended in one batch to a fresh SQLite log. Timed: `Committer.commit_all` over the N pending views, with the
-job's default commit parallelism (32 threads), exactly what the launcher's `_publish` runs after the planned batch:
-every step verified or executed, every step's events recorded (SQLite group commits), renames made durable.
+and appended in one batch to a fresh SQLite log. Timed, as the launcher's `_publish` runs it after the planned
+batch, in the same session: `Committer.commit_all` over the N views with the job's default commit parallelism (32):
+every step verified or executed, the renames made durable, every step's events recorded (SQLite group commits).
 
-Recovery (unless --no-recovery) is timed twice, each time on a fresh session that folds the log first (the fold is
-reported apart): `committer.recover` with all N sequences pending and nothing moved (a crash right after planning),
-and with every file already published but nothing recorded (a crash at the end of the commit: `verify()` only).
+Recovery is timed on a fresh session over a copy of the log taken right after planning, once the commit above has
+moved every file: a driver killed at the end of the commit, so `committer.recover` finds every step done by
+`verify()` (size and checksum of each published file). With --recover-pending, also recovery from a driver killed
+right after planning (new task output, nothing moved), which runs the same `commit_all` as the commit. The fold of
+the log when the session opens is reported apart.
 
 The stores: the local disk (a temporary folder); HDFS, a local NameNode + DataNode from Hadoop's jars
 (`filesystems.servers.hdfs_local`), or the folder `$ONCELOG_HDFS_URL` names (hdfs://, its HTTP address from
 $HADOOP_CONF_DIR, or webhdfs://); S3, a local versitygw (`filesystems.servers.s3_local`), or the folder
 `$ONCELOG_S3_URL` names (s3a://bucket/prefix, endpoint and keys from AWS's environment). Each repeat rotates the
-order of the stores. Figures are at the median repeat. Last line of stdout: the JSON figures.
+order of the stores. Figures are at the median repeat; `*_cpu_us_per_dataset_*` is this process's CPU (the
+servers' is `*_server_cpu_s_*`). Last line of stdout: the JSON figures.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import argparse
 import hashlib
 import os
 import random
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -33,7 +37,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -73,13 +77,13 @@ class Store(StrEnum):
 
 
 class Phase(StrEnum):
-    """What is timed: the commit after planning, and recovery from two crash points."""
+    """What is timed: the commit after planning, and recovery from two crash points; the value names the figures."""
 
     COMMIT = "commit"
+    RECOVER_VERIFY = "recover_verify"
+    """Every file already published, nothing recorded: each rename is verified (size + checksum), not redone."""
     RECOVER = "recover"
     """Every sequence pending, nothing moved: recovery does the whole commit."""
-    RECOVER_VERIFY = "recover_verify"
-    """Every file already published, nothing recorded: recovery only verifies (size + checksum of each)."""
 
 
 @dataclass(frozen=True)
@@ -194,7 +198,7 @@ def server_cpu(pids: tuple[int, ...]) -> float | None:
 
 @dataclass(frozen=True)
 class Round:
-    """A fresh folder with N task-output files and a fresh log holding their planned sequences."""
+    """A fresh folder with N task-output files, and the log their sequences are planned in."""
 
     target: Target
     root: str
@@ -208,6 +212,11 @@ class Round:
         """The job's commit settings: the round's roots, default attempts, the parallelism measured."""
         return CommitSettings(PublishRoots.of([urls.join(self.root, "task-output")],
                                               [urls.join(self.root, "published")]), parallelism=self.parallelism)
+
+    @property
+    def crash_log_url(self) -> str:
+        """A copy of the log taken right after planning: what a driver killed during the commit leaves."""
+        return self.log_url.replace(".db", "-crashed.db")
 
 
 def content(i: int) -> bytes:
@@ -245,16 +254,19 @@ def plan(run_id: str, written: tuple[Written, ...]) -> list[CommitSequencePlanne
     return planned
 
 
-def prepare(target: Target, fs: FileSystems, work: Path, tag: str, datasets: int, parallelism: int) -> Round:
-    """Write the task output and append the plans (untimed)."""
+def new_round(target: Target, fs: FileSystems, work: Path, tag: str, datasets: int, parallelism: int) -> Round:
+    """A fresh folder and its task output (untimed set-up)."""
     run_id = f"run-{tag}"
     root = urls.join(target.root, tag)
     written = write_task_output(fs, root, run_id, datasets)
-    prepared = Round(target, root, f"sqlite:///{work / f'events-{target.store}-{tag}.db'}", run_id, written,
-                     parallelism)
-    with open_log(prepared.log_url) as log, open_session(log, JOB, prepared.settings, fs) as session:
-        session.sink.emit(plan(run_id, written))
-    return prepared
+    return Round(target, root, f"sqlite:///{work / f'events-{target.store}-{tag}.db'}", run_id, written, parallelism)
+
+
+def copy_log(source_url: str, target_url: str) -> None:
+    """Copy a SQLite log, consistently, with SQLite's own backup (its WAL included)."""
+    with closing(sqlite3.connect(source_url.removeprefix("sqlite:///"))) as source, \
+            closing(sqlite3.connect(target_url.removeprefix("sqlite:///"))) as target:
+        source.backup(target)
 
 
 def timed(target: Target, run: Callable[[], object], fold_seconds: float) -> Sample:
@@ -265,27 +277,47 @@ def timed(target: Target, run: Callable[[], object], fold_seconds: float) -> Sam
     return Sample(wall, cpu, None if before is None or after is None else after - before, fold_seconds)
 
 
-def opened(prepared: Round, fs: FileSystems, stack: ExitStack) -> tuple[CommitSession, float]:
-    """A fresh session over the round's log, and the seconds it took to open (the strict fold of the log)."""
+def opened(prepared: Round, log_url: str, fs: FileSystems, stack: ExitStack) -> tuple[CommitSession, float]:
+    """A session over a log (the writer, then the strict fold), and the seconds it took to open."""
     started = time.perf_counter()
-    log = stack.enter_context(open_log(prepared.log_url))
+    log = stack.enter_context(open_log(log_url))
     session = stack.enter_context(open_session(log, JOB, prepared.settings, fs))
     return session, time.perf_counter() - started
 
 
-def commit(prepared: Round, fs: FileSystems, phase: Phase) -> Sample:
-    """Time one phase on a prepared round, then check that every dataset is published exactly as planned."""
+def commit(prepared: Round, fs: FileSystems) -> Sample:
+    """As the launcher: append every plan in one batch, then time `commit_all` over their views (same session).
+
+    A copy of the log is taken right after the plans are appended, for the recovery of `recover_verify`."""
     results: list[CommitResult] = []
     with ExitStack() as stack:
-        session, fold_seconds = opened(prepared, fs, stack)
-        committer = session.committer
-        if phase is Phase.COMMIT:
-            views = session.state.pending_sequences(JOB)
-            sample = timed(prepared.target, lambda: results.extend(committer.commit_all(views)), fold_seconds)
-        else:
-            sample = timed(prepared.target, lambda: results.extend(committer.recover(JOB)), fold_seconds)
+        session, fold_seconds = opened(prepared, prepared.log_url, fs, stack)
+        planned = plan(prepared.run_id, prepared.written)
+        session.sink.emit(planned)
+        copy_log(prepared.log_url, prepared.crash_log_url)
+        views = [session.state.sequences[(p.job, p.dataset_urn, p.sequence_id)] for p in planned]
+        sample = timed(prepared.target, lambda: results.extend(session.committer.commit_all(views)), fold_seconds)
+        check(prepared, fs, session, results, Phase.COMMIT)
+    return sample
+
+
+def recover(prepared: Round, log_url: str, fs: FileSystems, phase: Phase) -> Sample:
+    """Time `committer.recover` on a fresh session over a log whose N sequences are all pending."""
+    results: list[CommitResult] = []
+    with ExitStack() as stack:
+        session, fold_seconds = opened(prepared, log_url, fs, stack)
+        if len(session.state.pending_sequences(JOB)) != len(prepared.written):
+            raise SystemExit(f"{prepared.target.store} {phase}: the log does not hold {len(prepared.written)} "
+                             f"pending sequences")
+        sample = timed(prepared.target, lambda: results.extend(session.committer.recover(JOB)), fold_seconds)
         check(prepared, fs, session, results, phase)
     return sample
+
+
+def plan_only(prepared: Round, fs: FileSystems) -> None:
+    """Append the plans and stop: what a driver killed right after planning leaves."""
+    with open_log(prepared.log_url) as log, open_session(log, JOB, prepared.settings, fs) as session:
+        session.sink.emit(plan(prepared.run_id, prepared.written))
 
 
 def check(prepared: Round, fs: FileSystems, session: CommitSession, results: list[CommitResult],
@@ -298,6 +330,9 @@ def check(prepared: Round, fs: FileSystems, session: CommitSession, results: lis
                          f"{len(failed)} not completed (first: {failed[0].error if failed else '-'})")
     if session.state.pending_sequences(JOB):
         raise SystemExit(f"{prepared.target.store} {phase}: sequences still pending after the commit")
+    verified = sum(r.verified for r in results)
+    if phase is Phase.RECOVER_VERIFY and verified != datasets:  # the renames; the log's own steps run again
+        raise SystemExit(f"{prepared.target.store} {phase}: {verified} steps found done, {datasets} expected")
     published = {f.path: f.size for f in fs.list_files(urls.join(prepared.root, "published"))}
     expected = {urls.normalize(w.dst): w.size for w in prepared.written}
     if published != expected:
@@ -307,23 +342,26 @@ def check(prepared: Round, fs: FileSystems, session: CommitSession, results: lis
         raise SystemExit(f"{prepared.target.store} {phase}: task output left behind after the commit")
 
 
-def publish_without_recording(prepared: Round, fs: FileSystems) -> None:
-    """Move every file as the commit would, recording nothing: the state a crash at the end of a commit leaves."""
-    with ThreadPoolExecutor(max_workers=WRITERS) as pool:
-        list(pool.map(lambda w: fs.move(w.src, w.dst, w.size, w.checksum), prepared.written))
-    fs.sync_folders({urls.parent(w.dst) for w in prepared.written})
-
-
-def run_round(target: Target, fs: FileSystems, work: Path, tag: str, phase: Phase, datasets: int,
-              parallelism: int) -> Sample:
-    """Prepare a fresh round for one phase, time it, and remove its folder."""
-    prepared = prepare(target, fs, work, f"{tag}-{phase}", datasets, parallelism)
-    if phase is Phase.RECOVER_VERIFY:
-        publish_without_recording(prepared, fs)
+def run_rounds(target: Target, fs: FileSystems, work: Path, tag: str, phases: list[Phase], datasets: int,
+               parallelism: int) -> dict[Phase, Sample]:
+    """The phases on one store: commit, then recovery from the crash after the moves (no new task output), then,
+    if asked, recovery from the crash right after planning (a round of its own). Folders removed after."""
+    samples: dict[Phase, Sample] = {}
+    prepared = new_round(target, fs, work, tag, datasets, parallelism)
     try:
-        return commit(prepared, fs, phase)
+        samples[Phase.COMMIT] = commit(prepared, fs)
+        if Phase.RECOVER_VERIFY in phases:
+            samples[Phase.RECOVER_VERIFY] = recover(prepared, prepared.crash_log_url, fs, Phase.RECOVER_VERIFY)
     finally:
         fs.remove_tree(prepared.root)
+    if Phase.RECOVER in phases:
+        pending = new_round(target, fs, work, f"{tag}-pending", datasets, parallelism)
+        try:
+            plan_only(pending, fs)
+            samples[Phase.RECOVER] = recover(pending, pending.log_url, fs, Phase.RECOVER)
+        finally:
+            fs.remove_tree(pending.root)
+    return samples
 
 
 # --- the run ------------------------------------------------------------------------------------------------------
@@ -331,26 +369,23 @@ def run_round(target: Target, fs: FileSystems, work: Path, tag: str, phase: Phas
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Start the servers, then every phase on every store, `repeats` times, rotating the stores' order."""
-    phases = [Phase.COMMIT] + ([] if args.no_recovery else [Phase.RECOVER, Phase.RECOVER_VERIFY])
+    phases = [Phase.COMMIT, Phase.RECOVER_VERIFY] + ([Phase.RECOVER] if args.recover_pending else [])
     samples = Samples()
     with tempfile.TemporaryDirectory(prefix="oncelog-bench-commit-fs-") as tmp, ExitStack() as stack:
         work = Path(tmp)
         targets = [stack.enter_context(make(work)) for make in (local_target, hdfs_target, s3_target)]
-        properties = {k: v for t in targets for k, v in t.properties.items()}
-        fs = FileSystems.of(properties)
+        fs = FileSystems.of({k: v for t in targets for k, v in t.properties.items()})
         note("warm-up: 20 datasets on each store (untimed)")
         for target in targets:
-            run_round(target, fs, work, "warm-up", Phase.COMMIT, 20, args.parallelism)
+            run_rounds(target, fs, work, "warm-up", [Phase.COMMIT], 20, args.parallelism)
         for repeat in range(args.repeats):
-            order = targets[repeat % 3:] + targets[:repeat % 3]
-            for phase in phases:
-                for target in order:
-                    sample = run_round(target, fs, work, f"r{repeat}", phase, args.datasets,
-                                       args.parallelism)
+            for target in targets[repeat % 3:] + targets[:repeat % 3]:
+                done = run_rounds(target, fs, work, f"r{repeat}", phases, args.datasets, args.parallelism)
+                for phase, sample in done.items():
                     samples.add(target.store, phase, sample)
-                    note(f"repeat {repeat + 1}/{args.repeats} {phase} {target.store}: {sample.seconds:.2f}s "
+                    note(f"repeat {repeat + 1}/{args.repeats} {target.store} {phase}: {sample.seconds:.2f}s "
                          f"({sample.seconds / args.datasets * 1e6:,.0f} µs/dataset; fold {sample.fold_seconds:.2f}s)")
-            samples.load.append(os.getloadavg()[0])
+                samples.load.append(os.getloadavg()[0])
         for target in targets:
             fs.remove_tree(target.root)
     print_table(samples, phases, args.datasets)
@@ -370,24 +405,24 @@ def print_table(samples: Samples, phases: list[Phase], datasets: int) -> None:
                 continue
             cpu = samples.median(store, phase, lambda s: s.cpu_seconds) or 0.0
             server = samples.median(store, phase, lambda s: s.server_cpu_seconds)
-            fold = samples.median(store, phase, lambda s: s.fold_seconds) or 0.0
+            fold = samples.median(store, phase, lambda s: s.fold_seconds)
             table.add_row(str(phase), str(store), f"{seconds:.3f}", f"{seconds / datasets * 1e6:,.0f}",
                           f"{seconds / local:.1f}", f"{cpu / datasets * 1e6:,.0f}",
-                          "-" if server is None else f"{server:.2f}", f"{fold:.2f}")
+                          "-" if server is None else f"{server:.2f}",
+                          "-" if phase is Phase.COMMIT or fold is None else f"{fold:.2f}")
     Console(file=sys.stdout).print(table)
 
 
 def figures(args: argparse.Namespace, samples: Samples, phases: list[Phase]) -> dict[str, Any]:
     """The JSON figures: per store and phase, seconds, µs per dataset, ratio to local, CPU."""
     result: dict[str, Any] = {}
-    names = {Phase.COMMIT: "commit", Phase.RECOVER: "recover", Phase.RECOVER_VERIFY: "recover_verify"}
     for phase in phases:
         local = samples.median(Store.LOCAL, phase, lambda s: s.seconds)
         for store in Store:
             seconds = samples.median(store, phase, lambda s: s.seconds)
             if seconds is None:
                 continue
-            name = names[phase]
+            name = phase.value
             result[f"{name}_s_{store}"] = round(seconds, 4)
             per = "us_per_dataset" if phase is Phase.COMMIT else f"{name}_us_per_dataset"
             result[f"{per}_{store}"] = round(seconds / args.datasets * 1e6, 1)
@@ -401,8 +436,8 @@ def figures(args: argparse.Namespace, samples: Samples, phases: list[Phase]) -> 
             if phase is not Phase.COMMIT:
                 result[f"{name}_fold_s_{store}"] = round(samples.median(store, phase, lambda s: s.fold_seconds)
                                                          or 0.0, 4)
-        result[f"{names[phase]}_s_each"] = {str(store): [round(s.seconds, 3) for s in samples.by.get((store, phase), [])]
-                                            for store in Store}
+        result[f"{phase}_s_each"] = {str(store): [round(s.seconds, 3) for s in samples.by.get((store, phase), [])]
+                                     for store in Store}
     result.update({"datasets": args.datasets, "repeats": args.repeats, "parallelism": args.parallelism,
                    "quick": args.quick, "cpus": os.cpu_count(),
                    "load_avg_1m_max": max(samples.load) if samples.load else None,
@@ -418,7 +453,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, help="timed rounds per store and phase (3; 1 with --quick)")
     parser.add_argument("--parallelism", type=int, default=DEFAULT_PARALLELISM,
                         help=f"sequences committed at once (the job's commit.parallelism: {DEFAULT_PARALLELISM})")
-    parser.add_argument("--no-recovery", action="store_true", help="time the commit only, not recovery")
+    parser.add_argument("--recover-pending", action="store_true",
+                        help="also time recovery with every sequence pending and nothing moved (new task output)")
     args = parser.parse_args()
     defaults = QUICK if args.quick else FULL
     args.datasets = args.datasets or defaults["datasets"]

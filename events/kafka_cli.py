@@ -19,6 +19,8 @@ app = typer.Typer(
     help=f"Run a local single-node Apache Kafka {kafka_local.KAFKA_VERSION} broker (KRaft) from its jars, no Docker.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,  # plain help, as the oncelog command's (docs/cli.md)
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 StateDir = Annotated[

@@ -29,6 +29,7 @@ SPOOL_IN_MEMORY = 8 << 20
 SINGLE_PUT_LIMIT = 256 << 20  # above this, a multipart upload (whose checksum is per part: read back to verify)
 SINGLE_COPY_LIMIT = 5 << 30  # S3's limit for one CopyObject
 MISSING = ("404", "NoSuchKey", "NotFound")
+POOL_CONNECTIONS = 64  # above the commit's parallelism: a thread never waits for a connection, nor opens a new one
 T = TypeVar("T")
 
 
@@ -40,6 +41,7 @@ def client_for(settings: FileSystemSettings) -> Any:
         endpoint = f"https://{endpoint}"
     addressing = "path" if path_style == "true" or (endpoint and path_style != "false") else "auto"
     config = Config(s3={"addressing_style": addressing}, retries={"max_attempts": 5, "mode": "standard"},
+                    max_pool_connections=POOL_CONNECTIONS,
                     request_checksum_calculation="when_required", response_checksum_validation="when_required")
     session = boto3.session.Session(
         aws_access_key_id=settings.get("fs.s3a.access.key"), aws_secret_access_key=settings.get("fs.s3a.secret.key"),

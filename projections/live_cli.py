@@ -6,6 +6,7 @@ Mount it with `register(parent)` (adds the `serve` command to the `oncelog` Type
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -20,8 +21,19 @@ app = typer.Typer(
     help="The live projector: Faust tables folded from the events topic, with HTTP views.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,  # plain help, as the oncelog command's (docs/cli.md)
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
 )
+
+
+class LogLevel(StrEnum):
+    """How much the faust worker logs."""
+
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
 
 
 @app.callback()
@@ -43,7 +55,8 @@ def serve(
         str, typer.Option("--app-id", help="Faust app id: the consumer group and the prefix of the changelog topics.")
     ] = DEFAULT_APP_ID,
     data_dir: Annotated[Path, typer.Option("--data-dir", help="Faust's data directory.")] = DEFAULT_DATA_DIR,
-    loglevel: Annotated[str, typer.Option("--loglevel", help="debug, info, warning or error.")] = "info",
+    loglevel: Annotated[LogLevel, typer.Option("--loglevel", case_sensitive=False, help="How much the worker logs.")]
+    = LogLevel.INFO,
 ) -> None:
     """Fold the events topic into live tables and serve /datasets, /datasets/{urn}, /runs/{run_id}, /commits/pending."""
     from projections.live import create_app, run_worker  # faust takes a while to import: only when serving
@@ -52,9 +65,9 @@ def serve(
     try:
         faust_app = create_app(settings)
     except OncelogError as e:
-        typer.echo(f"error: {e}", err=True)
+        typer.echo("error: " + " | ".join(str(e).splitlines()), err=True)  # one line, for logs
         raise typer.Exit(code=2 if isinstance(e, ConfigError) else 1) from e
-    run_worker(faust_app, loglevel)
+    run_worker(faust_app, loglevel.value)
 
 
 def register(parent: typer.Typer) -> None:

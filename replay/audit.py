@@ -1,12 +1,16 @@
-"""`oncelog audit RUN_ID`: one run as a timeline — work units, task attempts and retries, commit steps with their
-timings, watermarks moved — built by folding only that run's events.
+"""`oncelog audit RUN_ID`: one run as a timeline — its phases (lock, recover, plan, tasks, commit, cleanup), work
+units, task attempts and retries with records, bytes and throughput, commit steps with their timings, watermarks
+moved — built by folding only that run's events (and the earlier runs' sequences its recovery finished).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
+from enum import StrEnum
+from typing import TypeVar
 
 from events.commit import (
     CommitSequenceAbandoned,
@@ -21,28 +25,59 @@ from events.commit import (
 )
 from events.dataset import WatermarkAdvanced
 from events.errors import OncelogError
+from events.job import (
+    DatasetSkipped,
+    JobLockAcquired,
+    JobLockReleased,
+    JobRunCancelled,
+    JobRunCommitted,
+    JobRunFailed,
+    JobRunStarted,
+    JobRunSucceeded,
+    WorkUnitsPlanned,
+)
 from events.log import EventLog
-from events.model import DatasetEvent, LoggedEvent
+from events.model import DatasetEvent, Event, LoggedEvent, RunEvent
+from events.task import TaskFailed, TaskStarted, TaskSucceeded, WorkUnitResult
 from projections.state import State
-from projections.views import AttemptView, RunView, TaskView, WorkUnitView
+from projections.views import AttemptStatus, AttemptView, RunView, TaskView, WorkUnitView
 
 Progress = Callable[[int], None]
+E = TypeVar("E", bound=Event)
+
+SPARK_APP_ID = "spark.app.id"
+"""The JobRunStarted property naming the Spark application the run's tasks ran in."""
+
+ENDINGS = (JobRunCommitted, JobRunFailed, JobRunCancelled)
 
 
 class RunNotFoundError(OncelogError):
     """No run with that id in the log (or several jobs have one, and the job was not named)."""
 
 
-@dataclass(frozen=True)
-class Span:
-    """A bar of the timeline: a task attempt or a commit step, from start to end."""
+class Phase(StrEnum):
+    """The launcher's phases, in the order a run goes through them."""
 
-    group: str
-    lane: str
+    LOCK = "lock"
+    RECOVER = "recover"
+    PLAN = "plan"
+    TASKS = "tasks"
+    COMMIT = "commit"
+    CLEANUP = "cleanup"
+
+
+@dataclass(frozen=True)
+class PhaseSpan:
+    """When a run was in one phase, as its events tell, and what it did there."""
+
+    phase: Phase
     start: datetime
     end: datetime
-    status: str
     detail: str
+
+    @property
+    def seconds(self) -> float:
+        return (self.end - self.start).total_seconds()
 
 
 @dataclass(frozen=True)
@@ -61,13 +96,19 @@ class StepRow:
 
 @dataclass(frozen=True)
 class SequenceRow:
-    """One dataset's commit sequence in the run."""
+    """One dataset's commit sequence, and what it publishes."""
 
     dataset_urn: str
     status: str
-    planned_at: datetime
+    planned_at: datetime | None
+    """None for a recovered sequence: its plan lies in the log before the run."""
     ended_at: datetime | None
     error: str | None
+    run_id: str = ""
+    steps: int = 0
+    records_published: int = 0
+    files_published: int = 0
+    bytes_published: int = 0
 
 
 @dataclass(frozen=True)
@@ -79,6 +120,50 @@ class WatermarkMove:
     low: int
     value: int
     at: datetime
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """A task with its work units, what its last attempt wrote, and how fast."""
+
+    task_id: str
+    status: str
+    attempts: int
+    work_unit_ids: tuple[str, ...]
+    records: int
+    bytes: int
+    files: int
+    started_at: datetime | None
+    ended_at: datetime | None
+    seconds: float
+    executor: str
+
+    @property
+    def records_per_s(self) -> float | None:
+        return self.records / self.seconds if self.seconds > 0 else None
+
+    @property
+    def bytes_per_s(self) -> float | None:
+        return self.bytes / self.seconds if self.seconds > 0 else None
+
+
+@dataclass(frozen=True)
+class DatasetRow:
+    """A dataset of the run: what its tasks wrote, and how its commit sequence went (its steps rolled up)."""
+
+    dataset_urn: str
+    work_units: int
+    records: int
+    bytes: int
+    files: int
+    status: str
+    steps: int
+    executed: int
+    verified: int
+    failures: int
+    commit_ms: float | None
+    records_published: int
+    error: str | None
 
 
 @dataclass
@@ -94,25 +179,140 @@ class AuditTimeline:
     sequences: list[SequenceRow] = field(default_factory=list)
     steps: list[StepRow] = field(default_factory=list)
     watermarks: list[WatermarkMove] = field(default_factory=list)
+    recovered: list[SequenceRow] = field(default_factory=list)
+    """Sequences of earlier runs that this run's recovery finished (or gave up), before it planned anything."""
+    recovered_steps: list[StepRow] = field(default_factory=list)
+    recovery_events: list[LoggedEvent] = field(default_factory=list)
 
     @property
     def attempts(self) -> list[tuple[TaskView, AttemptView]]:
         return [(task, attempt) for task in self.tasks for attempt in task.attempts]
 
-    def spans(self) -> list[Span]:
-        """The bars of the Gantt chart: task attempts, then commit steps, in time order."""
-        bars = []
-        for task, a in self.attempts:
-            start, end = a.started_at or a.ended_at, a.ended_at or a.started_at
-            if start is not None and end is not None:
-                bars.append(Span("tasks", f"{task.task_id} #{a.attempt}", start, end, a.status.name.lower(),
-                                 a.error or a.executor))
+    @property
+    def started(self) -> JobRunStarted | None:
+        return _first(self._own(), JobRunStarted)
+
+    @property
+    def ending(self) -> JobRunCommitted | JobRunFailed | JobRunCancelled | None:
+        """The event that ended the run, if the log has one."""
+        return next((e for e in self._own() if isinstance(e, ENDINGS)), None)
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """The job's properties as the run started with them."""
+        started = self.started
+        return dict(started.properties) if started else {}
+
+    @property
+    def spark_app_id(self) -> str | None:
+        """The Spark application the run's tasks ran in, when the launcher recorded it."""
+        return self.properties.get(SPARK_APP_ID)
+
+    def axis(self) -> tuple[datetime, datetime]:
+        """The run's time span: from JobRunStarted to its end (its ending event, or releasing the lock after
+        cleanup); a run that never ended spans to its last event."""
+        own = [e for e in self._own() if isinstance(e, RunEvent)]
+        moments = [e.emitted_at for e in own] or [logged.event.emitted_at for logged in self.events]
+        started = self.started
+        start = started.emitted_at if started else min(moments)
+        ends = [e.emitted_at for e in own if isinstance(e, (*ENDINGS, JobLockReleased))]
+        end = max(ends) if ends else max(moments)
+        return start, max(start, end)
+
+    def phases(self) -> list[PhaseSpan]:
+        """The phases the run's events show, in order; a phase it never reached is left out."""
+        own = list(self._own())
+        start, end = self.axis()
+        phases: list[PhaseSpan] = []
+        acquired, released = _first(own, JobLockAcquired), _first(own, JobLockReleased)
+        if acquired is not None:
+            phases.append(PhaseSpan(Phase.LOCK, max(start, acquired.emitted_at), released.emitted_at if released
+                                    else end, f"held by {acquired.holder}" if released
+                                    else f"held by {acquired.holder}; its release is not in the log"))
+        planned = _first(own, WorkUnitsPlanned)
+        recovery_end = max((logged.event.emitted_at for logged in self.recovery_events), default=start)
+        if self.started is not None:
+            recovered = f"{len(self.recovered)} sequence(s) of earlier runs finished" if self.recovered \
+                else "nothing to recover"
+            phases.append(PhaseSpan(Phase.RECOVER, start, recovery_end, recovered))
+        if planned is not None:
+            skipped = sum(1 for e in own if isinstance(e, DatasetSkipped))
+            phases.append(PhaseSpan(Phase.PLAN, recovery_end, max(recovery_end, planned.emitted_at),
+                                    f"{len(planned.work_units):,} work units"
+                                    + (f", {skipped} dataset(s) skipped" if skipped else "")))
+        task_events = [e for e in own if isinstance(e, (TaskStarted, TaskSucceeded, TaskFailed))]
+        if task_events:
+            first = planned.emitted_at if planned else min(e.emitted_at for e in task_events)
+            succeeded = _first(own, JobRunSucceeded)
+            last = max([e.emitted_at for e in task_events] + ([succeeded.emitted_at] if succeeded else []))
+            records = sum(t.records for t in self.task_rows())
+            phases.append(PhaseSpan(Phase.TASKS, first, max(first, last),
+                                    f"{len(self.tasks)} tasks, {len(self.attempts)} attempts, {records:,} records"))
+        if self.sequences:
+            first = min(s.planned_at or start for s in self.sequences)
+            ended = [s.ended_at for s in self.sequences if s.ended_at is not None and s.ended_at <= end]
+            ending = self.ending
+            last = max(ended + ([ending.emitted_at] if isinstance(ending, JobRunCommitted) else []), default=first)
+            counts = Counter(s.status for s in self.sequences)
+            phases.append(PhaseSpan(Phase.COMMIT, first, max(first, last), f"{len(self.sequences):,} datasets: "
+                                    + ", ".join(f"{n:,} {status}" for status, n in sorted(counts.items()))))
+        ending = self.ending
+        if ending is not None and released is not None:
+            phases.append(PhaseSpan(Phase.CLEANUP, ending.emitted_at, max(ending.emitted_at, released.emitted_at),
+                                    "staging and task output removed, lock released"))
+        return phases
+
+    def task_rows(self) -> list[TaskRow]:
+        """Each task with its work units, records and bytes (of its last attempt) and its duration."""
+        rows = []
+        for task in self.tasks:
+            last = task.last
+            if last is None:
+                continue
+            seconds = last.duration_ms / 1000 if last.duration_ms else (
+                (last.ended_at - last.started_at).total_seconds() if last.ended_at and last.started_at else 0.0)
+            rows.append(TaskRow(
+                task.task_id, last.status.name.lower(), len(task.attempts), task.work_unit_ids,
+                sum(r.records_written for r in last.results), sum(result_bytes(r) for r in last.results),
+                sum(len(r.output_files) for r in last.results), task.attempts[0].started_at, last.ended_at,
+                seconds, last.executor,
+            ))
+        return rows
+
+    def dataset_rows(self) -> list[DatasetRow]:
+        """Every dataset of the run (planned, written or committed): what was written and how its commit went."""
+        units = Counter(w.spec.dataset_urn for w in self.work_units)
+        written: dict[str, list[WorkUnitResult]] = {}
+        for task in self.tasks:
+            last = task.last
+            if last is not None and (last.status is AttemptStatus.SUCCEEDED or last.results):
+                for result in last.results:
+                    written.setdefault(result.dataset_urn, []).append(result)
+        sequences = {s.dataset_urn: s for s in self.sequences}
+        steps: dict[str, list[StepRow]] = {}
         for step in self.steps:
-            if step.applied_at is not None:
-                start = step.applied_at - timedelta(milliseconds=step.duration_ms)
-                bars.append(Span("commit", f"{step.dataset_urn} · {step.index} {step.kind}", start, step.applied_at,
-                                 step.outcome, step.detail))
-        return sorted(bars, key=lambda b: (b.group != "tasks", b.start))
+            steps.setdefault(step.dataset_urn, []).append(step)
+        rows = []
+        for urn in sorted(set(units) | set(written) | set(sequences)):
+            results, sequence, its_steps = written.get(urn, []), sequences.get(urn), steps.get(urn, [])
+            rows.append(DatasetRow(
+                urn, units.get(urn, 0), sum(r.records_written for r in results), sum(result_bytes(r) for r in results),
+                sum(len(r.output_files) for r in results), sequence.status if sequence else "not planned",
+                len(its_steps), sum(1 for s in its_steps if s.outcome == "executed"),
+                sum(1 for s in its_steps if s.outcome == "verified"), sum(len(s.failures) for s in its_steps),
+                (sequence.ended_at - sequence.planned_at).total_seconds() * 1000
+                if sequence and sequence.ended_at and sequence.planned_at else None,
+                sequence.records_published if sequence else 0, sequence.error if sequence else None,
+            ))
+        return rows
+
+    def _own(self) -> Iterator[Event]:
+        return (logged.event for logged in self.events)
+
+
+def result_bytes(result: WorkUnitResult) -> int:
+    """The bytes a work unit wrote: as the task counted them, else the size of its output files."""
+    return result.bytes_written or sum(f.size for f in result.output_files)
 
 
 def describe_step(step: CommitStepSpec) -> str:
@@ -140,51 +340,100 @@ def audit(log: EventLog, run_id: str, job: str | None = None, progress: Progress
         raise RunNotFoundError(f"no run {run_id!r}" + (f" of job {job!r}" if job else "") + f" in {log.url}")
     if len(jobs) > 1:
         raise RunNotFoundError(f"run id {run_id!r} belongs to several jobs ({', '.join(jobs)}): name one with --job")
-    return _timeline(jobs[0], run_id, events)
+    return _timeline(jobs[0], run_id, events, _recovery_events(log, jobs[0], run_id, events))
 
 
-def _timeline(job: str, run_id: str, events: list[LoggedEvent]) -> AuditTimeline:
+def _recovery_events(log: EventLog, job: str, run_id: str, events: list[LoggedEvent]) -> list[LoggedEvent]:
+    """The dataset events of the job's earlier runs that this run's recovery appended: those between its start and
+    its plan (or its end), read from that stretch of the log only."""
+    started = next((logged for logged in events if isinstance(logged.event, JobRunStarted)), None)
+    if started is None:
+        return []
+    until = next((logged for logged in events if isinstance(logged.event, (WorkUnitsPlanned, *ENDINGS))), None)
+    start_at = started.event.emitted_at
+    until_at = until.event.emitted_at if until else None
+    found = []
+    window = log.read(log.offsets_for_time(started.timestamp_ms),
+                      log.offsets_for_time(until.timestamp_ms + 1) if until else None)
+    for logged in window:
+        event = logged.event
+        if (isinstance(event, DatasetEvent) and event.job == job and event.run_id != run_id
+                and start_at <= event.emitted_at and (until_at is None or event.emitted_at <= until_at)):
+            found.append(logged)
+    return found
+
+
+def _timeline(job: str, run_id: str, events: list[LoggedEvent], recovery: list[LoggedEvent]) -> AuditTimeline:
     state = State()
     for logged in events:
-        state.apply(logged)
+        if isinstance(logged.event, RunEvent):  # runs, tasks and work units; _commit_rows reads the dataset events
+            state.apply(logged)
     run = state.runs.get((job, run_id)) or RunView(job, run_id)
-    timeline = AuditTimeline(
+    sequences, steps, watermarks = _commit_rows(logged.event for logged in events)
+    recovered, recovered_steps, _ = _commit_rows(logged.event for logged in recovery)
+    return AuditTimeline(
         job, run_id, run, events,
         work_units=sorted(state.work_units.get((job, run_id), {}).values(), key=lambda w: w.spec.work_unit_id),
         tasks=sorted(state.tasks.get((job, run_id), {}).values(), key=lambda t: t.task_id),
+        sequences=sequences, steps=steps, watermarks=watermarks, recovered=recovered, recovered_steps=recovered_steps,
+        recovery_events=recovery,
     )
-    _commit_rows(timeline, [logged.event for logged in events if isinstance(logged.event, DatasetEvent)])
-    return timeline
 
 
-def _commit_rows(timeline: AuditTimeline, events: list[DatasetEvent]) -> None:
-    planned: dict[str, CommitSequencePlanned] = {}
-    applied: dict[tuple[str, int], CommitStepApplied] = {}
-    failures: dict[tuple[str, int], list[str]] = {}
-    ends: dict[str, tuple[str, datetime, str | None]] = {}
+def _commit_rows(events: Iterable[Event]) -> tuple[list[SequenceRow], list[StepRow], list[WatermarkMove]]:
+    """The sequences, their steps and the watermarks they moved, from the dataset events among `events`."""
+    planned: dict[tuple[str, str], CommitSequencePlanned] = {}
+    applied: dict[tuple[str, str, int], CommitStepApplied] = {}
+    failures: dict[tuple[str, str, int], list[str]] = {}
+    ends: dict[tuple[str, str], tuple[str, datetime, str | None]] = {}
+    watermarks: list[WatermarkMove] = []
+    runs: dict[tuple[str, str], str] = {}
     for event in events:
-        urn = event.dataset_urn
+        if not isinstance(event, DatasetEvent):
+            continue
+        sequence = (event.dataset_urn, event.sequence_id)
+        runs.setdefault(sequence, event.run_id)
         match event:
             case CommitSequencePlanned():
-                planned[urn] = event
+                planned[sequence] = event  # a plan extended by CommitStepStore.put: the longest, latest one
             case CommitStepApplied():
-                applied.setdefault((urn, event.step_index), event)
+                applied.setdefault((*sequence, event.step_index), event)
             case CommitStepFailed():
-                failures.setdefault((urn, event.step_index), []).append(f"#{event.attempt}: {event.error}")
+                failures.setdefault((*sequence, event.step_index), []).append(f"#{event.attempt}: {event.error}")
             case CommitSequenceCompleted():
-                ends.setdefault(urn, ("completed", event.emitted_at, None))
+                ends.setdefault(sequence, ("completed", event.emitted_at, None))
             case CommitSequenceAbandoned():
-                ends.setdefault(urn, ("abandoned", event.emitted_at, event.error))
+                ends.setdefault(sequence, ("abandoned", event.emitted_at, event.error))
             case WatermarkAdvanced():
-                timeline.watermarks.append(
-                    WatermarkMove(urn, event.partition, event.low_watermark, event.value, event.emitted_at))
-    for urn, plan in sorted(planned.items()):
-        status, ended_at, error = ends.get(urn, ("pending", None, None))
-        timeline.sequences.append(SequenceRow(urn, status, plan.emitted_at, ended_at, error))
-        for index, step in enumerate(plan.steps):
-            done = applied.get((urn, index))
-            timeline.steps.append(StepRow(
-                urn, index, step.kind, describe_step(step), done.outcome if done else "not applied",
-                done.emitted_at if done else None, done.duration_ms if done else 0.0,
-                tuple(failures.get((urn, index), [])),
+                watermarks.append(WatermarkMove(event.dataset_urn, event.partition, event.low_watermark, event.value,
+                                                event.emitted_at))
+    sequences: list[SequenceRow] = []
+    steps: list[StepRow] = []
+    for urn, sequence_id in sorted(set(planned) | set(ends) | {k[:2] for k in (*applied, *failures)}):
+        plan = planned.get((urn, sequence_id))
+        status, ended_at, error = ends.get((urn, sequence_id), ("pending", None, None))
+        if plan is None:  # planned before the events read (a recovered sequence): its steps as they were applied
+            indices = sorted({i for u, s, i in (*applied, *failures) if (u, s) == (urn, sequence_id)})
+            sequences.append(SequenceRow(urn, status, None, ended_at, error, runs.get((urn, sequence_id), "")))
+            specs: list[tuple[int, str, str]] = [(i, "", "") for i in indices]
+        else:
+            state_steps = [s for s in plan.steps if isinstance(s, DatasetStateStep)]
+            sequences.append(SequenceRow(
+                urn, status, plan.emitted_at, ended_at, error, plan.run_id, len(plan.steps),
+                sum(s.records_published for s in state_steps), sum(s.files_published for s in state_steps),
+                sum(s.size for s in plan.steps if isinstance(s, FsRenameStep)),
             ))
+            specs = [(i, step.kind, describe_step(step)) for i, step in enumerate(plan.steps)]
+        for index, kind, detail in specs:
+            done = applied.get((urn, sequence_id, index))
+            steps.append(StepRow(
+                urn, index, kind, detail, done.outcome if done else "not applied",
+                done.emitted_at if done else None, done.duration_ms if done else 0.0,
+                tuple(failures.get((urn, sequence_id, index), [])),
+            ))
+    return sequences, steps, watermarks
+
+
+def _first(events: Iterable[Event], kind: type[E]) -> E | None:
+    return next((e for e in events if isinstance(e, kind)), None)
+

@@ -1,4 +1,5 @@
-"""What the replay commands print: JSON documents for machines, rich tables for people."""
+"""What the replay commands print: JSON documents for machines; sheets (Rich tables in a terminal, plain text in a
+pipe) for people."""
 
 from __future__ import annotations
 
@@ -6,13 +7,14 @@ from datetime import datetime
 from typing import Any
 
 from rich.console import Group, RenderableType
-from rich.table import Table
+from rich.text import Text
 
 from events.job import DatasetSkipped
 from projections.projector import FoldReport
 from projections.state import State
 from projections.views import DatasetView, RunView, SequenceView
 from replay.audit import AuditTimeline
+from replay.console import Block, Sheet, rich_table
 from replay.verify import VerifyReport
 
 
@@ -65,30 +67,27 @@ def state_json(state: State, urn: str | None = None, job: str | None = None) -> 
     }
 
 
-def state_tables(document: dict[str, Any]) -> RenderableType:
-    """`state_json` as tables."""
-    datasets = Table(title="Datasets", title_justify="left")
-    for column in ("job", "dataset", "watermarks", "last run", "committed at", "records", "files", "blocked by"):
-        datasets.add_column(column)
-    for d in document["datasets"]:
-        marks = ", ".join(f"{p}={v}" for p, v in sorted(d["watermarks"].items()))
-        datasets.add_row(d["job"], d["dataset_urn"], marks, d["last_run_id"] or "-", d["committed_at"] or "-",
-                         str(d["records_published"]), str(d["files_published"]), d["blocked_by"] or "")
-    pending = Table(title="Pending commit sequences", title_justify="left")
-    for column in ("job", "dataset", "sequence", "steps applied", "failed attempts", "last error"):
-        pending.add_column(column)
-    for s in document["pending_sequences"]:
-        pending.add_row(s["job"], s["dataset_urn"], s["sequence_id"], f"{len(s['applied'])}/{s['steps']}",
-                        str(s["failed_attempts"]), s["last_error"] or "")
-    parts: list[RenderableType] = [datasets, pending if document["pending_sequences"] else "No pending commit sequences."]
+def state_blocks(document: dict[str, Any]) -> list[Block]:
+    """`state_json` as sheets: datasets, pending sequences, problems."""
+    datasets = Sheet("Datasets", ("job", "dataset", "watermarks", "last run", "committed at", "records", "files",
+                                  "blocked by"),
+                     tuple((d["job"], d["dataset_urn"], ", ".join(f"{p}={v}" for p, v in sorted(d["watermarks"].items())),
+                            d["last_run_id"] or "-", d["committed_at"] or "-", str(d["records_published"]),
+                            str(d["files_published"]), d["blocked_by"] or "") for d in document["datasets"]))
+    pending = Sheet("Pending commit sequences", ("job", "dataset", "sequence", "steps applied", "failed attempts",
+                                                 "last error"),
+                    tuple((s["job"], s["dataset_urn"], s["sequence_id"], f"{len(s['applied'])}/{s['steps']}",
+                           str(s["failed_attempts"]), s["last_error"] or "") for s in document["pending_sequences"]))
+    blocks: list[Block] = [datasets, pending if pending.rows else "No pending commit sequences."]
     if document["problem_count"]:
-        problems = Table(title=f"Problems ({document['problem_count']})", title_justify="left")
-        for column in ("where", "kind", "message"):
-            problems.add_column(column)
-        for p in document["problems"]:
-            problems.add_row(p["where"], p["kind"], p["message"])
-        parts.append(problems)
-    return Group(*parts)
+        blocks.append(Sheet(f"Problems ({document['problem_count']})", ("where", "kind", "message"),
+                            tuple((p["where"], p["kind"], p["message"]) for p in document["problems"])))
+    return blocks
+
+
+def state_tables(document: dict[str, Any]) -> RenderableType:
+    """`state_json` as Rich tables, for a terminal."""
+    return renderable(state_blocks(document))
 
 
 def fold_json(report: FoldReport) -> dict[str, Any]:
@@ -128,35 +127,63 @@ def audit_json(timeline: AuditTimeline) -> dict[str, Any]:
     }
 
 
-def audit_tables(document: dict[str, Any]) -> RenderableType:
-    """`audit_json` as a timeline of tables."""
+def audit_blocks(document: dict[str, Any]) -> list[Block]:
+    """`audit_json` as a header and a timeline of sheets."""
     run = document["run"]
-    header = (f"[bold]{run['job']}[/] run [bold]{run['run_id']}[/]: {run['status']}  "
-              f"{run['started_at'] or '?'} → {run['ended_at'] or '…'}  ({document['events']} events)")
+    header: list[Block] = [Text.assemble((run["job"], "bold"), " run ", (run["run_id"], "bold"),
+                                         f": {run['status']}  {run['started_at'] or '?'} → {run['ended_at'] or '…'}  "
+                                         f"({document['events']} events)")]
     if run["error"]:
-        header += f"\n[red]{run['error']}[/]"
-    for skipped in document["skipped"]:
-        header += f"\n[yellow]skipped {skipped['dataset_urn']}[/]: {skipped['reason']}"
-    units = _table("Work units", ["work unit", "dataset", "partition", "low", "expected high", "actual high",
-                                  "status"], [[w["work_unit_id"], w["dataset_urn"], w["partition"], w["low_watermark"],
-                                               w["expected_high_watermark"], w["actual_high_watermark"], w["status"]]
-                                              for w in document["work_units"]])
-    attempts = _table("Task attempts", ["task", "attempt", "status", "started", "ended", "executor", "error / retry"],
+        header.append(Text(run["error"], style="red"))
+    header += [Text.assemble((f"skipped {s['dataset_urn']}", "yellow"), f": {s['reason']}") for s in document["skipped"]]
+    units = _sheet("Work units", ["work unit", "dataset", "partition", "low", "expected high", "actual high", "status"],
+                   [[w["work_unit_id"], w["dataset_urn"], w["partition"], w["low_watermark"],
+                     w["expected_high_watermark"], w["actual_high_watermark"], w["status"]]
+                    for w in document["work_units"]])
+    attempts = _sheet("Task attempts", ["task", "attempt", "status", "started", "ended", "executor", "error / retry"],
                       [[a["task_id"], a["attempt"], a["status"], a["started_at"], a["ended_at"], a["executor"],
                         a["error"] or (f"retried after {a['retry_delay_s']}s" if a["retry_delay_s"] is not None
                                        else "")] for a in document["attempts"]])
-    steps = _table("Commit steps", ["dataset", "step", "kind", "detail", "outcome", "applied at", "ms", "failures"],
+    steps = _sheet("Commit steps", ["dataset", "step", "kind", "detail", "outcome", "applied at", "ms", "failures"],
                    [[s["dataset_urn"], s["index"], s["kind"], s["detail"], s["outcome"], s["applied_at"],
                      f"{s['duration_ms']:.1f}", "; ".join(s["failures"])] for s in document["commit_steps"]])
-    marks = _table("Watermarks moved", ["dataset", "partition", "from", "to", "at"],
+    marks = _sheet("Watermarks moved", ["dataset", "partition", "from", "to", "at"],
                    [[m["dataset_urn"], m["partition"], m["from"], m["to"], m["at"]] for m in document["watermarks"]])
-    return Group(header, units, attempts, steps, marks)
+    return [*header, units, attempts, steps, marks]
 
 
-def _table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
-    table = Table(title=title, title_justify="left")
-    for column in columns:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
-    return table
+def audit_tables(document: dict[str, Any]) -> RenderableType:
+    """`audit_json` as Rich tables, for a terminal."""
+    return renderable(audit_blocks(document))
+
+
+def duration_s(view: RunView) -> float | None:
+    """How long a run took, in seconds; None while it runs (or if its start is unknown)."""
+    if view.started_at is None or view.ended_at is None:
+        return None
+    return round((view.ended_at - view.started_at).total_seconds(), 3)
+
+
+def runs_json(views: list[RunView]) -> dict[str, Any]:
+    """Runs as data, oldest first."""
+    return {"runs": [{**run_json(v), "duration_s": duration_s(v), "records_extracted": v.records_extracted}
+                     for v in views]}
+
+
+def runs_blocks(document: dict[str, Any]) -> list[Block]:
+    """`runs_json` as one sheet: a line per run."""
+    return [_sheet("Runs", ["job", "run", "status", "started", "duration", "records", "datasets committed",
+                            "skipped", "abandoned"],
+                   [[r["job"], r["run_id"], r["status"], r["started_at"],
+                     "" if r["duration_s"] is None else f"{r['duration_s']:.1f}s", r["records_written"],
+                     len(r["datasets_committed"]), len(r["datasets_skipped"]), len(r["datasets_abandoned"])]
+                    for r in document["runs"]])]
+
+
+def renderable(blocks: list[Block]) -> RenderableType:
+    """Blocks as one Rich renderable (tables drawn), for a terminal."""
+    return Group(*(rich_table(b) if isinstance(b, Sheet) else Text(b) if isinstance(b, str) else b for b in blocks))
+
+
+def _sheet(title: str, columns: list[str], rows: list[list[Any]]) -> Sheet:
+    return Sheet(title, tuple(columns), tuple(tuple("" if v is None else str(v) for v in row) for row in rows))

@@ -338,17 +338,106 @@ ROW_POLICIES, ROW_POLICY_TYPES = "qualitychecker.row.policies", "qualitychecker.
 TASK_POLICIES, TASK_POLICY_TYPES = "qualitychecker.task.policies", "qualitychecker.task.policy.types"
 _SUFFIX = re.compile(r"^(.+)\.(\d+)$")
 _SENSITIVE = re.compile(r"password|secret|token|credential|jaas|private", re.IGNORECASE)  # never echo these values
-GOBBLIN_KEYS_NOT_USED = {
-    "launcher.type": "every job runs its tasks on Spark: configure spark.master",
-    "state.store.dir": "job and dataset state is a projection of the event log: configure oncelog.log.url",
-    "state.store.fs.uri": "job and dataset state is a projection of the event log: configure oncelog.log.url",
-    "state.store.enabled": "job and dataset state is a projection of the event log: configure oncelog.log.url",
-    "mr.job.root.dir": "tasks run on Spark, not MapReduce: use spark.* settings",
-    "mr.job.max.mappers": "tasks run on Spark, not MapReduce: use spark.* settings (spark.default.parallelism)",
-    "job.lock.dir": "the job lock lives in the event log: see job.lock.enabled",
-    "task.data.root.dir": "set writer.staging.dir and writer.output.dir",
-    "job.jars": "constructs are Python classes named by dotted path (JVM jars go in spark.jars)",
+
+# --- Gobblin keys: what carries over (docs/job-config.md, "Moving a Gobblin job over") --------------------------------
+
+_RUNNER = ("Gobblin's launcher and its MapReduce, YARN or thread-pool settings: every task runs on Spark "
+           "(spark.master, spark.*)")
+_STATE = "Gobblin's state store: job and dataset state is a projection of the event log (oncelog.log.url)"
+_LOCK = "Gobblin's job lock (and its ZooKeeper): the lock lives in the event log (job.lock.enabled)"
+_METRICS = ("Gobblin metrics and their reporters: every job, task and commit transition is an event in the log "
+            "(oncelog audit, oncelog runs)")
+_HISTORY = "Gobblin's job history store: run history is the event log (oncelog runs, oncelog audit)"
+_EMAIL = "Gobblin's e-mail alerts: oncelog sends none; the exit code and oncelog runs say how a run ended"
+_EXTRACT = ("Gobblin's Extract metadata and limits (namespace, table, full or delta): output is laid out by "
+            "dataset.urn, and a run extracts what its source's watermarks say")
+_WRITER = ("Gobblin's writer layout: files go under writer.output.dir by dataset, and a folder names its file system "
+           "in its URL (hdfs://, s3a://)")
+_PARTITIONER = ("Gobblin's WriterPartitioner: records are not split into partition folders (a DataWriterBuilder of "
+                "your own may do it)")
+_CLEANUP = "Gobblin's staging cleanup: oncelog removes staging and task output itself once a run commits"
+_JARS = ("Gobblin's constructs are JVM classes: oncelog's are Python classes named by dotted path (JVM jars for "
+         "Spark: spark.jars)")
+_KAFKA = ("Gobblin's KafkaSource settings: read only by a Kafka source "
+          "(spark_pipeline.sources.kafka_topic.KafkaTopicSource reads bootstrap.with.offset)")
+_FS = ("Gobblin's default file system URI (state store, locks): a folder names its own file system in its URL "
+       "(hdfs://, s3a://)")
+
+GOBBLIN_KEYS_NOT_USED: dict[str, str] = {
+    "launcher.type": _RUNNER,
+    "taskexecutor.threadpool.size": _RUNNER,
+    "tasktracker.threadpool.coresize": _RUNNER,
+    "taskretry.threadpool.coresize": _RUNNER,
+    "job.lock.dir": _LOCK,
+    "job.lock.type": _LOCK,
+    "job.jars": _JARS,
+    "fs.uri": _FS,
+    "extract.namespace": _EXTRACT,
+    "extract.table.name": _EXTRACT,
+    "extract.table.type": _EXTRACT,
+    "extract.is.full": _EXTRACT,
+    "writer.destination.type": _WRITER,
+    "writer.file.path.type": _WRITER,
+    "writer.file.path": _WRITER,
+    "writer.file.name": _WRITER,
+    "writer.include.record.count.in.file.names": _WRITER,
+    "writer.partitioner.class": _PARTITIONER,
+    "writer.partition.columns": _PARTITIONER,
+    "writer.partition.pattern": _PARTITIONER,
+    "writer.partition.granularity": _PARTITIONER,
+    "writer.partition.timezone": _PARTITIONER,
+    "cleanup.staging.data.per.task": _CLEANUP,
+    "cleanup.staging.data.by.initializer": _CLEANUP,
+    "bootstrap.with.offset": _KAFKA,
+    "reset.on.offset.out.of.range": _KAFKA,
+    "topics.move.to.latest.offset": _KAFKA,
 }
+"""Gobblin keys with no meaning in oncelog → why: accepted with one warning listing them (branch `.N` forms too),
+unless a construct of the job reads the key (then it has a meaning)."""
+
+GOBBLIN_PREFIXES_NOT_USED: dict[str, str] = {
+    "mr.": _RUNNER,
+    "gobblin.cluster.": _RUNNER,
+    "gobblin.yarn.": _RUNNER,
+    "helix.": _RUNNER,
+    "zookeeper.": _LOCK,
+    "state.store.": _STATE,
+    "metrics.": _METRICS,
+    "job.history.store.": _HISTORY,
+    "email.": _EMAIL,
+    "extract.limit.": _EXTRACT,
+    "kafka.workunit.": _KAFKA,
+}
+"""Key prefixes of Gobblin's subsystems oncelog has no counterpart for (metrics.enabled, metrics.log.dir, …)."""
+
+REPLACE_FINAL_DIR = "data.publisher.replace.final.dir"
+REPLACE_FINAL_DIR_REASON = "Gobblin's default (false): oncelog never deletes a publish folder, it adds each run's files"
+"""Ignored when false; true (delete the publish folder before publishing) is an error: oncelog does not do that."""
+
+WRITER_FS_URI, PUBLISHER_FS_URI = "writer.fs.uri", "data.publisher.fs.uri"
+FS_URI_FOLDERS = {WRITER_FS_URI: ("writer.staging.dir", "writer.output.dir"),
+                  PUBLISHER_FS_URI: ("data.publisher.final.dir",)}
+"""Gobblin's file-system URI keys and the folder keys a bare path of which they resolve (`.N` forms per branch);
+as in Gobblin's BaseDataPublisher, the publisher's folder falls back to writer.fs.uri."""
+
+TASK_DATA_ROOT = "task.data.root.dir"
+TASK_DATA_FOLDERS = {"writer.staging.dir": "task-staging", "writer.output.dir": "task-output"}
+"""Gobblin derives the staging and output folders from task.data.root.dir when they are not set."""
+
+COMMIT_PARALLELIZE, PARALLEL_COMMITS = "job.commit.parallelize", "job.commit.parallel.commits"
+GOBBLIN_PARALLEL_COMMITS = 20  # Gobblin's DEFAULT_JOB_COMMIT_PARALLEL_COMMITS
+
+GOBBLIN_CLASS_EQUIVALENTS: dict[str, str | None] = {
+    "org.apache.gobblin.publisher.BaseDataPublisher": DEFAULT_PUBLISHER,
+    "gobblin.publisher.BaseDataPublisher": DEFAULT_PUBLISHER,
+    "org.apache.gobblin.writer.AvroDataWriterBuilder": DEFAULT_WRITER_BUILDER,
+    "gobblin.writer.AvroDataWriterBuilder": DEFAULT_WRITER_BUILDER,
+    "org.apache.gobblin.fork.IdentityForkOperator": None,  # None: oncelog's default does the same (key dropped)
+    "gobblin.fork.IdentityForkOperator": None,
+}
+"""Gobblin's Java classes that have an oncelog equivalent, for the class keys below."""
+GOBBLIN_CLASS_KEYS = ("data.publisher.type", "writer.builder.class", "fork.operator.class")
+
 
 KeyMessage = tuple[str | None, str]
 """A problem not yet located in a file: the key it is about (None: the job as a whole) and the message."""

@@ -1,4 +1,5 @@
-"""Job files to flat properties: YAML and Java `.properties` / `.pull` / `.job` parsers, and `${...}` substitution.
+"""Job files to flat properties: YAML, Java `.properties` / `.pull` / `.job` and HOCON `.conf` parsers, and `${...}`
+substitution.
 
 Every parser returns what it could read plus a list of `Problem`s (never raises on bad content), so the
 loader can report every problem of every file at once. Values are always strings, as in Gobblin's `State`.
@@ -11,13 +12,19 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
+from pyhocon import ConfigTree
+from pyhocon.config_parser import ConfigParser
+from pyhocon.exceptions import ConfigException, ConfigMissingException
+from pyparsing import ParseBaseException, lineno
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 YAML_SUFFIXES = (".yaml", ".yml")
 PROPERTIES_SUFFIXES = (".properties", ".pull", ".job")
-JOB_FILE_SUFFIXES = YAML_SUFFIXES + PROPERTIES_SUFFIXES
+HOCON_SUFFIXES = (".conf",)
+JOB_FILE_SUFFIXES = YAML_SUFFIXES + PROPERTIES_SUFFIXES + HOCON_SUFFIXES
 
 _WHITESPACE = " \t\f"  # java.util.Properties whitespace: space, tab, form feed (not newline)
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -71,8 +78,12 @@ class ParsedFile:
         self.entries[key] = Entry(value, line)
 
 
-def parse_job_file(path: Path) -> ParsedFile:
-    """Read a job file, choosing the syntax by extension; an unknown extension or unreadable file is a problem."""
+def parse_job_file(path: Path, environ: Mapping[str, str] | None = None) -> ParsedFile:
+    """Read a job file, choosing the syntax by extension; an unknown extension or unreadable file is a problem.
+
+    `environ` serves HOCON's `${NAME}` fallback to environment variables (none when not given); the other syntaxes
+    substitute later (see `substitute`).
+    """
     parsed = ParsedFile(str(path))
     suffix = path.suffix.lower()
     if suffix not in JOB_FILE_SUFFIXES:
@@ -89,6 +100,8 @@ def parse_job_file(path: Path) -> ParsedFile:
         return parsed
     if suffix in YAML_SUFFIXES:
         parse_yaml(text, parsed)
+    elif suffix in HOCON_SUFFIXES:
+        parse_hocon(text, parsed, path.parent, environ or {})
     else:
         parse_properties(text, parsed)
     return parsed
@@ -259,6 +272,123 @@ def _scalar_text(loader: yaml.SafeLoader, node: Node) -> str:
     if isinstance(value, dt.date):
         return str(node.value)  # a date or timestamp stays as written
     return str(value)
+
+
+# --- HOCON (Gobblin's .conf job files, Typesafe Config) ----------------------------------------------------------
+
+_HOCON_LINE = re.compile(r"\(line: ?(\d+)")
+
+
+def parse_hocon(text: str, parsed: ParsedFile, basedir: Path, environ: Mapping[str, str]) -> None:
+    """Parse HOCON into flat dotted keys, resolving its substitutions as Typesafe Config does (Gobblin's `.conf`).
+
+    `${path}` names another key of the file, else an environment variable (from `environ`); `${?path}` is optional.
+    Values come out as the strings a properties file would hold, `${` escaped so the later `substitute` keeps them.
+    """
+    try:
+        tree = ConfigParser.parse(text, basedir=str(basedir), resolve=False)
+        added = _environment_overlay(tree, parsed, environ)
+        if not parsed.readable:
+            return
+        ConfigParser.resolve_substitutions(tree)
+        for variable in added:
+            tree.pop(variable)
+    except ParseBaseException as e:
+        reason = e.msg if len(e.msg) <= 80 else f"cannot parse {e.line.strip()!r} (column {e.col})"  # no grammar dump
+        parsed.fail(f"invalid HOCON: {reason}", e.lineno)
+        return
+    except OSError as e:  # a required include is missing or unreadable
+        parsed.fail(f"invalid HOCON: cannot include {e.filename or 'a file'}: {e.strerror or e}")
+        return
+    except ConfigException as e:  # unresolvable substitution, cycle
+        message = str(e.args[0] if e.args else e)
+        match = _HOCON_LINE.search(message)
+        parsed.fail(f"invalid HOCON: {message}", int(match.group(1)) if match else None)
+        return
+    _flatten_hocon(tree, "", text.splitlines(), parsed)
+
+
+def _environment_overlay(tree: ConfigTree, parsed: ParsedFile, environ: Mapping[str, str]) -> list[str]:
+    """Put each variable a substitution names that the file lacks but `environ` has (removed after resolving).
+
+    A required variable neither in the file nor in `environ` is a problem naming its line; pyhocon would fall back
+    to the process environment instead of the one the loader was given.
+    """
+    added: list[str] = []
+    for substitution in ConfigParser._find_substitutions(tree):  # pyhocon has no public walk of them
+        variable = substitution.variable
+        try:
+            tree.get(variable)
+            continue
+        except ConfigMissingException:
+            pass
+        if variable in environ:
+            tree.put(variable, environ[variable])
+            added.append(variable)
+        elif not substitution.optional:
+            line = lineno(substitution.loc, substitution.instring)
+            parsed.fail(f"invalid HOCON: ${{{variable}}} names no key of this file and no environment variable", line)
+    return added
+
+
+def _flatten_hocon(tree: ConfigTree, prefix: str, lines: list[str], parsed: ParsedFile) -> None:
+    """Nested objects join with dots (quoted key parts unquoted); lists of plain values become comma-separated."""
+    for raw_key, value in tree.items():
+        key = f"{prefix}{_unquote(raw_key)}"
+        if isinstance(value, ConfigTree):
+            _flatten_hocon(value, f"{key}.", lines, parsed)
+            continue
+        items = [_hocon_text(item) for item in value] if isinstance(value, list) else [_hocon_text(value)]
+        if isinstance(value, list) and any(item is None or "," in item for item in items):
+            message = f"{key!r}: list items must be plain values without commas (the list separator)"
+            parsed.problems.append(Problem(parsed.file, message, _hocon_line(lines, key), key))
+            continue
+        parsed.add(key, ",".join(item or "" for item in items), _hocon_line(lines, key))
+
+
+def _unquote(key: str) -> str:
+    """A HOCON key part as written without its quotes (`"a.b"` → `a.b`)."""
+    return key[1:-1] if len(key) >= 2 and key[0] == key[-1] == '"' else key
+
+
+def _hocon_text(value: Any) -> str | None:
+    """A resolved HOCON scalar as a properties string (`${` escaped as `$${`); None for an object or a list."""
+    if isinstance(value, ConfigTree | list):
+        return None
+    if value is None or type(value).__name__ == "NoneValue":
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value).replace("${", "$${")
+
+
+def _hocon_line(lines: list[str], key: str) -> int | None:
+    """The line that sets `key`, found by walking its path parts down the file (pyhocon keeps no positions)."""
+    remaining, number, column = key, 0, 0
+    while remaining:
+        found = _next_key(lines, remaining, number, column)
+        if found is None:
+            return None
+        written, number, column = found
+        remaining = remaining[len(written) + 1:]
+    return number + 1
+
+
+def _next_key(lines: list[str], remaining: str, number: int, column: int) -> tuple[str, int, int] | None:
+    """From line `number`, column `column` on: the first key written that `remaining` starts with, and where."""
+    for index in range(number, len(lines)):
+        offset = column if index == number else 0
+        text = lines[index][offset:]
+        if text.lstrip().startswith(("#", "//")):
+            continue
+        for match in _HOCON_KEY.finditer(text):
+            written = match.group(1).replace('"', "")
+            if remaining == written or remaining.startswith(f"{written}."):
+                return written, index, offset + match.end()
+    return None
+
+
+_HOCON_KEY = re.compile(r'(?:^|[{,])\s*((?:"[^"]*"|[^\s=:{}\[\],"#])+)\s*(?:\+?=|[:{])')  # a key and its separator
 
 
 # --- ${...} substitution ----------------------------------------------------------------------------------------

@@ -1,32 +1,54 @@
-"""Loading job files: parse, substitute, check every key against the models the job's constructs declare."""
+"""Loading job files: parse, substitute, carry Gobblin's keys over, check every key against the models the job's
+constructs declare.
+
+Gobblin keys with no meaning in oncelog are accepted and listed in one warning; keys with an oncelog equivalent are
+applied as that equivalent, each with a note (`MigrationReport`, `LoadedJob.warnings`); see docs/job-config.md.
+"""
 
 from __future__ import annotations
 
 import difflib
 import os
+import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from filesystems import urls
+from filesystems.settings import HADOOP_PREFIXES
 from spark_pipeline.config import (
     BRANCH_KEYS,
+    COMMIT_PARALLELIZE,
     CORE_KEYS,
     DEFAULT_PUBLISHER,
     DEFAULT_WRITER_BUILDER,
     DOTTED_PATH,
+    FS_URI_FOLDERS,
+    GOBBLIN_CLASS_EQUIVALENTS,
+    GOBBLIN_CLASS_KEYS,
     GOBBLIN_KEYS_NOT_USED,
+    GOBBLIN_PARALLEL_COMMITS,
+    GOBBLIN_PREFIXES_NOT_USED,
     LOG_PREFIX,
     MAX_BRANCHES,
+    PARALLEL_COMMITS,
     PATH_KEYS,
+    PUBLISHER_FS_URI,
+    REPLACE_FINAL_DIR,
+    REPLACE_FINAL_DIR_REASON,
     ROW_POLICIES,
     ROW_POLICY_TYPES,
     SPARK_PREFIX,
     SPECULATION,
+    TASK_DATA_FOLDERS,
+    TASK_DATA_ROOT,
     TASK_POLICIES,
     TASK_POLICY_TYPES,
+    WRITER_FS_URI,
     BranchConfig,
     JobConfig,
     JobConfigError,
@@ -35,8 +57,8 @@ from spark_pipeline.config import (
     build_branch,
     construct_input,
     construct_model,
-    import_class,
     folder_value,
+    import_class,
     is_folder_key,
     model_keys,
     policy_messages,
@@ -45,26 +67,152 @@ from spark_pipeline.config import (
     split_suffix,
     validation_messages,
 )
-from filesystems.settings import HADOOP_PREFIXES
-from spark_pipeline.config_files import JOB_FILE_SUFFIXES, ParsedFile, Problem, parse_job_file, substitute
+from spark_pipeline.config_files import JOB_FILE_SUFFIXES, Entry, ParsedFile, Problem, parse_job_file, substitute
 from spark_pipeline.paths import JobRoots, nested_pairs, overlaps, resolved_path
 
+_TRUE = ("true", "yes", "on", "1")
+GOBBLIN_KNOWN_KEYS = frozenset({*GOBBLIN_KEYS_NOT_USED, *FS_URI_FOLDERS, TASK_DATA_ROOT, COMMIT_PARALLELIZE,
+                                PARALLEL_COMMITS, REPLACE_FINAL_DIR})
+"""Gobblin keys oncelog knows (ignored or mapped): a close typo of one gets a "did you mean" too."""
+
+
+# --- what carries over from Gobblin ----------------------------------------------------------------------------
+
+
+class Verdict(StrEnum):
+    """Whether a job file, as it stands, can run."""
+
+    WILL_RUN = "will run"
+    WILL_NOT_RUN = "will not run"
+
+
+@dataclass(frozen=True)
+class IgnoredKey:
+    """A Gobblin key with no meaning in oncelog: accepted, and listed in the job's one warning with the reason."""
+
+    key: str
+    reason: str
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class MappedKey:
+    """A Gobblin key applied as its oncelog equivalent: `key` as written → `target` = `value`, and how (`note`)."""
+
+    key: str
+    target: str
+    value: str
+    note: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.key} → {self.target}: {self.note}"
+
+
+@dataclass(frozen=True)
+class MigrationReport:
+    """What of one job file carries over: keys ignored (and why), keys mapped (old → new), and the problems."""
+
+    file: str
+    job_name: str | None
+    ignored: tuple[IgnoredKey, ...] = ()
+    mapped: tuple[MappedKey, ...] = ()
+    problems: tuple[Problem, ...] = ()
+
+    @property
+    def verdict(self) -> Verdict:
+        """WILL_RUN when nothing is wrong (ignored and mapped keys do not stop a job)."""
+        return Verdict.WILL_NOT_RUN if self.problems else Verdict.WILL_RUN
+
+    @property
+    def warning(self) -> str | None:
+        """The one warning listing every ignored key, grouped by reason; None when no key is ignored."""
+        if not self.ignored:
+            return None
+        groups: dict[str, list[str]] = {}
+        for item in self.ignored:
+            groups.setdefault(item.reason, []).append(item.key)
+        count = len(self.ignored)
+        listed = "; ".join(f"{', '.join(keys)} ({reason})" for reason, keys in groups.items())
+        return (f"{self.file}: {count} Gobblin key{'s' if count != 1 else ''} with no meaning in oncelog "
+                f"{'are' if count != 1 else 'is'} ignored: {listed}")
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """One line per mapped key: file, line, the Gobblin key and what it became."""
+        return tuple(f"{self.file}:{m.line}: {m}" if m.line else f"{self.file}: {m}" for m in self.mapped)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The ignored-keys warning (when any), then the mapping notes: what `run` shows before it starts."""
+        return ((self.warning,) if self.warning else ()) + self.notes
+
+    @property
+    def summary(self) -> str:
+        """One line: the file, the verdict, and the counts behind it."""
+        counts = [f"{len(self.problems)} problem{'s' if len(self.problems) != 1 else ''}"] if self.problems else []
+        if self.ignored:
+            counts.append(f"{len(self.ignored)} Gobblin key{'s' if len(self.ignored) != 1 else ''} ignored")
+        if self.mapped:
+            counts.append(f"{len(self.mapped)} mapped")
+        job = f" (job {self.job_name})" if self.job_name else ""
+        return f"{self.file}{job}: {self.verdict.value}" + (f" — {', '.join(counts)}" if counts else "")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data (for `--json`)."""
+        return {
+            "file": self.file, "job": self.job_name, "verdict": self.verdict.value,
+            "ignored": [{"key": i.key, "reason": i.reason, "line": i.line} for i in self.ignored],
+            "mapped": [{"key": m.key, "to": m.target, "value": m.value, "note": m.note, "line": m.line}
+                       for m in self.mapped],
+            "problems": [{"message": p.message, "line": p.line, "key": p.key} for p in self.problems],
+        }
+
+
+@dataclass(frozen=True)
+class LoadedJob:
+    """A valid job and what of its Gobblin keys was ignored or mapped (`warnings` for `run` to show)."""
+
+    config: JobConfig
+    report: MigrationReport
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The ignored-keys warning and the mapping notes, one line each."""
+        return self.report.warnings
+
+
+def load_job(path: str | Path, *, environ: Mapping[str, str] | None = None) -> LoadedJob:
+    """Load and fully validate one job file, with its migration report; raises JobConfigError listing every problem."""
+    config, report = _assess(Path(path), os.environ if environ is None else environ)
+    if config is None:
+        raise JobConfigError(report.problems)
+    return LoadedJob(config, report)
 
 
 def load_job_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -> JobConfig:
     """Load and fully validate one job file; raises JobConfigError listing every problem before anything runs."""
-    parsed = parse_job_file(Path(path))
-    return validate_parsed(parsed, os.environ if environ is None else environ)
+    return load_job(path, environ=environ).config
+
+
+def migration_report(path: str | Path, *, environ: Mapping[str, str] | None = None) -> MigrationReport:
+    """What of one (Gobblin) job file carries over, and whether it will run; never raises for a bad file."""
+    return _assess(Path(path), os.environ if environ is None else environ)[1]
+
+
+def migration_reports(folder: str | Path, *, environ: Mapping[str, str] | None = None) -> list[MigrationReport]:
+    """One report per job file under `folder` (as `load_job_dir` finds them), with the checks across jobs.
+
+    Two files with one job.name, or two jobs with equal or nested folders, are problems of the later file's report.
+    """
+    return [report for _, _, report in _assess_dir(Path(folder), os.environ if environ is None else environ)]
 
 
 def validate_parsed(parsed: ParsedFile, environ: Mapping[str, str]) -> JobConfig:
     """Substitute, validate and build a JobConfig from a parsed file, or raise JobConfigError."""
-    if not parsed.readable:
-        raise JobConfigError(_ordered(parsed.problems))
-    values = substitute(parsed, environ)
-    config = _Checker(parsed, values).run()
-    if parsed.problems or config is None:
-        raise JobConfigError(_ordered(parsed.problems))
+    config, report = _validate(parsed, environ)
+    if config is None:
+        raise JobConfigError(report.problems)
     return config
 
 
@@ -75,28 +223,226 @@ def load_job_dir(directory: str | Path, *, environ: Mapping[str, str] | None = N
     (they would fence each other's runs), and two jobs whose folders are equal or nested (one job's cleanup would
     delete the other's task output).
     """
-    root = Path(directory)
+    assessed = _assess_dir(Path(directory), os.environ if environ is None else environ)
+    problems = [problem for _, _, report in assessed for problem in report.problems]
+    if problems:
+        raise JobConfigError(problems)
+    return [config for _, config, _ in assessed if config is not None]
+
+
+def _assess_dir(root: Path,
+                environ: Mapping[str, str]) -> list[tuple[Path, JobConfig | None, MigrationReport]]:
+    """Every job file under root, assessed, with problems across jobs added to the later file's report."""
     if not root.is_dir():
         raise JobConfigError([Problem(str(root), "not a directory of job files")])
-    configs: list[JobConfig] = []
+    assessed = [(path, *_assess(path, environ)) for path in _job_files(root)]
+    extra: dict[str, list[Problem]] = {}
+    for problem in _across_jobs([(path, config) for path, config, _ in assessed if config is not None]):
+        extra.setdefault(problem.file, []).append(problem)
+    out: list[tuple[Path, JobConfig | None, MigrationReport]] = []
+    for path, config, report in assessed:
+        more = extra.get(str(path), [])
+        out.append((path, None if more else config, _with_problems(report, more)))
+    return out
+
+
+def _assess(path: Path, environ: Mapping[str, str]) -> tuple[JobConfig | None, MigrationReport]:
+    """Parse and validate one file: its JobConfig (None when anything is wrong) and its report."""
+    return _validate(parse_job_file(path, environ), environ)
+
+
+def _validate(parsed: ParsedFile, environ: Mapping[str, str]) -> tuple[JobConfig | None, MigrationReport]:
+    """Every step after parsing: substitution, Gobblin's keys carried over, every check."""
+    if not parsed.readable:
+        return None, MigrationReport(parsed.file, None, problems=tuple(_ordered(parsed.problems)))
+    migration = _Migration(parsed, substitute(parsed, environ))
+    checker = _Checker(parsed, migration.values, frozenset(migration.consumed))
+    config = checker.run()
+    report = MigrationReport(parsed.file, migration.values.get("job.name", "").strip() or None,
+                             tuple(sorted(migration.ignored + checker.ignored, key=lambda i: (i.line or 0, i.key))),
+                             tuple(migration.mapped), tuple(_ordered(parsed.problems)))
+    return (config if config is not None and not report.problems else None), report
+
+
+def _with_problems(report: MigrationReport, problems: list[Problem]) -> MigrationReport:
+    """The report with problems found across jobs added."""
+    if not problems:
+        return report
+    return MigrationReport(report.file, report.job_name, report.ignored, report.mapped,
+                           report.problems + tuple(problems))
+
+
+def _job_files(root: Path) -> list[Path]:
+    """Job files under root, recursively, sorted, hidden files and directories skipped."""
+    return sorted(p for p in root.rglob("*") if _is_job_file(p, root))
+
+
+def _across_jobs(jobs: Sequence[tuple[Path, JobConfig]]) -> list[Problem]:
+    """Two files with one job.name (they would fence each other), and jobs with equal or nested folders."""
     problems: list[Problem] = []
     owners: dict[str, Path] = {}
-    for path in sorted(p for p in root.rglob("*") if _is_job_file(p, root)):
-        try:
-            config = load_job_config(path, environ=environ)
-        except JobConfigError as e:
-            problems.extend(e.problems)
-            continue
+    distinct: list[tuple[Path, JobConfig]] = []
+    for path, config in jobs:
         if config.job_name in owners:
             message = f"'job.name' {config.job_name!r} is already the name of the job in {owners[config.job_name]}"
             problems.append(Problem(str(path), message, key="job.name"))
             continue
         owners[config.job_name] = path
-        configs.append(config)
-    problems += _shared_folders([(owners[c.job_name], c) for c in configs])
-    if problems:
-        raise JobConfigError(problems)
-    return configs
+        distinct.append((path, config))
+    return problems + _shared_folders(distinct)
+
+
+class _Migration:
+    """Gobblin's keys with an oncelog equivalent, applied to the resolved values before they are checked.
+
+    `values` is what the checks see; `consumed` are the Gobblin keys applied (not checked as unknown); `mapped`
+    and `ignored` say what happened. Problems go to the parsed file, on the line of the Gobblin key.
+    """
+
+    def __init__(self, parsed: ParsedFile, values: dict[str, str]) -> None:
+        self.parsed = parsed
+        self.values = dict(values)
+        self.consumed: set[str] = set()
+        self.mapped: list[MappedKey] = []
+        self.ignored: list[IgnoredKey] = []
+        self._classes()
+        self._task_data_root()
+        self._fs_uris()
+        self._parallel_commits()
+
+    def _line(self, key: str) -> int | None:
+        """The line a key is set on, when it came from a file."""
+        entry = self.parsed.entries.get(key)
+        return entry.line if entry else None
+
+    def _set(self, source: str, target: str, value: str, note: str) -> None:
+        """Apply `source` as `target` = `value` (a key the file did not set is located on the source's line)."""
+        if target not in self.parsed.entries:
+            self.parsed.entries[target] = Entry(value, self._line(source))
+        self.values[target] = value
+        self.mapped.append(MappedKey(source, target, value, note, self._line(source)))
+
+    def _problem(self, key: str, message: str) -> None:
+        """A problem about a Gobblin key, on its line."""
+        self.parsed.problems.append(Problem(self.parsed.file, message, self._line(key), key))
+
+    def _classes(self) -> None:
+        """Gobblin's Java classes with an oncelog equivalent (BaseDataPublisher, AvroDataWriterBuilder, …)."""
+        for key, value in list(self.values.items()):
+            if _base(key) not in GOBBLIN_CLASS_KEYS or value.strip() not in GOBBLIN_CLASS_EQUIVALENTS:
+                continue
+            equivalent = GOBBLIN_CLASS_EQUIVALENTS[value.strip()]
+            if equivalent is None:
+                self._set(key, key, "", f"Gobblin's {value.strip()} is what oncelog does by default (key unset)")
+            else:
+                self._set(key, key, equivalent, f"Gobblin's {value.strip()} → {equivalent}")
+
+    def _task_data_root(self) -> None:
+        """Gobblin's task.data.root.dir: the staging and output folders below it, where they are not set."""
+        root = self.values.get(TASK_DATA_ROOT, "").strip()
+        if TASK_DATA_ROOT not in self.values:
+            return
+        self.consumed.add(TASK_DATA_ROOT)
+        unset = [key for key in TASK_DATA_FOLDERS if not self.values.get(key, "").strip()]
+        if not root or not unset:
+            reason = "writer.staging.dir and writer.output.dir are set, and win" if root else "empty"
+            self.ignored.append(IgnoredKey(TASK_DATA_ROOT, reason, self._line(TASK_DATA_ROOT)))
+            return
+        for key in unset:
+            folder = urls.join(root, TASK_DATA_FOLDERS[key])
+            self._set(TASK_DATA_ROOT, key, folder, f"{folder!r} (Gobblin's {TASK_DATA_FOLDERS[key]} below it)")
+
+    def _fs_uris(self) -> None:
+        """writer.fs.uri / data.publisher.fs.uri (and `.N`): a bare folder is resolved against the file system."""
+        uri_keys = [key for key in self.values if _base(key) in FS_URI_FOLDERS]
+        self.consumed.update(uri_keys)
+        applied: set[str] = set()
+        for key in [k for k in self.values if is_folder_key(k)]:
+            uri_key = self._uri_key_of(key)
+            if uri_key is not None and self._resolve_folder(key, uri_key):
+                applied.add(uri_key)
+        for uri_key in uri_keys:
+            if uri_key in applied or not self.values[uri_key].strip():
+                continue
+            folders = FS_URI_FOLDERS[_base(uri_key)]
+            suffixed = split_suffix(uri_key)
+            if suffixed and any(self.values.get(folder, "").strip() for folder in folders):
+                wanted = " and ".join(f"{folder}.{suffixed[1]}" for folder in folders)
+                self._problem(uri_key, f"{uri_key!r} applies to branch {suffixed[1]}'s own folders, and none is set: "
+                                       f"set {wanted} for it to apply")
+                continue
+            reason = f"the file system of {' and '.join(folders)}, and no such folder is set"
+            self.ignored.append(IgnoredKey(uri_key, reason, self._line(uri_key)))
+
+    def _uri_key_of(self, folder_key: str) -> str | None:
+        """The URI key for a folder key: same branch suffix first; the publisher's falls back to the writer's."""
+        suffixed = split_suffix(folder_key)
+        base, suffix = (suffixed[0], f".{suffixed[1]}") if suffixed else (folder_key, "")
+        owner = next((uri for uri, folders in FS_URI_FOLDERS.items() if base in folders), None)
+        if owner is None:
+            return None
+        chain = [owner, WRITER_FS_URI] if owner == PUBLISHER_FS_URI else [owner]
+        candidates = [f"{uri}{suffix}" for uri in chain if suffix] + chain
+        return next((key for key in candidates if self.values.get(key, "").strip()), None)
+
+    def _resolve_folder(self, folder_key: str, uri_key: str) -> bool:
+        """Put a bare absolute folder on the URI's file system (True when the URI was applied; else a problem)."""
+        uri, folder = self.values[uri_key].strip(), self.values[folder_key].strip()
+        if not urls.has_scheme(uri):
+            self._problem(uri_key, f"{uri_key!r}: {uri!r} is not a file-system URI (hdfs://namenode:8020, "
+                                   f"s3a://bucket, file:///)")
+            return False
+        try:
+            location = urls.parse(uri)
+        except ValueError as e:
+            self._problem(uri_key, f"{uri_key!r}: {e}")
+            return False
+        if urls.has_scheme(folder) or location.scheme is urls.Scheme.FILE:
+            where = "already names its file system" if urls.has_scheme(folder) else "stays on the local disk"
+            self.mapped.append(MappedKey(uri_key, folder_key, folder, f"{folder!r} {where}", self._line(uri_key)))
+            return True
+        if not folder.startswith("/"):
+            self._problem(folder_key, f"{folder_key!r}: {folder!r} is relative, and {uri_key!r} puts it on "
+                                      f"{location.root}: give an absolute path")
+            return False
+        resolved = location.root + posixpath.normpath(folder)
+        self._set(uri_key, folder_key, resolved, f"{folder!r} on {uri!r} is {resolved!r}")
+        return True
+
+    def _parallel_commits(self) -> None:
+        """Gobblin's job.commit.parallelize / job.commit.parallel.commits: datasets committed in parallel."""
+        given = [k for k in (COMMIT_PARALLELIZE, PARALLEL_COMMITS) if k in self.values]
+        if not given:
+            return
+        self.consumed.update(given)
+        if self.values.get("commit.parallelism", "").strip():
+            for key in given:
+                self.ignored.append(IgnoredKey(key, "commit.parallelism is set, and wins", self._line(key)))
+            return
+        parallel = self.values.get(COMMIT_PARALLELIZE, "").strip().lower() in _TRUE
+        commits = self.values.get(PARALLEL_COMMITS, "").strip() or str(GOBBLIN_PARALLEL_COMMITS)
+        value = commits if parallel else "1"
+        how = f"{PARALLEL_COMMITS} with {COMMIT_PARALLELIZE}=true" if parallel else f"{COMMIT_PARALLELIZE} is not true"
+        self._set(given[0], "commit.parallelism", value, f"{value} dataset(s) committed at once ({how})")
+
+
+def _base(key: str) -> str:
+    """A key without its `.N` branch suffix."""
+    suffixed = split_suffix(key)
+    return suffixed[0] if suffixed else key
+
+
+def _gobblin_reason(key: str, value: str) -> str | None:
+    """Why a Gobblin key (or its `.N` branch form) has no meaning in oncelog; None when it is not one of them."""
+    for name in dict.fromkeys((key, _base(key))):
+        if name in GOBBLIN_KEYS_NOT_USED:
+            return GOBBLIN_KEYS_NOT_USED[name]
+        if name == REPLACE_FINAL_DIR and value.strip().lower() not in _TRUE:
+            return REPLACE_FINAL_DIR_REASON
+        prefix = next((p for p in GOBBLIN_PREFIXES_NOT_USED if name.startswith(p)), None)
+        if prefix is not None:
+            return GOBBLIN_PREFIXES_NOT_USED[prefix]
+    return None
 
 
 def _shared_folders(jobs: Sequence[tuple[Path, JobConfig]]) -> list[Problem]:
@@ -151,8 +497,10 @@ class _Folder:
 class _Checker:
     """Runs every check over one file's resolved values, recording problems in the parsed file."""
 
-    def __init__(self, parsed: ParsedFile, values: dict[str, str]) -> None:
+    def __init__(self, parsed: ParsedFile, values: dict[str, str], consumed: frozenset[str]) -> None:
         self.parsed = parsed
+        self.consumed = consumed  # Gobblin keys applied as their oncelog equivalent: not checked themselves
+        self.ignored: list[IgnoredKey] = []  # Gobblin keys with no meaning here: listed in the job's one warning
         self.failed = frozenset(parsed.entries) - frozenset(values)  # substitution failed: already reported
         self.imported: dict[str, type | None] = {}
         self.bad_folders: set[str] = set()  # folder keys whose value is no folder oncelog serves: already reported
@@ -252,7 +600,13 @@ class _Checker:
             construct_keys |= keys
             branch_keys |= keys if usage.branch_level else set()
         for key in self.parsed.entries:
-            if key in CORE_KEYS or key in construct_keys or key.startswith((SPARK_PREFIX, LOG_PREFIX, *HADOOP_PREFIXES)):
+            if key in CORE_KEYS or key in construct_keys or key in self.consumed:
+                continue
+            reason = _gobblin_reason(key, self.values.get(key, ""))
+            if reason is not None:
+                self.ignored.append(IgnoredKey(key, reason, self.parsed.entries[key].line))
+                continue
+            if key.startswith((SPARK_PREFIX, LOG_PREFIX, *HADOOP_PREFIXES)):
                 continue
             suffixed = split_suffix(key)
             if suffixed and suffixed[0] in branch_keys:
@@ -260,12 +614,13 @@ class _Checker:
                     self.problem(key, f"{key!r}: branch {suffixed[1]} does not exist: fork.branches is {branches} "
                                       f"(branches are numbered from 0)")
                 continue
-            self._unknown(key, CORE_KEYS | construct_keys, branch_keys, imports_ok)
+            self._unknown(key, CORE_KEYS | construct_keys | GOBBLIN_KNOWN_KEYS, branch_keys, imports_ok)
 
     def _unknown(self, key: str, known: frozenset[str] | set[str], branch_keys: set[str], imports_ok: bool) -> None:
-        """Report an unknown key, with a hint for Gobblin keys oncelog does not use, or a close match."""
-        if key in GOBBLIN_KEYS_NOT_USED:
-            self.problem(key, f"{key!r} is a Gobblin key oncelog does not use: {GOBBLIN_KEYS_NOT_USED[key]}")
+        """Report an unknown key, with a hint for keys that need a branch suffix, or a close match."""
+        if key == REPLACE_FINAL_DIR:
+            self.problem(key, f"{key!r}: oncelog never deletes a publish folder before publishing (each run adds "
+                              f"its files, exactly once); remove the key or set it to false")
         elif key in BRANCH_KEYS:
             self.problem(key, f"{key!r} needs a branch suffix: {key}.N for branch N")
         else:

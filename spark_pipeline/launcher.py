@@ -47,6 +47,7 @@ from spark_pipeline.config import JobCommitPolicy, JobConfig
 from spark_pipeline.constructs import DataPublisher, DatasetOutput, MultiWorkUnit, SourceState
 from spark_pipeline.paths import JobRoots, absolute_config, overlaps, run_dirs
 from spark_pipeline.planning import plan_work_units
+from spark_pipeline.progress import SILENT, Phase, RunObserver
 from spark_pipeline.task_engine import SparkTaskEngine, TaskEngine
 from spark_pipeline.task_flow import make_construct
 from spark_pipeline.task_runner import TaskOutcome
@@ -89,7 +90,7 @@ class JobLauncher:
 
     def __init__(self, config: JobConfig, spark: SparkSession | None = None, faults: FaultInjector = NO_FAULTS,
                  run_id: str | None = None, engine: TaskEngine | None = None, fs: FileSystem | None = None,
-                 log: EventLog | None = None) -> None:
+                 log: EventLog | None = None, observer: RunObserver = SILENT) -> None:
         self.config = absolute_config(config)
         self.log = log
         """The log to use, left open; None: the job's log URL is opened, and closed after the run."""
@@ -98,6 +99,8 @@ class JobLauncher:
         self.fs = fs or FileSystems.of(self.config.properties)
         self.run_id = run_id or new_run_id(datetime.now(timezone.utc))
         self.cancel = threading.Event()
+        self.observer = observer
+        """Told the run's phases and counts as they go (a progress display)."""
         self._mwus: list[MultiWorkUnit] = []
         self._ending: JobRunFailed | JobRunCancelled | None = None
         """The run's end once decided: appended again as it is (never a second payload under its key)."""
@@ -114,10 +117,12 @@ class JobLauncher:
     def run(self) -> RunResult:
         """The whole job flow; returns how it ended (FencedError if another run took the job over)."""
         config = self.config
+        self.observer.phase(Phase.START)
         self.engine.start()
         opened = nullcontext(self.log) if self.log is not None else open_log(config.log_url, config.log_settings)
         with opened as log, self._signals():
             log.ensure_topic()
+            self.observer.phase(Phase.LOCK)
             lock = log.job_lock(config.job_name) if config.job_lock_enabled else None
             holder = lock.acquire(self.run_id) if lock else f"writer {self._writer_name()} (job lock off)"
             try:
@@ -136,12 +141,14 @@ class JobLauncher:
         check_own_folders(config, session.state)
         emit = session.sink.emit
         emit([JobLockAcquired(**run, holder=holder),
-              JobRunStarted(**run, job_group=config.job_group, properties=public_properties(config))])
+              JobRunStarted(**run, job_group=config.job_group,
+                            properties={**public_properties(config), **self.engine.identity()})])
         result = RunResult(config.job_name, self.run_id, RunStatus.RUNNING)
         warning = session.log.durability_warning
         if warning:
             result.warnings.append(warning)
         try:
+            self.observer.phase(Phase.RECOVER)
             result.recovered = session.committer.recover(config.job_name)
             self._clean_stale(session)
             self._extract(session, result)
@@ -160,6 +167,7 @@ class JobLauncher:
     def _extract(self, session: CommitSession, result: RunResult) -> None:
         """Plan work units from the committed state of the settled datasets, and run the tasks."""
         config, run = self.config, self.run_fields
+        self.observer.phase(Phase.PLAN)
         state = session.state
         unsettled = state.unsettled_datasets(config.job_name)
         result.skipped = {urn: skip_reason(sequence) for urn, sequence in sorted(unsettled.items())}
@@ -171,9 +179,10 @@ class JobLauncher:
                  for urn, reason in result.skipped.items()]
         session.sink.emit([*skips, WorkUnitsPlanned(**run, work_units=tuple(work_units))])
         self._check_cancelled()
+        self.observer.phase(Phase.TASKS, len(self._mwus))
         if self._mwus:
             try:
-                result.tasks = self.engine.run(config, self.run_id, self._mwus)
+                result.tasks = self.engine.run(config, self.run_id, self._mwus, self.observer.tasks_done)
             except Exception:
                 self._check_cancelled()  # the tasks were cancelled by our signal handler
                 raise
@@ -202,7 +211,8 @@ class JobLauncher:
         session.sink.emit(planned)  # every dataset's sequence, one atomic batch: the point of no return
         self.faults.reached("after-planning")
         views = [session.state.sequences[(p.job, p.dataset_urn, p.sequence_id)] for p in planned]
-        result.commits = session.committer.commit_all(views)
+        self.observer.phase(Phase.COMMIT, len(views))
+        result.commits = session.committer.commit_all(views, done=self.observer.datasets_done)
         committed = tuple(c.dataset_urn for c in result.commits if c.outcome is Outcome.COMPLETED)
         abandoned = tuple(c.dataset_urn for c in result.commits if c.outcome is Outcome.ABANDONED)
         unfinished = [c for c in result.commits if c.outcome is not Outcome.COMPLETED]
@@ -232,6 +242,7 @@ class JobLauncher:
 
     def _clean_up(self, session: CommitSession) -> None:
         """Remove the run's staging and, unless a sequence of the run still needs it, its task output."""
+        self.observer.phase(Phase.CLEANUP)
         session.catch_up()  # what this run appended before a failure may be in the log: never delete what it needs
         keep_output = self.run_id in runs_holding_output(session, self.config.job_name)
         for dirs in run_dirs(self.config, self.run_id):

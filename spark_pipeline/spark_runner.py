@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 
-from pyspark import SparkConf, SparkContext, TaskContext
+from pyspark import Accumulator, AccumulatorParam, SparkConf, SparkContext, TaskContext
 from pyspark.sql import SparkSession
 
 from events.errors import ConfigError
@@ -14,6 +15,10 @@ from events.log import open_log
 from spark_pipeline.config import SPECULATION, JobConfig
 from spark_pipeline.constructs import MultiWorkUnit
 from spark_pipeline.task_runner import TaskOutcome, run_task
+
+PROGRESS_POLL_S = 0.25
+TaskProgress = Callable[[int, int], None]
+"""Told the tasks finished so far and the records they wrote (from a polling thread)."""
 
 SPARK_DEFAULTS = {
     "spark.ui.showConsoleProgress": "false",
@@ -75,16 +80,49 @@ def execute(config: JobConfig, run_id: str, mwu: MultiWorkUnit, log_url: str, lo
 
 
 def run_tasks(spark: SparkSession, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], log_url: str,
-              log_settings: Mapping[str, str]) -> list[TaskOutcome]:
-    """Run every task on the cluster (one Spark task each) and bring their outcomes back."""
+              log_settings: Mapping[str, str], progress: TaskProgress) -> list[TaskOutcome]:
+    """Run every task on the cluster (one Spark task each) and bring their outcomes back; `progress` hears of each
+    finished task (Spark merges a task's accumulator update into the driver's value when the task ends)."""
     settings = dict(log_settings)
+    counts = spark.sparkContext.accumulator((0, 0), PairSum())
 
     def tasks(units: Iterable[MultiWorkUnit]) -> Iterable[TaskOutcome]:
         for unit in units:
-            yield execute(config, run_id, unit, log_url, settings)
+            outcome = execute(config, run_id, unit, log_url, settings)
+            counts.add((1, sum(r.records_written for r in outcome.results)))
+            yield outcome
 
     spark.sparkContext.setJobGroup(f"oncelog-{run_id}", f"{config.job_name} run {run_id}", interruptOnCancel=True)
-    return spark.sparkContext.parallelize(mwus, len(mwus)).mapPartitions(tasks).collect()
+    finished = threading.Event()
+    poller = threading.Thread(target=report_progress, args=(counts, progress, finished), daemon=True,
+                              name="oncelog-task-progress")
+    poller.start()
+    try:
+        return spark.sparkContext.parallelize(mwus, len(mwus)).mapPartitions(tasks).collect()
+    finally:
+        finished.set()
+        poller.join()
+        progress(*counts.value)
+
+
+class PairSum(AccumulatorParam):
+    """Adds (tasks, records) pairs: the tasks' progress, summed on the driver."""
+
+    def zero(self, value: tuple[int, int]) -> tuple[int, int]:
+        return 0, 0
+
+    def addInPlace(self, value1: tuple[int, int], value2: tuple[int, int]) -> tuple[int, int]:  # noqa: N802
+        return value1[0] + value2[0], value1[1] + value2[1]
+
+
+def report_progress(counts: Accumulator[tuple[int, int]], progress: TaskProgress, finished: threading.Event) -> None:
+    """Pass the accumulated (tasks, records) on whenever it changes, until the tasks are over."""
+    last = (0, 0)
+    while not finished.wait(PROGRESS_POLL_S):
+        now = counts.value
+        if now != last:
+            progress(*now)
+            last = now
 
 
 def slots(spark: SparkSession) -> int:

@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 from events.log import EventLog, LogWriter
 from spark_pipeline.config import JobConfig
 from spark_pipeline.constructs import MultiWorkUnit
-from spark_pipeline.spark_runner import run_tasks, slots, spark_session, task_writer_name
+from spark_pipeline.spark_runner import TaskProgress, run_tasks, slots, spark_session, task_writer_name
 from spark_pipeline.task_runner import TaskOutcome, run_task
 
 STOP_WAIT_S = 30.0
@@ -33,11 +33,17 @@ class TaskEngine(ABC):
         """How many tasks run at once."""
 
     @abstractmethod
-    def run(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit]) -> list[TaskOutcome]:
-        """Run every task; each records its attempts in the log itself."""
+    def run(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], progress: TaskProgress
+            ) -> list[TaskOutcome]:
+        """Run every task; each records its attempts in the log itself. `progress` hears how many tasks ended, and
+        the records they wrote, as they end."""
 
     def cancel(self, run_id: str) -> None:
         """Ask the run's tasks to stop (called from a signal handler's thread)."""
+
+    def identity(self) -> dict[str, str]:
+        """What identifies the engine's application for the audit (recorded in JobRunStarted): none by default."""
+        return {}
 
     def stop(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], log: EventLog) -> None:
         """After a cancellation: return once no task of the run can append anything any more."""
@@ -56,14 +62,19 @@ class SparkTaskEngine(TaskEngine):
             self._spark = spark_session(self.config)
         return self._spark
 
+    def identity(self) -> dict[str, str]:
+        """The Spark application's id (its name in Spark's UI and history server)."""
+        return {"spark.app.id": self.spark.sparkContext.applicationId}
+
     def start(self) -> None:
         _ = self.spark  # Spark installs its own SIGINT handler when it starts: before the launcher installs its own
 
     def slots(self) -> int:
         return slots(self.spark)
 
-    def run(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit]) -> list[TaskOutcome]:
-        return run_tasks(self.spark, config, run_id, mwus, config.log_url, config.log_settings)
+    def run(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], progress: TaskProgress
+            ) -> list[TaskOutcome]:
+        return run_tasks(self.spark, config, run_id, mwus, config.log_url, config.log_settings, progress)
 
     def cancel(self, run_id: str) -> None:
         if self._spark is not None:
@@ -106,11 +117,15 @@ class InProcessTaskEngine(TaskEngine):
     def slots(self) -> int:
         return self._slots
 
-    def run(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit]) -> list[TaskOutcome]:
+    def run(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], progress: TaskProgress
+            ) -> list[TaskOutcome]:
         outcomes = []
+        records = 0
         for mwu in mwus:
             with self.open_writer(task_writer_name(config, run_id, mwu)) as writer:
                 outcomes.append(run_task(config, run_id, mwu, writer.append, self.sleep))
+            records += sum(r.records_written for r in outcomes[-1].results)
+            progress(len(outcomes), records)
         return outcomes
 
 

@@ -21,6 +21,8 @@ app = typer.Typer(
          "jars, no Docker.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,  # plain help, as the oncelog command's (docs/cli.md)
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 StateDir = Annotated[

@@ -13,32 +13,30 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-import weakref
 from dataclasses import asdict, dataclass
 from enum import Enum
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from xml.sax.saxutils import escape
 
-from rich.console import Console
-
-from events.errors import HdfsProvisioningError, KafkaProvisioningError
-from events.kafka_local import _JAVA_HINT, _free_port, _port_is_free, _reap, _tail, _tool, default_cache_dir
+from events.errors import HdfsProvisioningError
+from localservers.daemon import Daemon, runs_command, signal_and_wait
+from localservers.maven import resolve_jars
+from localservers.tools import JAVA_HINT, default_cache_dir, find_tool, free_port, port_is_free, tail
 
 HADOOP_VERSION = "3.5.0"
 
 # Package data (pyproject: filesystems.servers = ["hadoop/*.xml"]).
 _POM = Path(__file__).with_name("hadoop") / "pom.xml"
-_MARKER, _STATE_FILE = ".complete", "hdfs.json"
+_STATE_FILE = "hdfs.json"
 _JVM_OPTS = ("-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true",
              "-Djava.net.preferIPv4Stack=true")
 # WARN and above to stdout, which is the daemon's log, plus the NameNode's start-up lines.
@@ -87,10 +85,7 @@ class HdfsPorts:
         """The given ports, the others free ones, all distinct."""
         taken: list[int] = [port for port in (rpc, http) if port]
         while len(taken) < 5:
-            try:
-                port = _free_port()
-            except KafkaProvisioningError as e:
-                raise HdfsProvisioningError(f"found no free port on 127.0.0.1 for the local HDFS: {e}") from e
+            port = free_port("the local HDFS", HdfsProvisioningError)
             if port not in taken:
                 taken.append(port)
         chosen = iter(taken)
@@ -98,52 +93,10 @@ class HdfsPorts:
                    datanode_http=next(chosen), datanode_ipc=next(chosen))
 
 
-def _java_tool(name: str, hint: str) -> str:
-    """Kafka's tool lookup (``java`` honours ``$JAVA_HOME``), its error mapped to ours."""
-    try:
-        return _tool(name, hint)
-    except KafkaProvisioningError as e:
-        raise HdfsProvisioningError(str(e)) from e
-
-
 def ensure_jars(cache_dir: Path | None = None) -> Path:
     """Resolve Hadoop's HDFS jars with Maven into the cache once (atomically) and return their directory."""
-    version_dir = (cache_dir or default_cache_dir()) / f"hadoop-{HADOOP_VERSION}"
-    libs = version_dir / "libs"
-    if (libs / _MARKER).is_file():
-        return libs
-    _java_tool("java", _JAVA_HINT)
-    mvn = _java_tool("mvn", "install Apache Maven (e.g. `apt install maven`, `brew install maven`)")
-    version_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=version_dir))
-    try:
-        shutil.copyfile(_POM, staging / "pom.xml")
-        command = [mvn, "-B", "-ntp", "-f", str(staging / "pom.xml"), "dependency:copy-dependencies",
-                   f"-DoutputDirectory={staging / 'libs'}", "-DincludeScope=runtime"]
-        started, console = time.monotonic(), Console(stderr=True)
-        with console.status(f"Resolving Apache Hadoop {HADOOP_VERSION} HDFS jars with Maven into {libs} "
-                            "(first run only)"):
-            try:
-                done = subprocess.run(command, cwd=staging, capture_output=True, text=True, timeout=900)
-            except (OSError, subprocess.SubprocessError) as e:  # includes the 15-minute timeout
-                raise HdfsProvisioningError(f"running Maven to resolve the Hadoop jars failed: {e}") from e
-        if done.returncode != 0:
-            (log := version_dir / "maven.log").write_text(done.stdout + done.stderr)
-            raise HdfsProvisioningError(
-                f"Maven failed (exit {done.returncode}) to resolve org.apache.hadoop:hadoop-hdfs:{HADOOP_VERSION}; "
-                f"full output in {log}\n{_tail(done.stdout + done.stderr)}")
-        (staging / "libs" / _MARKER).write_text(f"{HADOOP_VERSION}\n")  # written last: the copy is complete
-        if libs.exists() and not (libs / _MARKER).is_file():
-            shutil.rmtree(libs)  # an incomplete copy from an interrupted run
-        try:
-            (staging / "libs").rename(libs)
-        except OSError as e:
-            if not (libs / _MARKER).is_file():  # else a concurrent process finished first: use its copy
-                raise HdfsProvisioningError(f"cannot move the Hadoop jars into {libs}: {e}") from e
-        console.print(f"Hadoop {HADOOP_VERSION} jars ready in {libs} ({time.monotonic() - started:.1f}s)")
-        return libs
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    return resolve_jars(_POM, (cache_dir or default_cache_dir()) / f"hadoop-{HADOOP_VERSION}",
+                        f"Apache Hadoop {HADOOP_VERSION} HDFS", HdfsProvisioningError)
 
 
 def _site_xml(properties: dict[str, str]) -> str:
@@ -151,18 +104,6 @@ def _site_xml(properties: dict[str, str]) -> str:
     body = "".join(f"  <property><name>{escape(key)}</name><value>{escape(value)}</value></property>\n"
                    for key, value in properties.items())
     return f'<?xml version="1.0"?>\n<configuration>\n{body}</configuration>\n'
-
-
-def _is_daemon_process(pid: int, daemon: HdfsDaemon, marker: str) -> bool:
-    """Whether pid is a live JVM running ``daemon`` for this work dir (guards against stale pid files, zombies)."""
-    if not Path("/proc/self").is_dir():  # macOS / BSD: no /proc, ask ps for the command line
-        command = subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True).stdout
-        return f" {daemon.value}".encode() in command and os.fsencode(marker) in command
-    try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")  # empty for a zombie
-    except OSError:
-        return False
-    return daemon.value.encode() in args and os.fsencode(marker) in args
 
 
 def _remote_error(error: urllib.error.HTTPError) -> str:
@@ -194,9 +135,13 @@ class LocalHdfs:
             self.ports = HdfsPorts.choose(port or (recorded.rpc if recorded else None),
                                           http_port or (recorded.http if recorded else None))
         self._jars = jars
-        self._procs: dict[HdfsDaemon, subprocess.Popen[bytes]] = {}
-        self._finalizers: dict[HdfsDaemon, weakref.finalize[[subprocess.Popen[bytes]], LocalHdfs]] = {}
-        self._log_offsets: dict[HdfsDaemon, int] = {}
+        self.daemons = {daemon: Daemon(daemon.file_stem, self.work_dir / f"{daemon.file_stem}.pid",
+                                       self.log_path(daemon), self._owner_check(daemon), HdfsProvisioningError)
+                        for daemon in HdfsDaemon}
+
+    def _owner_check(self, daemon: HdfsDaemon) -> Callable[[int], bool]:
+        """Whether a pid runs `daemon` for this work dir (its class and our marker option on its command line)."""
+        return lambda pid: runs_command(pid, daemon.value.encode(), os.fsencode(self._marker))
 
     @property
     def url(self) -> str:
@@ -234,13 +179,7 @@ class LocalHdfs:
 
     def pid(self, daemon: HdfsDaemon) -> int | None:
         """The pid of this work dir's running ``daemon`` (whichever process started it), or None."""
-        if (proc := self._procs.get(daemon)) is not None:
-            return proc.pid if proc.poll() is None else None
-        try:
-            pid = int((self.work_dir / f"{daemon.file_stem}.pid").read_text().strip())
-        except (OSError, ValueError):
-            return None
-        return pid if _is_daemon_process(pid, daemon, self._marker) else None
+        return self.daemons[daemon].pid()
 
     def is_running(self) -> bool:
         """Whether both daemons of this work dir are alive (not necessarily ready yet)."""
@@ -290,7 +229,7 @@ class LocalHdfs:
 
     def _java_command(self, main: str, *args: str) -> list[str]:
         """``java`` with our JVM options, the conf dir and the cached jars on the class path, running ``main``."""
-        java = _java_tool("java", _JAVA_HINT)
+        java = find_tool("java", JAVA_HINT, HdfsProvisioningError)
         self._jars = self._jars or ensure_jars()
         logs = self.work_dir / "logs"
         return [java, *_JVM_OPTS, self._marker, f"-Dhadoop.log.dir={logs}", f"-Dhadoop.home.dir={self._jars}",
@@ -312,7 +251,7 @@ class LocalHdfs:
             out.write(done.stdout + done.stderr)
         if done.returncode != 0:
             raise HdfsProvisioningError(f"formatting the NameNode in {self.work_dir} failed (exit {done.returncode});"
-                                        f" see {log}\n{_tail(done.stdout + done.stderr)}")
+                                        f" see {log}\n{tail(done.stdout + done.stderr)}")
 
     def start(self, timeout: float = 90) -> None:
         """Start the daemons not running as child processes (own process groups) and wait until HDFS is writable."""
@@ -330,7 +269,7 @@ class LocalHdfs:
         needed = {HdfsDaemon.NAMENODE: (ports.rpc, ports.http),
                   HdfsDaemon.DATANODE: (ports.datanode, ports.datanode_http, ports.datanode_ipc)}
         for port in (port for daemon in missing for port in needed[daemon]):
-            if not _port_is_free(port):
+            if not port_is_free(port):
                 raise HdfsProvisioningError(f"port {port} on 127.0.0.1 is already in use; cannot start the HDFS "
                                             f"in {self.work_dir} (another HDFS? choose other ports)")
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -350,33 +289,8 @@ class LocalHdfs:
     def _launch(self, daemon: HdfsDaemon, detached: bool) -> None:
         """Run ``daemon`` with its output appended to its log and record its pid."""
         command = self._java_command(daemon.value, *daemon.arguments)
-        log_path = self.log_path(daemon)
-        with log_path.open("a") as log:
-            self._log_offsets[daemon] = log.tell()
-            log.write(f"---- oncelog: starting the {daemon.file_stem} of Hadoop {HADOOP_VERSION} "
-                      f"at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-        if detached:  # through sh, so the daemon is reparented to init and never becomes our zombie
-            script = 'log="$1"; shift; "$@" </dev/null >>"$log" 2>&1 & echo $!'
-            try:
-                done = subprocess.run(["/bin/sh", "-c", script, "sh", str(log_path), *command],
-                                      capture_output=True, text=True, start_new_session=True, timeout=30)
-            except (OSError, subprocess.SubprocessError) as e:
-                raise HdfsProvisioningError(f"could not launch the {daemon.file_stem}: {e}") from e
-            if not done.stdout.strip().isdigit():
-                raise HdfsProvisioningError(f"could not launch the {daemon.file_stem}: {done.stderr.strip()}")
-            pid = int(done.stdout)
-        else:
-            with log_path.open("ab") as log:
-                try:
-                    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                                            stderr=subprocess.STDOUT, process_group=0)
-                except OSError as e:
-                    raise HdfsProvisioningError(f"could not launch the {daemon.file_stem}: {e}") from e
-            self._procs[daemon] = proc
-            # Never leak a JVM when the owner forgets to stop it (garbage collection or interpreter exit).
-            self._finalizers[daemon] = weakref.finalize(self, _reap, proc)
-            pid = proc.pid
-        (self.work_dir / f"{daemon.file_stem}.pid").write_text(f"{pid}\n")
+        self.daemons[daemon].begin_log(f"starting the {daemon.file_stem} of Hadoop {HADOOP_VERSION}")
+        self.daemons[daemon].launch(command, detached)
 
     def _wait_ready(self, timeout: float) -> None:
         """Poll until a probe file can be written through WebHDFS (NameNode up, DataNode registered, safe mode off)."""
@@ -422,58 +336,22 @@ class LocalHdfs:
 
     def log_tail(self, daemon: HdfsDaemon, lines: int = 40) -> str:
         """The last lines ``daemon`` logged since its latest launch."""
-        try:
-            with self.log_path(daemon).open("rb") as log:
-                log.seek(self._log_offsets.get(daemon, 0))
-                return _tail(log.read().decode(errors="replace"), lines)
-        except OSError as e:
-            return f"(no {daemon.file_stem} log: {e})"
-
-    def _signal_and_wait(self, daemons: list[HdfsDaemon], sig: signal.Signals, timeout: float) -> bool:
-        """Send ``sig`` to ``daemons`` and wait until they are gone; False if one still runs after ``timeout``."""
-        for daemon in daemons:
-            if (pid := self.pid(daemon)) is None:
-                continue
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                continue
-            except PermissionError as e:
-                raise HdfsProvisioningError(f"not allowed to signal the {daemon.file_stem} (pid {pid}): {e}") from e
-        deadline = time.monotonic() + timeout
-        for daemon in daemons:
-            if (proc := self._procs.get(daemon)) is not None:
-                try:
-                    proc.wait(max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    return False
-        while any(self.pid(daemon) is not None for daemon in daemons):
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.1)
-        return True
-
-    def _forget(self, daemons: list[HdfsDaemon]) -> None:
-        """Drop the process handles, their finalizers and the pid files once the daemons are gone."""
-        for daemon in daemons:
-            if (finalizer := self._finalizers.pop(daemon, None)) is not None:
-                finalizer.detach()
-            self._procs.pop(daemon, None)
-            (self.work_dir / f"{daemon.file_stem}.pid").unlink(missing_ok=True)
+        return self.daemons[daemon].log_tail(lines)
 
     def stop(self, timeout: float = 30) -> None:
         """Shut both daemons down cleanly (SIGTERM), killing any still alive after ``timeout``."""
-        daemons = list(HdfsDaemon)
-        if not self._signal_and_wait(daemons, signal.SIGTERM, timeout):
+        if not signal_and_wait(list(self.daemons.values()), signal.SIGTERM, timeout):
             self.kill()
-        self._forget(daemons)
+        for daemon in self.daemons.values():
+            daemon.forget()
 
     def kill(self, daemon: HdfsDaemon | None = None) -> None:
         """Kill ``daemon`` (default: both) at once with SIGKILL, as a crash would; ``start()`` recovers the data."""
-        daemons = list(HdfsDaemon) if daemon is None else [daemon]
-        if not self._signal_and_wait(daemons, signal.SIGKILL, 10):
+        chosen = list(self.daemons.values()) if daemon is None else [self.daemons[daemon]]
+        if not signal_and_wait(chosen, signal.SIGKILL, 10):
             raise HdfsProvisioningError(f"the HDFS daemons in {self.work_dir} survived SIGKILL")
-        self._forget(daemons)
+        for one in chosen:
+            one.forget()
 
     def restart(self, timeout: float = 90) -> None:
         """Stop, then start again with the same data and ports."""

@@ -21,6 +21,8 @@ app = typer.Typer(
     help=f"Run a local S3-compatible server (versitygw {s3_local.VERSITYGW_VERSION}, posix backend), no Docker.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,  # plain help, as the oncelog command's (docs/cli.md)
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 StateDir = Annotated[

@@ -17,10 +17,7 @@ import secrets
 import shutil
 import signal
 import string
-import subprocess
-import tempfile
 import time
-import weakref
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
@@ -29,16 +26,17 @@ from typing import Any
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
-from rich.console import Console
 
-from events.errors import KafkaProvisioningError, S3ProvisioningError
-from events.kafka_local import _free_port, _port_is_free, _reap, _tail, default_cache_dir
+from events.errors import S3ProvisioningError
+from localservers.daemon import Daemon, runs_command, signal_and_wait
+from localservers.maven import build_once
+from localservers.tools import default_cache_dir, free_port, port_is_free
 
 VERSITYGW_VERSION = "v1.8.0"
 VERSITYGW_MODULE = "github.com/versity/versitygw/cmd/versitygw"
 DEFAULT_REGION = "us-east-1"
 
-_MARKER, _STATE_FILE, _PID_FILE, _LOG_FILE = ".complete", "server.json", "server.pid", "server.log"
+_STATE_FILE, _PID_FILE, _LOG_FILE = "server.json", "server.pid", "server.log"
 _GO_HINT = "install Go 1.25 or newer (e.g. `brew install go`, or Go's official release archive on Linux)"
 _ALPHANUMERIC = string.ascii_uppercase + string.digits
 
@@ -63,66 +61,22 @@ def _go() -> str:
 def ensure_server(cache_dir: Path | None = None) -> Path:
     """Build the pinned versitygw into the cache once (atomically) and return the binary's path."""
     version_dir = (cache_dir or default_cache_dir()) / f"versitygw-{VERSITYGW_VERSION}"
-    binary = version_dir / "bin" / "versitygw"
-    if (version_dir / "bin" / _MARKER).is_file():
-        return binary
-    go = _go()
-    version_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=version_dir))
-    try:
+
+    def prepare(staging: Path) -> tuple[list[str], dict[str, str]]:
+        go = _go()
         ldflags = f"-s -w -X=main.Version={VERSITYGW_VERSION}"
-        command = [go, "install", "-trimpath", f"-ldflags={ldflags}", f"{VERSITYGW_MODULE}@{VERSITYGW_VERSION}"]
-        env = {**os.environ, "GOBIN": str(staging / "bin"), "CGO_ENABLED": "0"}
-        started, console = time.monotonic(), Console(stderr=True)
-        with console.status(f"Building versitygw {VERSITYGW_VERSION} with `go install` into {binary} "
-                            "(first run only, a few minutes)"):
-            try:
-                done = subprocess.run(command, cwd=staging, env=env, capture_output=True, text=True, timeout=1200)
-            except (OSError, subprocess.SubprocessError) as e:  # includes the 20-minute timeout
-                raise S3ProvisioningError(f"running `go install` to build versitygw failed: {e}") from e
-        if done.returncode != 0 or not (staging / "bin" / "versitygw").is_file():
-            (log := version_dir / "build.log").write_text(done.stdout + done.stderr)
-            raise S3ProvisioningError(
-                f"`go install {VERSITYGW_MODULE}@{VERSITYGW_VERSION}` failed (exit {done.returncode}); "
-                f"full output in {log}\n{_tail(done.stdout + done.stderr)}")
-        (staging / "bin" / _MARKER).write_text(f"{VERSITYGW_VERSION}\n")  # written last: the build is complete
-        if (version_dir / "bin").exists() and not (version_dir / "bin" / _MARKER).is_file():
-            shutil.rmtree(version_dir / "bin")  # an incomplete copy from an interrupted run
-        try:
-            (staging / "bin").rename(version_dir / "bin")
-        except OSError as e:
-            if not (version_dir / "bin" / _MARKER).is_file():  # else a concurrent process finished first
-                raise S3ProvisioningError(f"cannot move the versitygw binary into {version_dir / 'bin'}: {e}") from e
-        console.print(f"versitygw {VERSITYGW_VERSION} ready in {binary} ({time.monotonic() - started:.1f}s)")
-        return binary
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        env = {**os.environ, "GOBIN": str(staging / "out"), "CGO_ENABLED": "0"}
+        return [go, "install", "-trimpath", f"-ldflags={ldflags}", f"{VERSITYGW_MODULE}@{VERSITYGW_VERSION}"], env
 
-
-def _new_port(avoid: int | None = None) -> int:
-    """A free loopback port (kafka_local's choice of range), as an S3 error when there is none."""
-    try:
-        return _free_port(avoid)
-    except KafkaProvisioningError as e:
-        raise S3ProvisioningError("found no free port on 127.0.0.1 for the S3 server") from e
+    return build_once(version_dir / "bin", f"versitygw {VERSITYGW_VERSION} (`go install`, a few minutes)",
+                      S3ProvisioningError, prepare, timeout_s=1200) / "versitygw"
 
 
 def _new_state(port: int | None) -> S3State:
     """Fresh test credentials (an AWS-shaped access key id, a 40-character secret) and a port."""
     access_key = "OL" + "".join(secrets.choice(_ALPHANUMERIC) for _ in range(18))
-    return S3State(port or _new_port(), access_key, secrets.token_hex(20), DEFAULT_REGION)
-
-
-def _is_server_process(pid: int, data_dir: Path) -> bool:
-    """Whether pid is a live versitygw serving ``data_dir`` (guards against stale pid files and zombies)."""
-    if not Path("/proc/self").is_dir():  # macOS / BSD: no /proc, ask ps for the command line
-        command = subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True).stdout
-        return b"versitygw" in command and os.fsencode(data_dir) in command
-    try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")  # empty for a zombie
-    except OSError:
-        return False
-    return bool(args) and args[0].endswith(b"versitygw") and os.fsencode(data_dir) in args
+    return S3State(port or free_port("the S3 server", S3ProvisioningError), access_key, secrets.token_hex(20),
+                   DEFAULT_REGION)
 
 
 def _server_env(state: S3State) -> dict[str, str]:
@@ -148,9 +102,12 @@ class LocalS3:
         state = recorded or _new_state(port)
         self._state = S3State(port or state.port, state.access_key, state.secret_key, state.region)
         self._binary = binary
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._finalizer: weakref.finalize[[subprocess.Popen[bytes]], LocalS3] | None = None
-        self._log_offset = 0
+        self.daemon = Daemon("S3 server", self.work_dir / _PID_FILE, self.log_path, self._runs_ours,
+                             S3ProvisioningError)
+
+    def _runs_ours(self, pid: int) -> bool:
+        """Whether pid is a live versitygw serving this work dir's data."""
+        return runs_command(pid, b"versitygw", os.fsencode(self.data_dir))
 
     @property
     def port(self) -> int:
@@ -232,13 +189,7 @@ class LocalS3:
 
     def pid(self) -> int | None:
         """The pid of this work dir's running server (whichever process started it), or None."""
-        if self._proc is not None:
-            return self._proc.pid if self._proc.poll() is None else None
-        try:
-            pid = int((self.work_dir / _PID_FILE).read_text().strip())
-        except (OSError, ValueError):
-            return None
-        return pid if _is_server_process(pid, self.data_dir) else None
+        return self.daemon.pid()
 
     def is_running(self) -> bool:
         """Whether this work dir's server process is alive (not necessarily ready yet)."""
@@ -256,7 +207,7 @@ class LocalS3:
                 raise S3ProvisioningError(f"an S3 server already runs in {self.work_dir} on port "
                                           f"{recorded.port if recorded else '?'}")
             return
-        if not _port_is_free(self.port):
+        if not port_is_free(self.port):
             raise S3ProvisioningError(f"port {self.port} on 127.0.0.1 is already in use; cannot start the S3 server "
                                       f"in {self.work_dir} (another server? choose another port)")
         self._binary = self._binary or ensure_server()
@@ -264,39 +215,13 @@ class LocalS3:
         self._write_state()
         command = [str(self._binary), "--port", f"127.0.0.1:{self.port}", "--region", self.region, "--quiet",
                    "posix", str(self.data_dir)]
-        with self.log_path.open("a") as log:
-            self._log_offset = log.tell()
-            log.write(f"---- oncelog: starting versitygw {VERSITYGW_VERSION} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        self.daemon.begin_log(f"starting versitygw {VERSITYGW_VERSION}")
         try:
-            pid = self._launch(command, detached)
-            (self.work_dir / _PID_FILE).write_text(f"{pid}\n")
+            self.daemon.launch(command, detached, _server_env(self._state))
             self._wait_ready(timeout)
         except S3ProvisioningError:
             self.kill()
             raise
-
-    def _launch(self, command: list[str], detached: bool) -> int:
-        """Run the server with its output appended to the log; its pid."""
-        env = _server_env(self._state)
-        if detached:  # through sh, so the server is reparented to init and never becomes our zombie
-            script = 'log="$1"; shift; "$@" </dev/null >>"$log" 2>&1 & echo $!'
-            try:
-                done = subprocess.run(["/bin/sh", "-c", script, "sh", str(self.log_path), *command], env=env,
-                                      capture_output=True, text=True, start_new_session=True, timeout=30)
-            except (OSError, subprocess.SubprocessError) as e:
-                raise S3ProvisioningError(f"could not launch the S3 server: {e}") from e
-            if not done.stdout.strip().isdigit():
-                raise S3ProvisioningError(f"could not launch the S3 server: {done.stderr.strip()}")
-            return int(done.stdout)
-        with self.log_path.open("ab") as log:
-            try:
-                self._proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                              stderr=subprocess.STDOUT, process_group=0)
-            except OSError as e:
-                raise S3ProvisioningError(f"could not launch the S3 server: {e}") from e
-        # Never leak a server when the owner forgets to stop it (garbage collection or interpreter exit).
-        self._finalizer = weakref.finalize(self, _reap, self._proc)
-        return self._proc.pid
 
     def _wait_ready(self, timeout: float) -> None:
         """Poll until a signed ListBuckets succeeds: the port answers and our keys are accepted."""
@@ -321,53 +246,19 @@ class LocalS3:
 
     def log_tail(self, lines: int = 40) -> str:
         """The last lines the server logged since its latest launch."""
-        try:
-            with self.log_path.open("rb") as log:
-                log.seek(self._log_offset)
-                return _tail(log.read().decode(errors="replace"), lines)
-        except OSError as e:
-            return f"(no server log: {e})"
-
-    def _signal_and_wait(self, sig: signal.Signals, timeout: float) -> bool:
-        """Send ``sig`` to the server and wait until it is gone; False if it still runs after ``timeout``."""
-        if (pid := self.pid()) is None:
-            return True
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            return True
-        except PermissionError as e:
-            raise S3ProvisioningError(f"not allowed to signal the S3 server (pid {pid}): {e}") from e
-        deadline = time.monotonic() + timeout
-        if self._proc is not None:
-            try:
-                self._proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                return False
-        while self.is_running():
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.05)
-        return True
-
-    def _forget(self) -> None:
-        """Drop the process handle, its finalizer and the pid file once the server is gone."""
-        if self._finalizer is not None:
-            self._finalizer.detach()
-        self._proc, self._finalizer = None, None
-        (self.work_dir / _PID_FILE).unlink(missing_ok=True)
+        return self.daemon.log_tail(lines)
 
     def stop(self, timeout: float = 15) -> None:
         """Shut the server down (SIGTERM), killing it if it is still alive after ``timeout``."""
-        if not self._signal_and_wait(signal.SIGTERM, timeout):
+        if not signal_and_wait([self.daemon], signal.SIGTERM, timeout):
             self.kill()
-        self._forget()
+        self.daemon.forget()
 
     def kill(self) -> None:
         """Kill the server at once (SIGKILL), as a crash would; ``start()`` serves the same data again."""
-        if not self._signal_and_wait(signal.SIGKILL, 10):
+        if not signal_and_wait([self.daemon], signal.SIGKILL, 10):
             raise S3ProvisioningError(f"the S3 server in {self.work_dir} survived SIGKILL")
-        self._forget()
+        self.daemon.forget()
 
     def restart(self, timeout: float = 30) -> None:
         """Stop, then start again with the same data, port and keys."""

@@ -7,6 +7,8 @@ failures the sequence is abandoned for its dataset alone, and the error recorded
 
 from __future__ import annotations
 
+import itertools
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -159,16 +161,25 @@ class Committer:
     def sequence(self, view: SequenceView) -> CommitSequence:
         return CommitSequence(view, self.sink, self.settings, self.fs, self.faults)
 
-    def commit_all(self, views: list[SequenceView]) -> list[CommitResult]:
+    def commit_all(self, views: list[SequenceView], done: Callable[[int], None] = lambda _: None
+                   ) -> list[CommitResult]:
         """Commit every sequence (one dataset each): their steps in parallel, their records in as few batches as
-        fit (each sequence's events stay in one batch). Results in the order given."""
+        fit (each sequence's events stay in one batch). Results in the order given; `done` hears how many
+        sequences have ended so far, as each does (progress only: their events are recorded at the end)."""
         if len(views) <= 1:
-            return [self.sequence(v).commit() for v in views]
+            results = [self.sequence(v).commit() for v in views]
+            done(len(results))
+            return results
         batches: list[list[Event]] = [[] for _ in views]
         sequences = [self.sequence(v) for v in views]
+        ended = itertools.count(1)
+        lock = threading.Lock()
 
         def commit(index: int) -> CommitResult:
-            return sequences[index].commit(record=batches[index].extend)
+            result = sequences[index].commit(record=batches[index].extend)
+            with lock:
+                done(next(ended))
+            return result
 
         with ThreadPoolExecutor(max_workers=max(1, min(self.settings.parallelism, len(views))),
                                 thread_name_prefix="commit") as pool:

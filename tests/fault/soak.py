@@ -43,13 +43,13 @@ import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from events.commit import CommitSequencePlanned
+from events.log import Subscription, open_log
+from events.model import Event
+from events.task import TaskStarted
 from filesystems import urls
 from filesystems.base import FileSystemError
 from filesystems.router import FileSystems
-from events.commit import CommitSequencePlanned
-from events.log import EventLog, Subscription, open_log
-from events.model import Event
-from events.task import TaskStarted
 from projections.projector import Projector
 from spark_pipeline.paths import RUN_ID
 

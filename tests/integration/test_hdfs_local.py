@@ -186,16 +186,3 @@ def test_cli_up_status_down_detached(tmp_path: Path) -> None:
     assert stopped.exit_code == 0, stopped.output
     assert runner.invoke(app, ["status", "--state-dir", str(state)]).exit_code == 1
     assert hdfs_local.down(state) is False
-
-
-def test_missing_maven_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With an empty cache and no ``mvn`` on PATH, ensure_jars says what to install."""
-    java = hdfs_local._java_tool("java", "")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "java").symlink_to(java)
-    monkeypatch.setenv("PATH", str(bin_dir))
-    monkeypatch.delenv("JAVA_HOME", raising=False)
-    with pytest.raises(HdfsProvisioningError, match="`mvn` was not found on PATH: install Apache Maven"):
-        hdfs_local.ensure_jars(tmp_path / "cache")
-    assert not (tmp_path / "cache" / f"hadoop-{hdfs_local.HADOOP_VERSION}" / "libs").exists()

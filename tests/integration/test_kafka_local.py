@@ -15,6 +15,7 @@ from events import kafka_local
 from events.errors import KafkaProvisioningError
 from events.kafka_cli import app
 from events.kafka_local import LocalKafkaBroker
+from localservers.tools import find_tool
 from tests.kafka_plugin import create_topic
 
 pytestmark = pytest.mark.kafka
@@ -195,7 +196,7 @@ def test_cli_up_status_down(tmp_path: Path, busy_port: int) -> None:
 
 def test_missing_maven_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With an empty cache and no ``mvn`` on PATH, ensure_jars says what to install."""
-    java = kafka_local._tool("java", "")
+    java = find_tool("java", "", KafkaProvisioningError)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "java").symlink_to(java)

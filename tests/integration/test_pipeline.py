@@ -17,7 +17,7 @@ import yaml
 from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 
-from events.job import JobRunCancelled
+from events.job import JobRunCancelled, JobRunStarted
 from events.log import open_log
 from events.task import TaskEvent, TaskRetried, TaskStarted
 from oncelog import app
@@ -75,6 +75,9 @@ def test_a_properties_job_with_converters_and_row_checks(tmp_path: Path, spark: 
     records = avro_records(tmp_path / "published")
     assert records and all(r["offset"] % 2 == 0 and r["amount_cents"] == r["amount"] * 100 for r in records)
     assert len(records) == 2 * 2 * 100  # 2 datasets × 2 partitions × half of 200 records
+    with open_log(url) as log:
+        started = [e.event for e in log.read() if isinstance(e.event, JobRunStarted)]
+    assert started[0].properties["spark.app.id"] == spark.sparkContext.applicationId  # the audit names the app
 
 
 def test_fork_branches_each_with_their_converters_and_folders(tmp_path: Path, spark: SparkSession) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -66,7 +67,7 @@ def test_rebuild_then_state(event_log: EventLog) -> None:
     one = cli_json(event_log, "state", "ds-1", "--job", "job-0")
     assert [(d["job"], d["dataset_urn"]) for d in one["datasets"]] == [("job-0", "ds-1")]
     code, output = cli(event_log, "state", "no-such-dataset")
-    assert code == 1 and "no dataset 'no-such-dataset'" in output
+    assert code == 2 and "no dataset 'no-such-dataset'" in output
 
 
 def test_snapshot_plus_tail_equals_full_replay(event_log: EventLog) -> None:
@@ -87,9 +88,11 @@ def test_replay_until_an_offset_or_a_time_is_the_state_then(event_log: EventLog)
     if event_log.url.startswith("sqlite"):  # offsets are global: N cuts every partition
         until = str(middle.offset)
         prefix = [i.event for i in logged if i.offset <= middle.offset]
-    else:  # P:N cuts partition P at N; partitions not named are not folded
-        until = f"{middle.partition}:{middle.offset}"
-        prefix = [i.event for i in logged if i.partition == middle.partition and i.offset <= middle.offset]
+    else:  # P:N cuts partition P at N; every partition needs one
+        offsets = {p: [i.offset for i in logged if i.partition == p] for p in range(event_log.partitions)}
+        cuts = {p: found[len(found) // 2] for p, found in offsets.items()}  # each partition at its middle record
+        until = ",".join(f"{p}:{o}" for p, o in cuts.items())
+        prefix = [i.event for i in logged if i.offset <= cuts[i.partition]]
     past = cli_json(event_log, "replay", "--until", until)
     expected = fold(prefix)
     assert {(d["job"], d["dataset_urn"]): d["watermarks"] for d in past["datasets"]} == {
@@ -117,9 +120,11 @@ def test_audit_shows_the_run_as_a_timeline(event_log: EventLog, tmp_path: Path) 
     html = (tmp_path / "audit.html").read_text()
     assert html.startswith("<!DOCTYPE html>") and "<svg" in html
     assert "<script" not in html and "<link" not in html and "src=" not in html, "self-contained"
-    assert html.count("<rect") == len(report["attempts"]) + len(report["commit_steps"])
+    assert len(re.findall(r'<rect class="bar task ', html)) == len(report["attempts"])
+    assert len(re.findall(r'<rect class="bar step ', html)) == len(report["commit_steps"])
+    assert all(f'phase-{p}"' in html for p in ("lock", "recover", "plan", "tasks", "commit", "cleanup"))
     code, output = cli(event_log, "audit", "run-99999")
-    assert code == 1 and "no run 'run-99999'" in output
+    assert code == 2 and "no run 'run-99999'" in output
 
 
 def test_verify_passes_on_a_clean_history_and_lists_every_violation(event_log: EventLog) -> None:
@@ -158,7 +163,7 @@ def test_bad_records_are_reported_and_the_fold_goes_on_or_stops_by_flag(event_lo
     assert stopped.value.error.partition == job_partition
     assert 0 < stopped.value.state.offsets[job_partition] <= stopped.value.error.offset  # all before it is kept
     code, output = cli(event_log, "rebuild", "--stop-on-error")
-    assert code == 2 and "Bogus" in output
+    assert code == 1 and "Bogus" in output
 
 
 def test_tail_resumes_after_its_group_commits(event_log: EventLog) -> None:

@@ -1,0 +1,128 @@
+"""How oncelog's commands print and exit: Rich in a terminal; in a pipe or a log file, one line per record.
+
+Output that is not a terminal is never wrapped or truncated (a log collector or `grep` sees whole lines), tables are
+plain aligned text and colour is off; an error is one line on stderr. Exit codes follow one policy (`ExitCode`).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from enum import IntEnum
+
+import typer
+from rich.cells import cell_len
+from rich.console import Console, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+
+class ExitCode(IntEnum):
+    """The exit codes of every oncelog command (docs/cli.md)."""
+
+    OK = 0
+    VERDICT = 1
+    """A verdict against: violations, problems in the log, a failed run, nothing running where asked."""
+    USAGE = 2
+    """Usage or input error: a bad flag or value, an unknown job, dataset, run or event type, a missing log."""
+    REFUSED = 3
+    """Fenced or refused: another run of the job holds its lock."""
+    SKIPPED = 4
+    """A run finished but skipped datasets whose history was not settled."""
+
+
+def stdout_console() -> Console:
+    """A console on stdout that never wraps when stdout is not a terminal."""
+    return _console(stderr=False)
+
+
+def stderr_console() -> Console:
+    """A console on stderr that never wraps when stderr is not a terminal."""
+    return _console(stderr=True)
+
+
+def _console(stderr: bool) -> Console:
+    console = Console(stderr=stderr, highlight=False)
+    console.soft_wrap = not console.is_terminal
+    return console
+
+
+@dataclass(frozen=True)
+class Sheet:
+    """A table as data: a Rich table in a terminal, aligned plain text (one line per row) anywhere else."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+Block = Sheet | Text | str
+"""What a command prints: tables and lines (a str is plain text, never markup)."""
+
+
+def show(blocks: Iterable[Block], console: Console) -> None:
+    """Print blocks: Rich tables in a terminal, else plain lines."""
+    for block in blocks:
+        if isinstance(block, Sheet):
+            if console.is_terminal:
+                console.print(rich_table(block))
+            else:
+                for line in plain_lines(block):
+                    console.out(line, highlight=False)
+        elif console.is_terminal:
+            console.print(block, markup=False)
+        else:
+            console.out(block.plain if isinstance(block, Text) else block, highlight=False)
+
+
+def rich_table(sheet: Sheet) -> RenderableType:
+    """A sheet as a Rich table, for a terminal."""
+    table = Table(title=sheet.title, title_justify="left")
+    for column in sheet.columns:
+        table.add_column(column, overflow="fold")  # a narrow terminal folds a cell; it never hides part of it
+    for row in sheet.rows:
+        table.add_row(*(Text(cell) for cell in row))
+    return table
+
+
+def plain_lines(sheet: Sheet) -> list[str]:
+    """A sheet as its title, then aligned lines: a header and one line per row; an empty cell shows as `-`."""
+    rows = [sheet.columns, *(tuple(one_line(cell) or "-" for cell in row) for row in sheet.rows)]
+    widths = [max(cell_len(row[i]) for row in rows) for i in range(len(sheet.columns))]
+    lines = ["  ".join(cell + " " * (width - cell_len(cell)) for cell, width in zip(row, widths)).rstrip()
+             for row in rows]
+    return [f"{sheet.title}:", *lines]
+
+
+def one_line(text: str) -> str:
+    """Text on one line: line breaks and tabs written as `\\n` and `\\t`, so a record stays one line."""
+    return text.replace("\\", "\\\\").replace("\r", "").replace("\n", "\\n").replace("\t", "\\t")
+
+
+def fail(message: str, code: ExitCode = ExitCode.USAGE) -> typer.Exit:
+    """Print an error a user can act on, on one line of stderr; the caller raises the returned Exit."""
+    console = stderr_console()
+    text = message if console.is_terminal else " | ".join(line for line in message.splitlines() if line.strip())
+    console.print(Text.assemble(("error: ", "red"), text))
+    return typer.Exit(int(code))
+
+
+def warn(message: str) -> None:
+    """Print a warning on one line of stderr."""
+    console = stderr_console()
+    console.print(Text.assemble(("warning: ", "yellow"), " | ".join(message.splitlines())))
+
+
+def suggest(what: str, name: str, known: Collection[str], list_up_to: int = 10) -> str:
+    """How an unknown name could be meant: the close matches among the known, else the known ones if few."""
+    if not known:
+        return f"; there is no {what} at all"
+    lowered = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=3, cutoff=0.6)
+    close += [low for low in sorted(lowered) if name.lower() in low and low not in close][:3 - len(close)]
+    if close:
+        return "; did you mean " + " or ".join(repr(lowered[c]) for c in close) + "?"
+    if len(known) <= list_up_to:
+        return f"; known {what}s: " + ", ".join(sorted(known))
+    return f"; {len(known)} {what}s are known, none like it"

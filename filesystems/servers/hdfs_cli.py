@@ -13,17 +13,11 @@ from typing import Annotated
 import typer
 
 from filesystems.servers import hdfs_local
-from filesystems.servers.hdfs_local import HdfsProvisioningError, LocalHdfs
+from filesystems.servers.hdfs_local import LocalHdfs
+from localservers.cli import one_line_errors, report_down, require_running, server_app
 
-app = typer.Typer(
-    name="hdfs",
-    help=f"Run a local single-node Apache Hadoop {hdfs_local.HADOOP_VERSION} HDFS (NameNode + DataNode) from its "
-         "jars, no Docker.",
-    no_args_is_help=True,
-    add_completion=False,
-    rich_markup_mode=None,  # plain help, as the oncelog command's (docs/cli.md)
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+app = server_app("hdfs", f"Run a local single-node Apache Hadoop {hdfs_local.HADOOP_VERSION} HDFS (NameNode + DataNode) from its "
+         "jars, no Docker.")
 
 StateDir = Annotated[
     Path,
@@ -31,12 +25,6 @@ StateDir = Annotated[
                                      "datanode.log)."),
 ]
 
-
-def _fail(error: HdfsProvisioningError) -> typer.Exit:
-    """Print the error's first line (it names the log to read for details) and return exit code 1."""
-    first_line = (str(error).strip().splitlines() or ["unknown error"])[0]
-    typer.echo(f"error: {first_line}", err=True)
-    return typer.Exit(code=1)
 
 
 def _describe(hdfs: LocalHdfs) -> None:
@@ -60,41 +48,31 @@ def up(
     ] = None,
 ) -> None:
     """Start HDFS in the background (or find the running one) and print its URL."""
-    try:
+    with one_line_errors():
         hdfs = hdfs_local.up(state_dir, port, http_port)
-    except HdfsProvisioningError as e:
-        raise _fail(e) from e
     _describe(hdfs)
 
 
 @app.command()
 def jars() -> None:
     """Resolve Hadoop's HDFS jars with Maven into the cache (once) and print where they are."""
-    try:
+    with one_line_errors():
         path = hdfs_local.ensure_jars()
-    except HdfsProvisioningError as e:
-        raise _fail(e) from e
     typer.echo(str(path))
 
 
 @app.command()
 def down(state_dir: StateDir = Path(".oncelog/hdfs")) -> None:
     """Stop the HDFS that `up` started (its data stays in the state dir)."""
-    try:
+    with one_line_errors():
         stopped = hdfs_local.down(state_dir)
-    except HdfsProvisioningError as e:
-        raise _fail(e) from e
-    typer.echo(f"stopped the HDFS in {state_dir}" if stopped else f"no HDFS running in {state_dir}", err=True)
+    report_down(stopped, "HDFS", state_dir)
 
 
 @app.command()
 def status(state_dir: StateDir = Path(".oncelog/hdfs")) -> None:
     """Print the running HDFS's URL; exit code 1 if none runs in the state dir."""
-    try:
+    with one_line_errors():
         hdfs = hdfs_local.status(state_dir)
-    except HdfsProvisioningError as e:
-        raise _fail(e) from e
-    if hdfs is None:
-        typer.echo(f"no HDFS running in {state_dir}", err=True)
-        raise typer.Exit(code=1)
+    hdfs = require_running(hdfs, "HDFS", state_dir)
     _describe(hdfs)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.unavailable import unavailable
+
 CHROMIUM = "/usr/bin/chromium"
 INSTALL_TIMEOUT_S = 900
 RENDER_TIMEOUT_S = 120
@@ -92,9 +94,7 @@ def browser() -> Iterator[Browser]:
     try:
         path = find_or_install_chromium()
     except BrowserUnavailable as e:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI needs a browser for the HTML report tests: {e}")
-        pytest.skip(f"no browser: {e}")
+        unavailable("browser (Chromium) for the HTML report tests", str(e))
     yield Browser(path)
 
 

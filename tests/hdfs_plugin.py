@@ -11,20 +11,13 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from typing import NoReturn
 
 import pytest
 
 from events.errors import HdfsProvisioningError
 from filesystems.servers.hdfs_local import LocalHdfs
+from tests.unavailable import unavailable
 
-
-def _unavailable(reason: str) -> NoReturn:
-    """Fail under ``CI=true`` (a skipped HDFS suite must not pass CI), skip otherwise."""
-    message = f"no HDFS available: {reason}"
-    if os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}:
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")
@@ -34,7 +27,7 @@ def hdfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalHdfs]:
     try:
         server.start()
     except HdfsProvisioningError as e:
-        _unavailable(f"the local HDFS did not start: {e}")
+        unavailable("HDFS", f"the local HDFS did not start: {e}")
     previous = os.environ.get("HADOOP_CONF_DIR")
     os.environ["HADOOP_CONF_DIR"] = str(server.conf_dir)
     try:

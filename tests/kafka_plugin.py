@@ -12,13 +12,14 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from events.errors import KafkaProvisioningError
 from events.kafka_local import LocalKafkaBroker
+from tests.unavailable import unavailable
 
 if TYPE_CHECKING:
     from testcontainers.community.kafka import KafkaContainer
@@ -35,13 +36,6 @@ def create_topic(bootstrap: str, partitions: int, prefix: str) -> str:
         future.result(timeout=30)
     return topic
 
-
-def _unavailable(reason: str) -> NoReturn:
-    """Fail under ``CI=true`` (a skipped Kafka suite must not pass CI), skip otherwise."""
-    message = f"no Kafka broker available: {reason}"
-    if os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}:
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
 
 
 def _docker_answers(reasons: list[str]) -> bool:
@@ -115,7 +109,7 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     broker = _start_local(tmp_path_factory.mktemp("kafka"), reasons)
     if broker is None:
-        _unavailable("; ".join(reasons))
+        unavailable("Kafka broker", "; ".join(reasons))
     try:
         yield broker.bootstrap
     finally:
@@ -128,7 +122,7 @@ def restartable_kafka(tmp_path: Path) -> Iterator[LocalKafkaBroker]:
     reasons: list[str] = []
     broker = _start_local(tmp_path / "kafka", reasons)
     if broker is None:
-        _unavailable("; ".join(reasons))
+        unavailable("Kafka broker", "; ".join(reasons))
     try:
         yield broker
     finally:

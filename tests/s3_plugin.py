@@ -8,26 +8,18 @@ never go green by silently skipping the S3 suite. Enable with ``pytest_plugins =
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NoReturn
 
 import pytest
 
 from events.errors import S3ProvisioningError
 from filesystems.servers.s3_local import LocalS3
+from tests.unavailable import unavailable
 
 TEST_BUCKET = "oncelog-test"
 
-
-def _unavailable(reason: str) -> NoReturn:
-    """Fail under ``CI=true`` (a skipped S3 suite must not pass CI), skip otherwise."""
-    message = f"no S3 server available: {reason}"
-    if os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}:
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
 
 
 def _started(server: LocalS3) -> LocalS3:
@@ -38,7 +30,7 @@ def _started(server: LocalS3) -> LocalS3:
     except S3ProvisioningError as e:
         reason = str(e)
     if reason:  # outside the except: the skip or failure is not "during handling of" the error
-        _unavailable(reason)
+        unavailable("S3 server", reason)
     return server
 
 
@@ -64,7 +56,7 @@ def s3_bucket(s3: LocalS3) -> str:
     except S3ProvisioningError as e:
         reason = str(e)
     if reason:
-        _unavailable(reason)
+        unavailable("S3 server", reason)
     return TEST_BUCKET
 
 

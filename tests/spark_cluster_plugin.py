@@ -8,22 +8,14 @@ it ends (the cluster is shared). Enable with ``pytest_plugins = ["tests.spark_cl
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from typing import NoReturn
 
 import pytest
 
 from events.errors import SparkClusterError
 from spark_pipeline.standalone_local import LocalSparkCluster
+from tests.unavailable import unavailable
 
-
-def _unavailable(reason: str) -> NoReturn:
-    """Fail under ``CI=true`` (a skipped cluster suite must not pass CI), skip otherwise."""
-    message = f"no Spark standalone cluster: {reason}"
-    if os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}:
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")
@@ -33,7 +25,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSpa
     try:
         cluster.start()
     except SparkClusterError as e:
-        _unavailable(str(e))
+        unavailable("Spark standalone cluster", str(e))
     try:
         yield cluster
     finally:

@@ -6,11 +6,14 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 PYSPARK_PYTHON=python3
 WORKDIR /app
-COPY pyproject.toml README.md oncelog.py ./
+COPY pyproject.toml README.md ./
+COPY oncelog/ oncelog/
 COPY events events
 COPY projections projections
 COPY spark_pipeline spark_pipeline
 COPY replay replay
+COPY filesystems filesystems
+COPY localservers localservers
 RUN pip install --no-cache-dir .
 WORKDIR /data
 ENTRYPOINT []

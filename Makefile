@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test soak simulate demo kafka-jars kafka-up kafka-down hdfs-jars hdfs-up hdfs-down s3-build s3-up s3-down bench bench-quick clean
+.PHONY: test soak simulate demo kafka-jars spark-jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down hdfs-jars hdfs-up hdfs-down s3-build s3-up s3-down bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "oncelog needs Python 3.11+, found " + sys.version.split()[0] + " (set PYTHON=python3.11)")'
@@ -13,8 +13,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
+# Both supported Kafka lines: 3.9.1 (the default) and 4.x (KAFKA4_VERSION in events/kafka_local.py).
+KAFKA4_VERSION ?= 4.4.0
 kafka-jars: $(STAMP)
 	$(BIN)/oncelog kafka jars
+	$(BIN)/oncelog kafka jars --kafka-version $(KAFKA4_VERSION)
+
+# Spark's Kafka and Avro connectors (spark-sql-kafka-0-10, spark-avro), from Maven Central into ~/.cache/oncelog.
+spark-jars: $(STAMP)
+	$(BIN)/oncelog spark jars >/dev/null
 
 # The servers the tests run for real: HDFS from Hadoop's Maven Central jars, an S3-compatible server (versitygw)
 # built from the Go module proxy; both cached in ~/.cache/oncelog after the first time.
@@ -36,7 +43,7 @@ s3-up: s3-build
 s3-down: $(STAMP)
 	$(BIN)/oncelog s3 down
 
-test: $(STAMP) kafka-jars hdfs-jars s3-build
+test: $(STAMP) kafka-jars spark-jars hdfs-jars s3-build
 	$(BIN)/python -m pytest
 
 # The SIGKILL soak (tests/fault/soak.py) at length, not part of `make test` (which runs 10 iterations per store).
@@ -61,6 +68,13 @@ kafka-up: kafka-jars
 
 kafka-down: $(STAMP)
 	$(BIN)/oncelog kafka down
+
+# A three-node KRaft cluster on loopback (replication 3, min.insync.replicas 2); prints its kafka:// URL.
+kafka-cluster-up: kafka-jars
+	$(BIN)/oncelog kafka up --nodes 3 --state-dir .oncelog/kafka-cluster
+
+kafka-cluster-down: $(STAMP)
+	$(BIN)/oncelog kafka down --state-dir .oncelog/kafka-cluster
 
 bench-quick: kafka-jars
 	$(BIN)/python -m benchmarks.log_throughput --quick

@@ -30,7 +30,7 @@ from fastavro.types import Schema
 from pydantic import BaseModel, ValidationError
 
 from events.avro_schema import NAMESPACE, SCHEMA_DIR, envelope_schema, schema_path
-from events.errors import CorruptEventError, EventDecodeError, UnknownEventTypeError
+from events.errors import CorruptEventError, EventDecodeError, LogWriteError, UnknownEventTypeError
 from events.keys import event_id_bytes, partition_for
 from events.model import Event
 
@@ -41,9 +41,22 @@ UNCHECKED_FRAME_MAGIC = 0x0B
 CHECKSUM_SIZE = 4
 CRC_RESIDUE = 0x2144DF1C
 """zlib.crc32 of any data followed by its own crc32 in little-endian order: one call checks a record."""
+MAX_EVENT_BYTES = 256 * 1024
+"""The most an encoded value may weigh: well under Kafka's default message.max.bytes (1 MB). Events whose lists grow
+with the job are appended in parts (events.model.Parted) to stay under it."""
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 MICROSECOND = timedelta(microseconds=1)
 MILLISECOND = timedelta(milliseconds=1)
+
+
+class EventTooLargeError(LogWriteError):
+    """An event encodes to more than MAX_EVENT_BYTES: nothing of its batch is appended."""
+
+    def __init__(self, event: Event, size: int) -> None:
+        super().__init__(
+            f"{event.event_type()} {event.key!r} encodes to {size:,} bytes, over the limit of {MAX_EVENT_BYTES:,} "
+            f"(events.codec.MAX_EVENT_BYTES); append it with event.in_parts()")
+        self.size = size
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +246,8 @@ class EventCodec:
         out.seek(len(writer.frame))
         fastavro.schemaless_writer(out, writer.schema, envelope)
         value = out.getvalue()
+        if len(value) > MAX_EVENT_BYTES:
+            raise EventTooLargeError(event, len(value))
         return value + zlib.crc32(value, zlib.crc32(key)).to_bytes(CHECKSUM_SIZE, "little")
 
     def decode(self, value: bytes, topic: str, partition: int, offset: int, key: bytes | None) -> Event:

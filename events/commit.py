@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import Field
 
-from events.model import Count, DatasetEvent, Frozen, Name
+from events.model import Count, DatasetEvent, Frozen, Name, Parted
 
 
 class FsRenameStep(Frozen):
-    """Move src to dst; done when dst holds size bytes with this checksum and src is gone."""
+    """Move src to dst; done when dst holds size bytes with this checksum and src is gone. `records`: how many the
+    file holds (for downstream consumers; None in plans recorded before version 2)."""
 
     kind: Literal["FsRename"] = "FsRename"
     src: str
     dst: str
     size: Count
     checksum: str
+    records: Count | None = None
 
 
 class HighWatermarkStep(Frozen):
@@ -41,15 +43,32 @@ class DatasetStateStep(Frozen):
 CommitStepSpec = Annotated[Union[FsRenameStep, HighWatermarkStep, DatasetStateStep], Field(discriminator="kind")]
 
 
-class CommitSequencePlanned(DatasetEvent):
-    """The steps that publish one dataset's output of a run, recorded before any of them runs."""
+class CommitSequencePlanned(DatasetEvent, Parted):
+    """The steps that publish one dataset's output of a run, recorded before any of them runs.
+
+    v2: in parts when the steps are many (one FsRename per file); each part holds the next steps in order, and a
+    sequence is applied only once every part of its plan is folded.
+    """
+
+    SCHEMA_VERSION: ClassVar[int] = 2
+    PARTED_FIELDS: ClassVar[tuple[str, ...]] = ("steps",)
 
     steps: tuple[CommitStepSpec, ...]
+    total_steps: Count = 0
+    """The steps of the whole plan when it is in parts (0 when it is in one: then all are in `steps`)."""
+
+    @property
+    def step_count(self) -> int:
+        """The steps of the whole plan."""
+        return self.total_steps if self.parts > 1 else len(self.steps)
+
+    def part_fields(self) -> dict[str, Any]:
+        return {"total_steps": len(self.steps)}
 
     @property
     def key(self) -> str:
         # The step count is part of the identity: CommitStepStore.put extends a plan, and each plan is its own payload.
-        return self.commit_key("PLANNED", len(self.steps))
+        return self.part_key(self.commit_key("PLANNED", self.step_count))
 
 
 class CommitStepApplied(DatasetEvent):

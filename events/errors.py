@@ -15,6 +15,10 @@ class LogUnavailableError(OncelogError):
     """The event log (SQLite file or Kafka cluster) cannot be reached or used."""
 
 
+class KafkaSecurityError(LogUnavailableError):
+    """Kafka refused our credentials or we refused its certificate; names the listener and the setting to check."""
+
+
 class LogWriteError(OncelogError):
     """An atomic batch could not be appended; nothing of it is visible to readers."""
 

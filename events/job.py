@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from events.model import Count, Frozen, Name, RunEvent
+from events.model import Count, Frozen, Name, Parted, RunEvent
 from events.keys import key_of
 
 
@@ -35,14 +35,19 @@ class JobRunStarted(RunEvent):
         return self.run_key("STARTED")
 
 
-class WorkUnitsPlanned(RunEvent):
-    """The Source created these WorkUnits for the run (packed into MultiWorkUnits by multi_work_unit_id)."""
+class WorkUnitsPlanned(RunEvent, Parted):
+    """The Source created these WorkUnits for the run (packed into MultiWorkUnits by multi_work_unit_id).
+
+    v2: in parts when the run has many work units."""
+
+    SCHEMA_VERSION: ClassVar[int] = 2
+    PARTED_FIELDS: ClassVar[tuple[str, ...]] = ("work_units",)
 
     work_units: tuple[WorkUnitSpec, ...]
 
     @property
     def key(self) -> str:
-        return self.run_key("WORK_UNITS_PLANNED")
+        return self.part_key(self.run_key("WORK_UNITS_PLANNED"))
 
 
 class JobRunSucceeded(RunEvent):
@@ -57,10 +62,12 @@ class JobRunSucceeded(RunEvent):
         return self.run_key("SUCCEEDED")
 
 
-class JobRunCommitted(RunEvent):
-    """The run's commit sequences finished: its data is published (COMMITTED)."""
+class JobRunCommitted(RunEvent, Parted):
+    """The run's commit sequences finished: its data is published (COMMITTED). v3: in parts when its dataset lists
+    are long (the first part commits the run; the others complete its lists)."""
 
-    SCHEMA_VERSION: ClassVar[int] = 2
+    SCHEMA_VERSION: ClassVar[int] = 3
+    PARTED_FIELDS: ClassVar[tuple[str, ...]] = ("datasets_committed", "datasets_abandoned", "datasets_skipped")
 
     datasets_committed: tuple[str, ...] = ()
     datasets_abandoned: tuple[str, ...] = ()
@@ -69,7 +76,7 @@ class JobRunCommitted(RunEvent):
 
     @property
     def key(self) -> str:
-        return self.run_key("COMMITTED")
+        return self.part_key(self.run_key("COMMITTED"))
 
 
 class DatasetSkipped(RunEvent):

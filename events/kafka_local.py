@@ -1,12 +1,14 @@
-"""A real single-node Apache Kafka broker (KRaft) run from its Maven Central jars, without Docker.
+"""Real Apache Kafka (KRaft) run from its Maven Central jars, without Docker: one node, a cluster, secured listeners.
 
 Why: oncelog's Kafka store relies on transactions, ``read_committed`` and compaction, which only the real broker
 implements faithfully (a Kafka-compatible broker from PyPI leaked aborted records), so development, tests and
-benchmarks run Apache Kafka itself, needing only Java 17+ and Maven. :func:`ensure_jars` resolves the jars once
-into a cache; :class:`LocalKafkaBroker` formats a work dir, runs ``java kafka.Kafka`` and waits until it answers,
-keeping data, cluster id and ports across restarts and crashes; :func:`up`, :func:`down` and :func:`status` manage
-a detached broker that outlives the command (``oncelog kafka up``). Kafka 3.9.1 keeps the older protocol
-versions aiokafka/faust still use (4.x removed them, KIP-896).
+benchmarks run Apache Kafka itself, needing only Java 17+ and Maven. :func:`ensure_jars` resolves one version's jars
+once into a cache (``kafka-<version>``); :class:`LocalKafkaBroker` formats a work dir, runs ``java kafka.Kafka`` and
+waits until it answers, keeping data, cluster id and ports across restarts and crashes, optionally with SASL_SSL and
+SASL_PLAINTEXT listeners (SCRAM-SHA-512 and PLAIN, a CA made on the spot); :class:`LocalKafkaCluster` runs several
+such nodes as one replicated cluster; :func:`up`, :func:`down` and :func:`status` manage a detached broker or cluster
+that outlives the command (``oncelog kafka up [--nodes 3]``). Kafka 3.9.1 stays the default: it keeps the older
+protocol versions aiokafka/faust still use (4.x removed them, KIP-896); the 4.x line runs with ``version=``.
 """
 
 from __future__ import annotations
@@ -14,11 +16,15 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
 
@@ -31,10 +37,12 @@ from localservers.maven import resolve_jars
 from localservers.tools import JAVA_HINT, default_cache_dir, find_tool, free_port, port_is_free, tail
 
 KAFKA_VERSION = "3.9.1"
+KAFKA4_VERSION = "4.4.0"
+SUPPORTED_KAFKA_VERSIONS = (KAFKA_VERSION, KAFKA4_VERSION)
 
-_POM = Path(__file__).with_name("kafka") / "pom.xml"  # package data (pyproject: events = ["kafka/*.xml"])
-_STATE_FILE, _PID_FILE, _LOG_FILE = "broker.json", "broker.pid", "broker.log"
-_JVM_OPTS = ("-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true")
+_POMS = {3: "pom.xml", 4: "pom-4.xml"}  # package data (pyproject: events = ["kafka/*.xml"]), one per major line
+_STATE_FILE, _PID_FILE, _LOG_FILE, _CLUSTER_FILE = "broker.json", "broker.pid", "broker.log", "cluster.json"
+_JVM_OPTS = ("-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true")
 # WARN and above to stdout, which is broker.log, plus the one INFO line saying the server started.
 _LOG4J = """\
 log4j.rootLogger=WARN, stdout
@@ -44,12 +52,114 @@ log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
 log4j.logger.kafka.server.KafkaRaftServer=INFO
 log4j.logger.org.apache.kafka.clients.NetworkClient=ERROR
 """
+# The same for Kafka 4, which logs through log4j2 (its properties format needs no extra jar).
+_LOG4J2 = """\
+status = warn
+appender.stdout.type = Console
+appender.stdout.name = STDOUT
+appender.stdout.layout.type = PatternLayout
+appender.stdout.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.raft.name = kafka.server.KafkaRaftServer
+logger.raft.level = INFO
+logger.network.name = org.apache.kafka.clients.NetworkClient
+logger.network.level = ERROR
+"""
+_SAFE_CREDENTIAL = re.compile(r"[A-Za-z0-9._-]+")  # nothing JAAS or the --add-scram syntax would need quoted
 
 
-def ensure_jars(cache_dir: Path | None = None) -> Path:
-    """Resolve Kafka's jars with Maven into the cache once (atomically) and return their directory."""
-    return resolve_jars(_POM, (cache_dir or default_cache_dir()) / f"kafka-{KAFKA_VERSION}",
-                        f"Apache Kafka {KAFKA_VERSION}", KafkaProvisioningError)
+class SaslMechanism(StrEnum):
+    """The SASL mechanisms a secured local broker accepts on its SASL listeners."""
+
+    SCRAM_SHA_512 = "SCRAM-SHA-512"
+    PLAIN = "PLAIN"
+
+
+class Listener(StrEnum):
+    """A local node's listener names (each also its security protocol, except the controller's)."""
+
+    PLAINTEXT = "PLAINTEXT"
+    SASL_SSL = "SASL_SSL"
+    SASL_PLAINTEXT = "SASL_PLAINTEXT"
+    CONTROLLER = "CONTROLLER"
+
+
+@dataclass(frozen=True)
+class SaslUser:
+    """One user the secured broker knows, under both mechanisms (a SCRAM credential and a PLAIN JAAS entry)."""
+
+    username: str
+    password: str = field(repr=False)
+
+    def __post_init__(self) -> None:
+        """Refuse characters that would need quoting in JAAS or in StorageTool's ``--add-scram`` syntax."""
+        for what, value in (("username", self.username), ("password", self.password)):
+            if not _SAFE_CREDENTIAL.fullmatch(value):
+                raise KafkaProvisioningError(f"the local broker's SASL {what} may hold only letters, digits, "
+                                             f"'.', '_' and '-' (and not be empty)")
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """A CA and the server certificate it signed (for 127.0.0.1 and localhost), as PEM files."""
+
+    ca_pem: Path
+    server_keystore_pem: Path  # the server's private key (PKCS#8) followed by its certificate
+
+
+@dataclass(frozen=True)
+class SecureEndpoints:
+    """Where a secured local broker listens and how to log in: what a client needs to test security settings."""
+
+    plaintext_bootstrap: str
+    sasl_ssl_bootstrap: str
+    sasl_plaintext_bootstrap: str
+    ca_pem_path: Path
+    username: str
+    password: str = field(repr=False)
+    mechanisms: tuple[SaslMechanism, ...] = (SaslMechanism.SCRAM_SHA_512, SaslMechanism.PLAIN)
+
+
+@dataclass(frozen=True)
+class NodeMembership:
+    """One node's place in a cluster: its id, the cluster id, the controller quorum and how many nodes there are."""
+
+    node_id: int
+    cluster_id: str
+    voters: str  # controller.quorum.voters: "1@127.0.0.1:port,2@..."
+    size: int
+
+
+def _major(version: str) -> int:
+    """The major line of a Kafka version ("3.9.1" -> 3), refusing lines we have no pom for."""
+    try:
+        major = int(version.split(".", 1)[0])
+    except ValueError as e:
+        raise KafkaProvisioningError(f"unreadable Kafka version {version!r} (expected e.g. {KAFKA_VERSION})") from e
+    if major not in _POMS:
+        raise KafkaProvisioningError(f"Kafka {version} is not supported locally; supported lines: "
+                                     f"{', '.join(f'{line}.x' for line in sorted(_POMS))}")
+    return major
+
+
+def _pom_for(version: str, version_dir: Path) -> Path:
+    """The pom resolving ``version``: its line's pom, or a copy of it with the version substituted."""
+    pom = Path(__file__).with_name("kafka") / _POMS[_major(version)]
+    text = pom.read_text()
+    if f"<kafka.version>{version}</kafka.version>" in text:
+        return pom
+    version_dir.mkdir(parents=True, exist_ok=True)
+    (copy := version_dir / "pom.xml").write_text(
+        re.sub(r"<kafka\.version>[^<]*</kafka\.version>", f"<kafka.version>{version}</kafka.version>", text))
+    return copy
+
+
+def ensure_jars(cache_dir: Path | None = None, version: str = KAFKA_VERSION) -> Path:
+    """Resolve one Kafka version's jars with Maven into the cache once (atomically) and return their directory."""
+    version_dir = (cache_dir or default_cache_dir()) / f"kafka-{version}"
+    return resolve_jars(_pom_for(version, version_dir), version_dir, f"Apache Kafka {version}",
+                        KafkaProvisioningError)
 
 
 def _new_cluster_id() -> str:
@@ -59,34 +169,122 @@ def _new_cluster_id() -> str:
     return cluster_id
 
 
-class LocalKafkaBroker:
-    """A single-node Kafka (KRaft, broker+controller) living in ``work_dir``; data and ports survive restarts.
+def _free_ports(count: int, taken: set[int]) -> list[int]:
+    """``count`` distinct free loopback ports, none of them in ``taken``."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port("the Kafka broker", KafkaProvisioningError)
+        if port not in taken and port not in ports:
+            ports.append(port)
+    return ports
 
-    Settings are Kafka's defaults plus what one node needs (replication factor 1 for the internal topics, no
-    initial rebalance delay, a short broker session so a crashed broker re-registers within seconds) and
-    ``auto.create.topics.enable=false``: oncelog creates its topic with explicit configs (``cleanup.policy=compact``),
-    so a forgotten creation must fail loudly, as on a production cluster, instead of silently yielding a
-    non-compacted auto-created topic.
+
+def _run_tool(command: list[str], what: str, cwd: Path) -> None:
+    """Run a provisioning tool (openssl) in ``cwd``, raising with its output when it fails."""
+    try:
+        done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise KafkaProvisioningError(f"could not run {Path(command[0]).name} to {what}: {e}") from e
+    if done.returncode != 0:
+        raise KafkaProvisioningError(f"{Path(command[0]).name} failed to {what} in {cwd} (exit {done.returncode})\n"
+                                     f"{tail(done.stdout + done.stderr)}")
+
+
+def make_tls_files(tls_dir: Path) -> TlsFiles:
+    """A fresh CA and a server certificate for 127.0.0.1/localhost signed by it, made with ``openssl`` (once)."""
+    files = TlsFiles(tls_dir / "ca.pem", tls_dir / "server-keystore.pem")
+    if files.ca_pem.is_file() and files.server_keystore_pem.is_file():
+        return files
+    openssl = find_tool("openssl", "install OpenSSL (e.g. `apt install openssl`)", KafkaProvisioningError)
+    tls_dir.mkdir(parents=True, exist_ok=True)
+    (tls_dir / "server.ext").write_text("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+                                        "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    _run_tool([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+               "-days", "30", "-subj", "/CN=oncelog local test CA",
+               "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign"],
+              "make a CA", tls_dir)
+    _run_tool([openssl, "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+               "-subj", "/CN=127.0.0.1"], "make the server key", tls_dir)
+    _run_tool([openssl, "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+               "-CAcreateserial", "-out", "server.crt", "-days", "30", "-extfile", "server.ext"],
+              "sign the server certificate", tls_dir)
+    files.server_keystore_pem.write_text((tls_dir / "server.key").read_text() + (tls_dir / "server.crt").read_text())
+    return files
+
+
+def _sasl_settings(user: SaslUser, tls: TlsFiles) -> dict[str, str]:
+    """The broker settings of the SASL listeners: JAAS per listener and mechanism, and the PEM keystore."""
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+    plain = f'org.apache.kafka.common.security.plain.PlainLoginModule required user_{user.username}="{user.password}";'
+    settings = {"sasl.enabled.mechanisms": ",".join(SaslMechanism)}
+    for listener in (Listener.SASL_SSL, Listener.SASL_PLAINTEXT):
+        prefix = f"listener.name.{listener.lower()}"
+        settings[f"{prefix}.{SaslMechanism.SCRAM_SHA_512.lower()}.sasl.jaas.config"] = scram
+        settings[f"{prefix}.{SaslMechanism.PLAIN.lower()}.sasl.jaas.config"] = plain
+    settings.update({"listener.name.sasl_ssl.ssl.keystore.type": "PEM",
+                     "listener.name.sasl_ssl.ssl.keystore.location": str(tls.server_keystore_pem),
+                     "ssl.client.auth": "none"})
+    return settings
+
+
+class LocalKafkaBroker:
+    """A Kafka node (KRaft, broker+controller) living in ``work_dir``; data and ports survive restarts.
+
+    Settings are Kafka's defaults plus what the node's cluster needs (internal topics replicated to as many nodes as
+    there are, up to 3, with min.insync 2 on 3 nodes; no initial rebalance delay; a short broker session so a crashed
+    broker re-registers within seconds) and ``auto.create.topics.enable=false``: oncelog creates its topic with
+    explicit configs (``cleanup.policy=compact``), so a forgotten creation must fail loudly, as on a production
+    cluster, instead of silently yielding a non-compacted auto-created topic. With ``sasl_user`` the node also
+    listens with SASL_SSL and SASL_PLAINTEXT (SCRAM-SHA-512 and PLAIN for that user; TLS from a CA made in
+    ``work_dir/tls``); brokers talk to each other on PLAINTEXT.
     """
 
     def __init__(self, work_dir: Path, port: int | None = None, controller_port: int | None = None,
-                 jars: Path | None = None) -> None:
-        """Describe a broker in ``work_dir``; ports not given are those of a previous start, else free ones."""
+                 jars: Path | None = None, *, version: str = KAFKA_VERSION,
+                 membership: NodeMembership | None = None, sasl_user: SaslUser | None = None) -> None:
+        """Describe a node in ``work_dir``; ports not given are those of a previous start, else free ones."""
         self.work_dir = Path(work_dir).expanduser().resolve()
+        self.version = version
+        _major(version)
         recorded = self._recorded()
-        self.port = port or int(recorded.get("port", 0)) or free_port("the Kafka broker", KafkaProvisioningError)
-        self.controller_port = (controller_port or int(recorded.get("controller_port", 0))
-                                or free_port("the Kafka broker", KafkaProvisioningError, avoid=self.port))
-        self.cluster_id = str(recorded.get("cluster_id") or _new_cluster_id())
+        taken: set[int] = set()
+        self.port = port or int(recorded.get("port", 0)) or _free_ports(1, taken)[0]
+        taken.add(self.port)
+        self.controller_port = controller_port or int(recorded.get("controller_port", 0)) or _free_ports(1, taken)[0]
+        taken.add(self.controller_port)
+        self.sasl_user = sasl_user
+        self.sasl_ssl_port = self.sasl_plaintext_port = 0
+        if sasl_user is not None:
+            spare = _free_ports(2, taken)
+            self.sasl_ssl_port = int(recorded.get("sasl_ssl_port", 0)) or spare[0]
+            self.sasl_plaintext_port = int(recorded.get("sasl_plaintext_port", 0)) or spare[1]
+        cluster_id = str(recorded.get("cluster_id") or _new_cluster_id())
+        self.membership = membership or NodeMembership(1, cluster_id, f"1@127.0.0.1:{self.controller_port}", 1)
+        self.cluster_id = self.membership.cluster_id
         self._jars = jars
-        self.daemon = Daemon("Kafka broker", self.work_dir / _PID_FILE, self.log_path,
+        self.daemon = Daemon(f"Kafka broker (node {self.membership.node_id})", self.work_dir / _PID_FILE,
+                             self.log_path,
                              lambda pid: runs_command(pid, b"kafka.Kafka", os.fsencode(self.config_path)),
                              KafkaProvisioningError)
 
     @property
+    def node_id(self) -> int:
+        """This node's id in its cluster (1 for a single node)."""
+        return self.membership.node_id
+
+    @property
     def bootstrap(self) -> str:
-        """The ``bootstrap.servers`` value for clients: ``127.0.0.1:<port>``."""
+        """The ``bootstrap.servers`` value for clients: ``127.0.0.1:<port>`` (the PLAINTEXT listener)."""
         return f"127.0.0.1:{self.port}"
+
+    def secure_endpoints(self) -> SecureEndpoints:
+        """The SASL listeners' addresses, the CA and the user; only for a node started with ``sasl_user``."""
+        if self.sasl_user is None:
+            raise KafkaProvisioningError(f"the Kafka broker in {self.work_dir} has no SASL listeners "
+                                         f"(start it with sasl_user=)")
+        return SecureEndpoints(self.bootstrap, f"127.0.0.1:{self.sasl_ssl_port}",
+                               f"127.0.0.1:{self.sasl_plaintext_port}", self._tls_files().ca_pem,
+                               self.sasl_user.username, self.sasl_user.password)
 
     @property
     def log_path(self) -> Path:
@@ -98,12 +296,18 @@ class LocalKafkaBroker:
         """The generated ``server.properties`` (rewritten at every start)."""
         return self.work_dir / "server.properties"
 
+    def _tls_files(self) -> TlsFiles:
+        """Where this node's CA and server keystore live."""
+        return TlsFiles(self.work_dir / "tls" / "ca.pem", self.work_dir / "tls" / "server-keystore.pem")
+
     def _recorded(self) -> dict[str, int | str]:
         """The ports and cluster id recorded by an earlier start in this work dir, if any."""
         try:
             recorded = json.loads((self.work_dir / _STATE_FILE).read_text())
             return {"port": int(recorded["port"]), "controller_port": int(recorded["controller_port"]),
-                    "cluster_id": str(recorded["cluster_id"])}
+                    "cluster_id": str(recorded["cluster_id"]),
+                    "sasl_ssl_port": int(recorded.get("sasl_ssl_port", 0)),
+                    "sasl_plaintext_port": int(recorded.get("sasl_plaintext_port", 0))}
         except FileNotFoundError:
             return {}
         except (OSError, ValueError, KeyError, TypeError) as e:
@@ -117,21 +321,35 @@ class LocalKafkaBroker:
         """Whether this work dir's broker process is alive (not necessarily ready yet)."""
         return self.daemon.is_running()
 
-    def _write_config(self) -> None:
-        """Write server.properties, log4j.properties and the state file (ports, cluster id)."""
+    def _ports(self) -> dict[Listener, int]:
+        """This node's listeners and their ports (the SASL ones only when it has a SASL user)."""
+        ports = {Listener.PLAINTEXT: self.port, Listener.CONTROLLER: self.controller_port}
+        if self.sasl_user is not None:
+            ports |= {Listener.SASL_SSL: self.sasl_ssl_port, Listener.SASL_PLAINTEXT: self.sasl_plaintext_port}
+        return ports
+
+    def _settings(self) -> dict[str, str]:
+        """server.properties for this node: its listeners, its quorum, replication fitting the cluster size."""
+        ports = self._ports()
+        clients = [listener for listener in ports if listener is not Listener.CONTROLLER]
+        replication = min(3, self.membership.size)
         settings = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
-            "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": self.membership.voters,
+            "listeners": ",".join(f"{listener}://127.0.0.1:{port}" for listener, port in ports.items()),
+            "advertised.listeners": ",".join(f"{listener}://127.0.0.1:{ports[listener]}" for listener in clients),
+            "controller.listener.names": Listener.CONTROLLER,
+            "inter.broker.listener.name": Listener.PLAINTEXT,
+            "listener.security.protocol.map": ",".join(
+                f"{listener}:{Listener.PLAINTEXT if listener is Listener.CONTROLLER else listener}"
+                for listener in ports),
             "log.dirs": str(self.work_dir / "data"),
             "num.partitions": "1",
-            "offsets.topic.replication.factor": "1",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
+            "offsets.topic.replication.factor": str(replication),
+            "transaction.state.log.replication.factor": str(replication),
+            "transaction.state.log.min.isr": str(min(2, replication)),
+            "min.insync.replicas": str(min(2, replication)),
             "group.initial.rebalance.delay.ms": "0",
             "auto.create.topics.enable": "false",
             "log.cleaner.enable": "true",
@@ -139,24 +357,40 @@ class LocalKafkaBroker:
             "broker.session.timeout.ms": "4000",
             "broker.heartbeat.interval.ms": "1000",
         }
-        self.config_path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+        if self.membership.size > 1:  # 50 partitions x 3 replicas each would make a loaded laptop's start crawl
+            settings |= {"offsets.topic.num.partitions": "6", "transaction.state.log.num.partitions": "6"}
+        if self.sasl_user is not None:
+            settings |= _sasl_settings(self.sasl_user, make_tls_files(self.work_dir / "tls"))
+        return settings
+
+    def _write_config(self) -> None:
+        """Write server.properties, the logging config and the state file (ports, cluster id)."""
+        self.config_path.write_text("".join(f"{key}={value}\n" for key, value in self._settings().items()))
         (self.work_dir / "log4j.properties").write_text(_LOG4J)
-        state = {"port": self.port, "controller_port": self.controller_port, "cluster_id": self.cluster_id}
+        (self.work_dir / "log4j2.properties").write_text(_LOG4J2)
+        state = {"port": self.port, "controller_port": self.controller_port, "cluster_id": self.cluster_id,
+                 "sasl_ssl_port": self.sasl_ssl_port, "sasl_plaintext_port": self.sasl_plaintext_port}
         (self.work_dir / _STATE_FILE).write_text(json.dumps(state) + "\n")
 
     def _java_command(self, main: str, *args: str) -> list[str]:
-        """``java`` with our JVM options, log4j config and the cached jars, running class ``main``."""
+        """``java`` with our JVM options, logging config and the cached jars, running class ``main``."""
         java = find_tool("java", JAVA_HINT, KafkaProvisioningError)
-        self._jars = self._jars or ensure_jars()
-        log4j = f"-Dlog4j.configuration={(self.work_dir / 'log4j.properties').as_uri()}"
-        return [java, *_JVM_OPTS, log4j, "-cp", str(self._jars / "*"), main, *args]
+        self._jars = self._jars or ensure_jars(version=self.version)
+        logging = (f"-Dlog4j.configuration={(self.work_dir / 'log4j.properties').as_uri()}" if _major(self.version) < 4
+                   else f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}")
+        # A cluster's JVMs start together on what may be a 2-core laptop: the quick C1 compiler only starts faster.
+        quick_start = ("-XX:TieredStopAtLevel=1",) if self.membership.size > 1 else ()
+        return [java, *_JVM_OPTS, *quick_start, logging, "-cp", str(self._jars / "*"), main, *args]
 
     def _format(self) -> None:
-        """Format the log dir with the recorded cluster id, on the first start only."""
+        """Format the log dir with the cluster id (and the SCRAM user), on the first start only."""
         if (self.work_dir / "data" / "meta.properties").is_file():
             return
+        scram: list[str] = []
+        if (user := self.sasl_user) is not None:
+            scram = ["--add-scram", f"{SaslMechanism.SCRAM_SHA_512}=[name={user.username},password={user.password}]"]
         command = self._java_command("kafka.tools.StorageTool", "format", "-t", self.cluster_id,
-                                     "-c", str(self.config_path), "--ignore-formatted")
+                                     "-c", str(self.config_path), "--ignore-formatted", *scram)
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.SubprocessError) as e:
@@ -173,28 +407,32 @@ class LocalKafkaBroker:
 
     def _start(self, timeout: float, detached: bool) -> None:
         """Launch ``kafka.Kafka`` (detached: in its own session, not our child) and wait until it is ready."""
+        if self._launch(detached):
+            try:
+                self._wait_ready(timeout)
+            except KafkaProvisioningError:
+                self.kill()
+                raise
+
+    def _launch(self, detached: bool) -> bool:
+        """Write the config, format on first use and launch the JVM; False if this node already runs."""
         if self.is_running():
             if (recorded := self._recorded().get("port")) != self.port:
                 raise KafkaProvisioningError(f"a broker already runs in {self.work_dir} on port {recorded}")
-            return
-        for port in (self.port, self.controller_port):
+            return False
+        for port in self._ports().values():
             if not port_is_free(port):
                 raise KafkaProvisioningError(f"port {port} on 127.0.0.1 is already in use; cannot start the Kafka "
                                              f"broker in {self.work_dir} (another broker? choose another port)")
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self._write_config()
         self._format()
-        command = self._java_command("kafka.Kafka", str(self.config_path))
-        self.daemon.begin_log(f"starting kafka.Kafka {KAFKA_VERSION}")
-        try:
-            self.daemon.launch(command, detached)
-            self._wait_ready(timeout)
-        except KafkaProvisioningError:
-            self.kill()
-            raise
+        self.daemon.begin_log(f"starting kafka.Kafka {self.version} (node {self.node_id})")
+        self.daemon.launch(self._java_command("kafka.Kafka", str(self.config_path)), detached)
+        return True
 
-    def _wait_ready(self, timeout: float) -> None:
-        """Poll until the port accepts connections and a metadata request lists this broker."""
+    def _wait_ready(self, timeout: float, brokers: int = 1) -> None:
+        """Poll until the port accepts connections and a metadata request lists ``brokers`` brokers."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.is_running():
@@ -204,8 +442,10 @@ class LocalKafkaBroker:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1):
                     pass
                 admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
-                if admin.list_topics(timeout=min(5.0, max(0.5, deadline - time.monotonic()))).brokers:
+                listed = admin.list_topics(timeout=min(5.0, max(0.5, deadline - time.monotonic()))).brokers
+                if len(listed) >= brokers:
                     return
+                time.sleep(0.2)
             except (OSError, KafkaException):
                 time.sleep(0.2)
         raise KafkaProvisioningError(f"the Kafka broker in {self.work_dir} did not answer on {self.bootstrap} "
@@ -243,31 +483,172 @@ class LocalKafkaBroker:
         self.stop()
 
 
-def _running_in(state_dir: Path) -> LocalKafkaBroker | None:
-    """The broker running in ``state_dir`` (whichever process started it), or None; creates nothing."""
+class LocalKafkaCluster:
+    """``nodes`` KRaft nodes (each broker+controller, the quorum on all of them) in ``work_dir/node-<id>``.
+
+    Internal topics are replicated to min(3, nodes) brokers with min.insync 2, as the events topic should be on a
+    production cluster; each node keeps its ports and data across restarts, so one node can be killed and started
+    again while the others serve.
+    """
+
+    def __init__(self, work_dir: Path, nodes: int = 3, version: str = KAFKA_VERSION) -> None:
+        """Describe the cluster; ports and the cluster id are those of a previous start, else fresh ones."""
+        if nodes < 1:
+            raise KafkaProvisioningError(f"a Kafka cluster needs at least one node, not {nodes}")
+        self.work_dir = Path(work_dir).expanduser().resolve()
+        self.version = version
+        singles = [LocalKafkaBroker(self._node_dir(i), version=version) for i in range(1, nodes + 1)]
+        voters = ",".join(f"{i}@127.0.0.1:{single.controller_port}" for i, single in enumerate(singles, 1))
+        cluster_id = self._recorded_cluster_id() or _new_cluster_id()
+        self.nodes = [LocalKafkaBroker(self._node_dir(i), single.port, single.controller_port, version=version,
+                                       membership=NodeMembership(i, cluster_id, voters, nodes))
+                      for i, single in enumerate(singles, 1)]
+        self.cluster_id = cluster_id
+        ports = [port for node in self.nodes for port in (node.port, node.controller_port)]
+        if len(set(ports)) != len(ports):  # two nodes drew the same free port before either recorded it
+            raise KafkaProvisioningError(f"the nodes of the Kafka cluster in {self.work_dir} drew clashing ports "
+                                         f"{ports}; remove {self.work_dir} and start again")
+
+    def _node_dir(self, node_id: int) -> Path:
+        """The work dir of node ``node_id``."""
+        return self.work_dir / f"node-{node_id}"
+
+    def _recorded_cluster_id(self) -> str | None:
+        """The cluster id recorded by an earlier start, if any."""
+        try:
+            return str(json.loads((self.work_dir / _CLUSTER_FILE).read_text())["cluster_id"])
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise KafkaProvisioningError(f"unreadable cluster state {self.work_dir / _CLUSTER_FILE}: {e}") from e
+
+    @property
+    def bootstrap(self) -> str:
+        """The ``bootstrap.servers`` value naming every node."""
+        return ",".join(node.bootstrap for node in self.nodes)
+
+    def node(self, node_id: int) -> LocalKafkaBroker:
+        """The node with id ``node_id`` (as partition metadata names leaders)."""
+        for candidate in self.nodes:
+            if candidate.node_id == node_id:
+                return candidate
+        raise KafkaProvisioningError(f"the Kafka cluster in {self.work_dir} has no node {node_id}")
+
+    def start(self, timeout: float = 90) -> None:
+        """Start every node not running as our child and wait until all brokers are registered."""
+        self._start(timeout, detached=False)
+
+    def _start(self, timeout: float, detached: bool) -> None:
+        """Launch all nodes first (the quorum needs a majority to elect), then wait for every broker."""
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        (self.work_dir / _CLUSTER_FILE).write_text(
+            json.dumps({"cluster_id": self.cluster_id, "nodes": len(self.nodes), "version": self.version}) + "\n")
+        try:
+            with ThreadPoolExecutor(len(self.nodes)) as pool:  # formatting runs a JVM per node: not one by one
+                list(pool.map(lambda node: node._launch(detached), self.nodes))
+            for node in self.nodes:
+                node._wait_ready(timeout, brokers=len(self.nodes))
+        except KafkaProvisioningError:
+            self.kill()
+            raise
+
+    def start_node(self, node_id: int, timeout: float = 60) -> None:
+        """Start one node again (after kill or stop) and wait until the whole cluster lists it."""
+        node = self.node(node_id)
+        if node._launch(detached=False):
+            node._wait_ready(timeout, brokers=len(self.nodes))
+
+    def partition_leaders(self, topic: str, timeout: float = 10) -> dict[int, int]:
+        """Each partition of ``topic`` and the node id leading it now (-1 while it has none)."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        try:
+            metadata = admin.list_topics(topic, timeout=timeout).topics[topic]
+        except KafkaException as e:
+            raise KafkaProvisioningError(f"no metadata for topic {topic!r} from the cluster {self.bootstrap}: "
+                                         f"{e}") from e
+        if metadata.error is not None:
+            raise KafkaProvisioningError(f"no metadata for topic {topic!r} from the cluster {self.bootstrap}: "
+                                         f"{metadata.error}")
+        return {partition: meta.leader for partition, meta in sorted(metadata.partitions.items())}
+
+    def is_running(self) -> bool:
+        """Whether any node of the cluster runs."""
+        return any(node.is_running() for node in self.nodes)
+
+    def stop(self, timeout: float = 15) -> None:
+        """Shut every node down (SIGTERM together), killing those still waiting for a quorum after ``timeout``."""
+        if not signal_and_wait([node.daemon for node in self.nodes], signal.SIGTERM, timeout):
+            self.kill()
+        for node in self.nodes:
+            node.daemon.forget()
+
+    def kill(self) -> None:
+        """Kill every node at once (SIGKILL)."""
+        for node in self.nodes:
+            node.kill()
+
+    def __enter__(self) -> LocalKafkaCluster:
+        """Start the cluster for a ``with`` block."""
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        """Stop the cluster when the ``with`` block ends."""
+        self.stop()
+
+
+def _cluster_in(state_dir: Path) -> LocalKafkaCluster | None:
+    """The cluster described in ``state_dir`` (running or not), or None if none was ever started there."""
+    try:
+        recorded = json.loads((Path(state_dir) / _CLUSTER_FILE).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise KafkaProvisioningError(f"unreadable cluster state {Path(state_dir) / _CLUSTER_FILE}: {e}") from e
+    return LocalKafkaCluster(state_dir, int(recorded["nodes"]), str(recorded.get("version", KAFKA_VERSION)))
+
+
+def _running_in(state_dir: Path) -> LocalKafkaBroker | LocalKafkaCluster | None:
+    """The broker or cluster running in ``state_dir`` (whichever process started it), or None; creates nothing."""
+    if (cluster := _cluster_in(state_dir)) is not None:
+        return cluster if cluster.is_running() else None
     if not (Path(state_dir) / _STATE_FILE).is_file():
         return None
     broker = LocalKafkaBroker(state_dir)
     return broker if broker.is_running() else None
 
 
-def up(state_dir: Path, port: int | None = None, timeout: float = 60) -> str:
-    """Start a detached broker in ``state_dir`` that outlives this process, or find the running one; its bootstrap."""
+def up(state_dir: Path, port: int | None = None, timeout: float = 60, nodes: int = 1,
+       version: str = KAFKA_VERSION) -> str:
+    """Start a detached broker (or ``nodes``-node cluster) in ``state_dir`` that outlives this process, or find the
+    running one; its bootstrap."""
     if (running := _running_in(state_dir)) is not None:
         return running.bootstrap
-    broker = LocalKafkaBroker(state_dir, port=port)
+    single_there = (Path(state_dir) / _STATE_FILE).is_file()
+    if (nodes > 1 and single_there) or (nodes == 1 and _cluster_in(state_dir) is not None):
+        raise KafkaProvisioningError(f"{state_dir} holds a {'single broker' if single_there else 'cluster'}; "
+                                     f"choose another --state-dir for {nodes} node(s)")
+    if nodes > 1:
+        if port is not None:
+            raise KafkaProvisioningError("--port applies to a single broker; a cluster picks its nodes' ports")
+        cluster = LocalKafkaCluster(state_dir, nodes, version)
+        cluster._start(max(timeout, 90), detached=True)
+        return cluster.bootstrap
+    broker = LocalKafkaBroker(state_dir, port=port, version=version)
     broker._start(timeout, detached=True)
     return broker.bootstrap
 
 
 def down(state_dir: Path, timeout: float = 30) -> bool:
-    """Stop the broker ``up`` started in ``state_dir`` (its data stays); False if none was running."""
-    if (broker := _running_in(state_dir)) is None:
+    """Stop the broker or cluster ``up`` started in ``state_dir`` (its data stays); False if none was running."""
+    if (running := _running_in(state_dir)) is None:
         return False
-    broker.stop(timeout)
+    running.stop(timeout)
     return True
 
 
 def status(state_dir: Path) -> str | None:
-    """The bootstrap of the broker running in ``state_dir``, or None if none runs there."""
-    return broker.bootstrap if (broker := _running_in(state_dir)) is not None else None
+    """The bootstrap of the broker or cluster running in ``state_dir``, or None if none runs there."""
+    return running.bootstrap if (running := _running_in(state_dir)) is not None else None
+

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, TopicMe
 from events.job_lock import FencingJobLock
 from events.codec import EventCodec
 from events.errors import ConfigError, LogNotStableError, LogUnavailableError
-from events.kafka_config import DEFAULT_PARTITIONS, KafkaSettings, is_transient
+from events.kafka_config import DEFAULT_PARTITIONS, ClientMonitor, KafkaSettings, is_transient, refresh_leaders
 from events.kafka_snapshots import KafkaSnapshotStore
 from events.kafka_writer import KafkaWriter
 from events.log import ErrorHandler, EventLog, Offsets, Snapshot, StoredRecord, Subscription, raise_error
@@ -45,6 +45,9 @@ STABLE_POLL_S = 0.05
 OFFSETS_RETRY_FIRST_S = 0.05
 OFFSETS_RETRY_MAX_S = 1.0
 """Bounded backoff between attempts to read end offsets that failed with a transient error."""
+WAIT_SLICE_S = 1.0
+"""A blocking metadata call waits at most this long at a time, so a refused credential or certificate (which
+librdkafka retries forever) is raised within about a second rather than at the end of the read timeout."""
 SAFE_REPLICATION = 3
 SAFE_MIN_INSYNC = 2
 
@@ -118,12 +121,16 @@ class KafkaLog(EventLog):
         self.settings = settings
         self.topic = settings.topic
         self.url = settings.url
-        self._admin: AdminClient = settings.make("admin", AdminClient, {})
+        self.monitor: ClientMonitor = settings.monitor()
+        """Watches every client of this log: their log lines, outages, refused credentials or certificates."""
+        self._admin: AdminClient = settings.make("admin", AdminClient, {}, self.monitor)
         self._partitions: int | None = None
         self._meta_consumer: Consumer | None = None
         self._snapshots = KafkaSnapshotStore(self)
         self._durability_checked = False
         self._durability: str | None = None
+        self._created: set[str] = set()
+        """Topics this log created: until the metadata of every broker shows them, they may be reported missing."""
 
     @classmethod
     def from_url(cls, url: str, location: str, settings: dict[str, str], codec: EventCodec | None) -> KafkaLog:
@@ -170,6 +177,7 @@ class KafkaLog(EventLog):
             future = self._admin.create_topics([NewTopic(topic, partitions, replication, config=configs)])[topic]
             try:
                 future.result(timeout=30)
+                self._created.add(topic)
                 return check_topic_configs(topic, replication, configs)
             except KafkaException as e:
                 if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
@@ -187,13 +195,33 @@ class KafkaLog(EventLog):
         replication = min((len(p.replicas) for p in metadata.partitions.values()), default=0)
         return check_topic_configs(topic, replication, self._topic_configs(topic))
 
+    def topic_role(self, topic: str) -> str:
+        """A topic as the user knows it: the log topic they gave, or what an internal topic is for."""
+        if topic == self.topic:
+            return f"log topic {topic!r}"
+        return f"the snapshots of log topic {self.topic!r}"
+
+    def _list_topics(self, topic: str) -> Any:
+        """The cluster's metadata (all topics), waited for in slices until the read timeout; LogUnavailableError
+        naming the brokers and the topic when it does not come, KafkaSecurityError at once when refused."""
+        deadline = time.monotonic() + self.settings.read_timeout_s
+        while True:
+            try:
+                # All topics, not list_topics(topic=...): asking for one topic auto-creates it on brokers that allow it.
+                metadata = self._admin.list_topics(timeout=min(WAIT_SLICE_S, max(deadline - time.monotonic(), 0.1)))
+                self.monitor.reachable()
+                return metadata
+            except KafkaException as e:
+                self._admin.poll(0)  # serves error_cb: a refused credential surfaces here
+                self.monitor.check()
+                if time.monotonic() >= deadline:
+                    raise self.monitor.unreachable(
+                        f"describing {self.topic_role(topic)}", self.settings.read_timeout_s, "read_timeout_s",
+                        str(e.args[0].str() if e.args else e)) from e
+
     def _describe(self, topic: str) -> TopicMetadata | None:
         """The topic's metadata (partitions and their replicas); None when it does not exist."""
-        try:
-            # All topics, not list_topics(topic=...): asking for one topic auto-creates it on brokers that allow it.
-            metadata = self._admin.list_topics(timeout=self.settings.read_timeout_s)
-        except KafkaException as e:
-            raise LogUnavailableError(f"Kafka at {self.settings.bootstrap} does not answer: {e}") from e
+        metadata = self._list_topics(topic)
         found = metadata.topics.get(topic)
         if found is None or found.error is not None:
             return None
@@ -214,7 +242,7 @@ class KafkaLog(EventLog):
         return None if found is None else len(found.partitions)
 
     def _broker_count(self) -> int:
-        return max(1, len(self._admin.list_topics(timeout=self.settings.read_timeout_s).brokers))
+        return max(1, len(self._list_topics(self.topic).brokers))
 
     def _topic_configs(self, topic: str) -> dict[str, str] | None:
         """The topic's effective configs (its own, else the broker's defaults); None if describing is denied."""
@@ -234,12 +262,12 @@ class KafkaLog(EventLog):
 
     def writer_for(self, topic: str, name: str, partitions: int) -> KafkaWriter:
         """A transactional writer on any topic of this cluster (the snapshot store writes its own topic)."""
-        return KafkaWriter(name, self.codec, partitions, self.settings, topic)
+        return KafkaWriter(name, self.codec, partitions, self.settings, topic, self.monitor)
 
     def consumer(self, overrides: Mapping[str, Any]) -> Consumer:
         """A consumer with this log's settings, read_committed."""
         config = {"group.id": f"oncelog-reader-{uuid.uuid4()}", **READER_SETTINGS, **overrides}
-        return self.settings.make("consumer", Consumer, config)
+        return self.settings.make("consumer", Consumer, config, self.monitor)
 
     def read_records(
         self, start: Mapping[int, int] | None = None, until: Mapping[int, int] | None = None, follow: bool = False
@@ -277,13 +305,14 @@ class KafkaLog(EventLog):
         while active:
             messages = consumer.consume(CONSUME_BATCH, CONSUME_WAIT_S)
             if not messages:
+                self.monitor.check()
                 if not follow and time.monotonic() - idle_since > self.settings.read_timeout_s:
-                    raise LogUnavailableError(
-                        f"reading {topic!r} from {self.settings.bootstrap}: no progress for "
-                        f"{self.settings.read_timeout_s:.0f}s (setting read_timeout_s); partitions left {sorted(active)}"
-                    )
+                    raise self.monitor.unreachable(
+                        f"reading {self.topic_role(topic)} (no progress; partitions left {sorted(active)})",
+                        self.settings.read_timeout_s, "read_timeout_s", "no records nor end of partition")
                 continue
             idle_since = time.monotonic()
+            self.monitor.reachable()
             for m in messages:
                 if m.error() is not None:
                     self._consumer_error(m, active, follow)
@@ -312,7 +341,8 @@ class KafkaLog(EventLog):
                 active.discard(message.partition())
             return
         if error.fatal() or error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
-            raise LogUnavailableError(f"reading {self.topic!r} from {self.settings.bootstrap}: {error.str()}")
+            raise LogUnavailableError(f"reading {self.topic_role(message.topic() or self.topic)} from "
+                                      f"{self.settings.bootstrap}: {self.settings.scrub(error.str())}")
         # Anything else (a broker going away, a leader moving) librdkafka retries by itself.
 
     def end_offsets(self) -> Offsets:
@@ -360,36 +390,65 @@ class KafkaLog(EventLog):
         while True:
             remaining = deadline - time.monotonic()
             try:
-                _, high = consumer.get_watermark_offsets(partition, timeout=max(remaining, 0.1), cached=False)
+                _, high = consumer.get_watermark_offsets(
+                    partition, timeout=min(WAIT_SLICE_S, max(remaining, 0.1)), cached=False
+                )
+                self.monitor.reachable()
                 return int(high)
             except KafkaException as e:
                 error: KafkaError = e.args[0]
-                where = f"{partition.topic!r}[{partition.partition}] on {self.settings.bootstrap}"
+                consumer.poll(0)  # serves error_cb (never assigned: returns no record)
+                self.monitor.check()
+                where = f"{self.topic_role(partition.topic)}, partition {partition.partition}"
                 if not is_transient(error):
-                    raise LogUnavailableError(f"cannot read the end offset of {where}: {error.str()}") from e
-                if deadline - time.monotonic() <= 0:
                     raise LogUnavailableError(
-                        f"cannot read the end offset of {where}: {error.str()}, still after "
-                        f"{self.settings.read_timeout_s:.0f}s of retries (setting read_timeout_s)"
+                        f"cannot read the end offset of {where} on {self.settings.bootstrap}: "
+                        f"{self.settings.scrub(error.str())}"
+                    ) from e
+                if deadline - time.monotonic() <= 0:
+                    raise self.monitor.unreachable(
+                        f"reading the end offset of {where}", self.settings.read_timeout_s, "read_timeout_s",
+                        error.str()
                     ) from e
                 if error.code() in (KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART):
-                    if self._describe(partition.topic) is None:  # not a topic just created: one that is not there
+                    just_created = partition.topic in self._created
+                    if not just_created and self._describe(partition.topic) is None:  # a topic that is not there
                         raise LogUnavailableError(
-                            f"cannot read the end offset of {where}: the topic does not exist (open the log with "
-                            f"the right topic setting, or create it: ensure_topic)"
+                            f"cannot read the end offset of {where} on {self.settings.bootstrap}: the topic does not "
+                            f"exist (open the log with the right topic setting, or create it: ensure_topic)"
                         ) from e
+                refresh_leaders(consumer, partition.topic, min(WAIT_SLICE_S, max(deadline - time.monotonic(), 0.1)))
                 time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
                 pause = min(2 * pause, OFFSETS_RETRY_MAX_S)
 
     def offsets_for_time(self, timestamp_ms: int) -> Offsets:
-        consumer = self._metadata_consumer()
-        wanted = [TopicPartition(self.topic, p, timestamp_ms) for p in range(self.partitions)]
-        try:
-            answered = consumer.offsets_for_times(wanted, timeout=self.settings.read_timeout_s)
-        except KafkaException as e:
-            raise LogUnavailableError(f"cannot look up offsets by time in {self.topic!r}: {e}") from e
+        answered = self._offsets_at(self._metadata_consumer(), timestamp_ms)
         end = self.end_offsets()
         return {tp.partition: (tp.offset if tp.offset >= 0 else end[tp.partition]) for tp in answered}
+
+    def _offsets_at(self, consumer: Consumer, timestamp_ms: int) -> list[TopicPartition]:
+        """The first offset at or after the time in each partition, asked in short slices until the read timeout,
+        the partitions' leaders looked up again between tries (a leader that died is asked no more)."""
+        wanted = [TopicPartition(self.topic, p, timestamp_ms) for p in range(self.partitions)]
+        deadline = time.monotonic() + self.settings.read_timeout_s
+        while True:
+            try:
+                answered: list[TopicPartition] = consumer.offsets_for_times(
+                    wanted, timeout=min(WAIT_SLICE_S, max(deadline - time.monotonic(), 0.1)))
+                self.monitor.reachable()
+                return answered
+            except KafkaException as e:
+                error: KafkaError = e.args[0]
+                consumer.poll(0)  # serves error_cb (never assigned: returns no record)
+                self.monitor.check()
+                doing = f"looking up offsets by time in {self.topic_role(self.topic)}"
+                if not is_transient(error):
+                    raise LogUnavailableError(f"cannot finish {doing} on {self.settings.bootstrap}: "
+                                              f"{self.settings.scrub(error.str())}") from e
+                if deadline - time.monotonic() <= 0:
+                    raise self.monitor.unreachable(doing, self.settings.read_timeout_s, "read_timeout_s",
+                                                   error.str()) from e
+                refresh_leaders(consumer, self.topic, min(WAIT_SLICE_S, max(deadline - time.monotonic(), 0.1)))
 
     def _metadata_consumer(self) -> Consumer:
         if self._meta_consumer is None:
@@ -427,7 +486,10 @@ class KafkaSubscription(Subscription):
     def poll_records(self, timeout: float, max_records: int) -> list[StoredRecord]:
         topic = self._log.topic
         found = []
-        for m in self._consumer.consume(max_records, timeout):
+        messages = self._consumer.consume(max_records, timeout)
+        if not messages:
+            self._log.monitor.check()  # a refused credential or certificate, which librdkafka retries forever
+        for m in messages:
             error = m.error()
             if error is not None:
                 if error.fatal() or error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):

@@ -16,14 +16,19 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from events.codec import EventCodec, Record
 from events.errors import FencedError, LogUnavailableError, LogWriteError
-from events.kafka_config import KafkaSettings
+from events.kafka_config import ClientMonitor, KafkaSettings, refresh_leaders
 from events.log import LogWriter
 
 FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 ABORTED_BATCH_RETRIES = 3
 RETRY_PAUSE_S = 0.2
+INIT_SLICE_S = 1.0
+"""init_transactions waits at most this long at a time (it may be called again after a timeout), so a refused
+credential or certificate, which librdkafka retries forever, is raised within about a second."""
 VISIBILITY_WAIT_S = 10.0
 """How long an append waits for its own commit markers (normally milliseconds) before returning anyway."""
+VISIBILITY_SLICE_S = 1.0
+"""One look at a partition's stable offset waits at most this long, then the leaders are looked up again."""
 FOREIGN_HOLD_GRACE_S = 0.25
 """How long an append waits when a transaction older than its batch holds a partition's stable offset: long enough
 for the markers of one just committed; one left open (a killed writer) holds it until its timeout, not waited for."""
@@ -51,11 +56,14 @@ def transactional_id(topic: str, name: str) -> str:
 class KafkaWriter(LogWriter):
     """Appends each batch in one Kafka transaction; readers with read_committed see all of it or none."""
 
-    def __init__(self, name: str, codec: EventCodec, partitions: int, settings: KafkaSettings, topic: str) -> None:
+    def __init__(
+        self, name: str, codec: EventCodec, partitions: int, settings: KafkaSettings, topic: str, monitor: ClientMonitor
+    ) -> None:
         super().__init__(name, codec, partitions)
         self.topic = topic
         self._timeout = settings.write_timeout_s
         self._dead: Exception | None = None
+        self._monitor = monitor
         self._producer: Producer = settings.make(
             "producer",
             Producer,
@@ -66,6 +74,7 @@ class KafkaWriter(LogWriter):
                 **PRODUCER_TUNING,
                 "transaction.timeout.ms": int(self._timeout * 1000),
             },
+            monitor,
         )
         self._settings = settings
         self._visibility: Consumer | None = None
@@ -73,7 +82,7 @@ class KafkaWriter(LogWriter):
         self._last_offsets: dict[int, int] = {}
         self._held: dict[int, int] = {}
         """Per partition, the stable offset at which another writer's transaction was last found holding it."""
-        self._call("init_transactions", lambda: self._producer.init_transactions(self._timeout))
+        self._call("init_transactions", lambda: self._producer.init_transactions(INIT_SLICE_S))
 
     def append_records(self, records: Iterable[Record]) -> int:
         if self._dead is not None:
@@ -170,7 +179,10 @@ class KafkaWriter(LogWriter):
         """
         if self._visibility is None:
             self._visibility = self._settings.make(
-                "consumer", Consumer, {"group.id": f"oncelog-visibility-{self.name}", "isolation.level": "read_committed"}
+                "consumer",
+                Consumer,
+                {"group.id": f"oncelog-visibility-{self.name}", "isolation.level": "read_committed"},
+                self._monitor,
             )
         start = time.monotonic()
         pending = {p: first_offsets.get(p, offset) for p, offset in last_offsets.items()}
@@ -178,10 +190,11 @@ class KafkaWriter(LogWriter):
             for partition, first in list(pending.items()):
                 try:
                     _, stable = self._visibility.get_watermark_offsets(
-                        TopicPartition(self.topic, partition), timeout=VISIBILITY_WAIT_S, cached=False
+                        TopicPartition(self.topic, partition), timeout=VISIBILITY_SLICE_S, cached=False
                     )
                 except KafkaException:
-                    return
+                    refresh_leaders(self._visibility, self.topic, VISIBILITY_SLICE_S)  # its leader may have died
+                    continue
                 if stable > first or self._held_by_another(partition, stable, first, time.monotonic() - start):
                     del pending[partition]
             if pending:
@@ -197,6 +210,26 @@ class KafkaWriter(LogWriter):
             return True
         return False
 
+    def check_fenced(self) -> None:
+        """A probe transaction, aborted: the coordinator refuses its AddPartitionsToTxn (FencedError) once a newer
+        writer with this name has started. Nothing becomes visible (an aborted tombstone); costs a few round trips
+        (~ms), so callers share one probe among the checks waiting together (the commit's event sink does)."""
+        if self._dead is not None:
+            raise self._dead if isinstance(self._dead, FencedError) else LogWriteError(
+                f"writer {self.name!r} can no longer append: {self._dead}")
+        self._call("begin_transaction", self._producer.begin_transaction)
+        try:
+            self._produce(Record(0, f"oncelog-fence-probe/{self.name}".encode(), None, int(time.time() * 1000)), None)
+            try:
+                self._producer.flush(self._timeout)  # delivery needs the partition added to the transaction: the check
+            except KafkaException as e:  # flush raises a fatal error (fenced) itself
+                self._classify(e, "check_fenced")
+        except _AbortableError as e:
+            raise LogWriteError(f"writer {self.name!r}: the fence check could not be made: {e}") from e
+        finally:
+            if self._dead is None:
+                self._abort()
+
     def _abort(self) -> None:
         """Abort the open transaction; if that fails, the producer's transaction state is unknown: the writer dies."""
         try:
@@ -206,14 +239,26 @@ class KafkaWriter(LogWriter):
                 self._dead = e
             raise
 
+    def _serve_callbacks(self) -> None:
+        """Serve error_cb, so a refused credential or certificate surfaces in the monitor. A fenced or fatal producer
+        raises its error from poll as well: that error is the one being handled already, so it is not raised twice."""
+        try:
+            self._producer.poll(0)
+        except KafkaException:
+            return
+
     def _call(self, what: str, operation: Callable[[], T], aborting: bool = False) -> T:
         """Run a transactional call: retriable errors retried until the write timeout, the rest classified."""
         deadline = time.monotonic() + self._timeout
         while True:
             try:
-                return operation()
+                result = operation()
+                self._monitor.reachable()
+                return result
             except KafkaException as e:
                 error = e.args[0]
+                self._serve_callbacks()
+                self._monitor.check()
                 if error.retriable() and not error.fatal() and time.monotonic() < deadline:
                     time.sleep(RETRY_PAUSE_S)
                     continue
@@ -239,9 +284,10 @@ class KafkaWriter(LogWriter):
                 else "nothing of the batch is visible"
             )
             unanswered = LogUnavailableError if what == "init_transactions" else LogWriteError
+            problem = self._monitor.last_problem or error.str()
             raise unanswered(
-                f"writer {self.name!r}: Kafka did not answer {what} within {self._timeout:.0f}s "
-                f"(setting write_timeout_s): {error.str()}; {outcome}"
+                f"writer {self.name!r}: Kafka at {self._monitor.bootstrap} did not answer {what} on topic "
+                f"{self.topic!r} within {self._timeout:.0f}s (setting write_timeout_s): {problem}; {outcome}"
             ) from e
         raise LogWriteError(f"writer {self.name!r}: {what} failed: {error.str()}") from e
 

@@ -89,6 +89,15 @@ class LogWriter(Closing):
         """Append encoded records (a None value is a tombstone) as one atomic batch; returns how many."""
 
     @abstractmethod
+    def check_fenced(self) -> None:
+        """FencedError if a newer writer has taken this writer's name; returns otherwise (nothing is appended).
+
+        What a writer checks before an effect outside the log (a rename): a superseded writer must not publish.
+        It says the writer was current when the check was answered; a newer writer opened after that is seen by
+        the next check or append.
+        """
+
+    @abstractmethod
     def close(self) -> None:
         """Release the writer's connection or producer."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Annotated, ClassVar, TypedDict
+from typing import Annotated, Any, ClassVar, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -15,6 +15,11 @@ Name = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
 """A job name, run id, task id, dataset URN or partition: non-empty."""
 
 Count = Annotated[int, Field(ge=0)]
+PartCount = Annotated[int, Field(ge=1)]
+
+MAX_PART_BYTES = 64 * 1024
+"""What the items of one part of an event may weigh (estimated): a quarter of the codec's MAX_EVENT_BYTES, so
+that strings of multi-byte characters and the envelope still fit."""
 
 
 def utc_now() -> datetime:
@@ -61,6 +66,43 @@ class Event(Frozen):
     def event_id(self) -> uuid.UUID:
         """uuid5 of the key: the id a downstream consumer deduplicates on."""
         return event_id_for(self.key)
+
+    def in_parts(self, budget: int = MAX_PART_BYTES) -> tuple[Event, ...]:
+        """The events to append for this one: itself, unless it is a `Parted` event too big for one record."""
+        return (self,)
+
+
+class Parted(Event):
+    """An event whose lists grow with the job (work units, results, steps, datasets): appended in parts.
+
+    Each part carries a slice of the lists in PARTED_FIELDS, its index and how many parts there are; the parts of
+    one event go in one atomic batch, in order, and a projection treats the event as complete only once every part
+    is folded. A single part (parts == 1) is the event as it was before parts existed, under its old key.
+    """
+
+    PARTED_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    part: Count = 0
+    parts: PartCount = 1
+
+    def part_key(self, key: str) -> str:
+        """The key of this part: the event's key, followed by part/<i> when the event is in several parts."""
+        return key if self.parts == 1 else f"{key}/part/{self.part}"
+
+    def in_parts(self, budget: int = MAX_PART_BYTES) -> tuple[Event, ...]:
+        """This event as parts whose lists weigh at most `budget` bytes each (estimated); itself if it fits."""
+        if self.parts > 1:
+            return (self,)  # already a part
+        slices = split_fields({name: getattr(self, name) for name in self.PARTED_FIELDS}, budget)
+        if len(slices) == 1:
+            return (self,)
+        extra = self.part_fields()
+        return tuple(self.model_copy(update={**chunk, **extra, "part": i, "parts": len(slices)})
+                     for i, chunk in enumerate(slices))
+
+    def part_fields(self) -> dict[str, Any]:
+        """Fields every part carries besides its slice (what the whole event's key needs)."""
+        return {}
 
 
 class RunEvent(Event):
@@ -135,3 +177,31 @@ class LoggedEvent:
     @property
     def position(self) -> Position:
         return Position(self.partition, self.offset)
+
+
+def split_fields(lists: dict[str, tuple[Any, ...]], budget: int) -> list[dict[str, tuple[Any, ...]]]:
+    """The lists cut into consecutive slices of at most `budget` estimated bytes each (at least one item each)."""
+    slices: list[dict[str, list[Any]]] = [{name: [] for name in lists}]
+    used = 0
+    for name, items in lists.items():
+        for item in items:
+            size = approx_size(item)
+            if used and used + size > budget:
+                slices.append({n: [] for n in lists})
+                used = 0
+            slices[-1][name].append(item)
+            used += size
+    return [{name: tuple(items) for name, items in chunk.items()} for chunk in slices]
+
+
+def approx_size(value: Any) -> int:
+    """An estimate of the Avro bytes of a value, from above for ASCII text: cheap enough for every item."""
+    if isinstance(value, str):
+        return len(value) + 2
+    if isinstance(value, BaseModel):
+        return sum(approx_size(v) for v in vars(value).values()) + 1
+    if isinstance(value, (tuple, list, frozenset)):
+        return sum(approx_size(v) for v in value) + 2
+    if isinstance(value, dict):
+        return sum(len(k) + 2 + approx_size(v) for k, v in value.items()) + 2
+    return 10

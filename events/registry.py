@@ -23,6 +23,7 @@ from events.job import (
     WorkUnitsPlanned,
 )
 from events.model import Event
+from events.published import DatasetPublished
 from events.task import TaskFailed, TaskRetried, TaskStarted, TaskSucceeded
 
 EVENT_TYPES: tuple[type[Event], ...] = (
@@ -48,6 +49,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     WatermarkAdvanced,
     DatasetStateCommitted,
     DatasetReleased,
+    DatasetPublished,
 )
 
 EVENT_TYPES_BY_NAME: dict[str, type[Event]] = {t.event_type(): t for t in EVENT_TYPES}

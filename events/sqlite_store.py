@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -175,13 +176,18 @@ class SqliteLog(EventLog):
     def _scan(
         self, conn: sqlite3.Connection, first: dict[int, int], last: dict[int, int] | None, follow: bool
     ) -> Iterator[StoredRecord]:
-        position = min(first.values())
-        stop = None if last is None else max(last.values())
+        wanted = [p for p in first if last is None or first[p] < last[p]]
+        if not wanted:
+            return
+        position = min(first[p] for p in wanted)
+        stop = None if last is None else max(last[p] for p in wanted)
         topic = self.topic
+        # A read of some partitions only (a commit shard's) selects their rows alone: the others are not decoded.
+        only = "" if len(wanted) == len(first) else f" AND partition IN ({', '.join(map(str, wanted))})"
         while stop is None or position < stop:
             rows = conn.execute(
                 "SELECT seq, partition, timestamp_ms, key, value FROM oncelog_records "
-                "WHERE topic = ? AND seq >= ? AND seq < ? ORDER BY seq LIMIT ?",
+                f"WHERE topic = ? AND seq >= ? AND seq < ?{only} ORDER BY seq LIMIT ?",
                 (topic, position, stop if stop is not None else 2**63 - 1, READ_BATCH),
             ).fetchall()
             for seq, partition, timestamp_ms, key, value in rows:
@@ -244,8 +250,14 @@ class SqliteWriter(LogWriter):
         self._conn = conn
         self._topic = topic
         self._epoch = epoch
+        self._lock = threading.Lock()
+        """One statement at a time on the connection: appends and fence checks may come from different threads."""
 
     def append_records(self, records: Iterable[Record]) -> int:
+        with self._lock:
+            return self._append(records)
+
+    def _append(self, records: Iterable[Record]) -> int:
         conn = self._conn
         topic = self._topic
         partitions = self.partitions
@@ -279,6 +291,14 @@ class SqliteWriter(LogWriter):
                 raise LogWriteError(f"cannot append to the SQLite log: {e}") from e
             raise
         return max(count, 0)
+
+    def check_fenced(self) -> None:
+        """One read of the writer's epoch (microseconds): FencedError once a newer writer took the name."""
+        with self._lock:
+            try:
+                self._check_epoch()
+            except sqlite3.Error as e:
+                raise LogWriteError(f"cannot check writer {self.name!r} in the SQLite log: {e}") from e
 
     def _check_epoch(self) -> None:
         row = self._conn.execute(

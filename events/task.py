@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import Field
 
-from events.model import Count, Frozen, Name, RunEvent
+from events.model import Count, Frozen, Name, Parted, RunEvent
 
 Attempt = Annotated[int, Field(ge=1)]
 
@@ -47,30 +47,42 @@ class TaskEvent(RunEvent):
         return self.run_key("task", self.task_id, "attempt", self.attempt, transition)
 
 
-class TaskStarted(TaskEvent):
-    """An attempt of a task began on an executor."""
+class TaskStarted(TaskEvent, Parted):
+    """An attempt of a task began on an executor. v2: in parts when its work units are many."""
+
+    SCHEMA_VERSION: ClassVar[int] = 2
+    PARTED_FIELDS: ClassVar[tuple[str, ...]] = ("work_unit_ids",)
 
     work_unit_ids: tuple[str, ...]
     executor: str = ""
 
     @property
     def key(self) -> str:
-        return self.attempt_key("STARTED")
+        return self.part_key(self.attempt_key("STARTED"))
 
 
-class TaskSucceeded(TaskEvent):
-    """An attempt finished: its output lies in task-output, with the actual high watermarks reached."""
+class TaskSucceeded(TaskEvent, Parted):
+    """An attempt finished: its output lies in task-output, with the actual high watermarks reached.
+
+    v2: in parts when its results are many (a MultiWorkUnit of thousands of work units); each part has them in part.
+    """
+
+    SCHEMA_VERSION: ClassVar[int] = 2
+    PARTED_FIELDS: ClassVar[tuple[str, ...]] = ("results",)
 
     results: tuple[WorkUnitResult, ...]
     duration_ms: Count = 0
 
     @property
     def key(self) -> str:
-        return self.attempt_key("SUCCEEDED")
+        return self.part_key(self.attempt_key("SUCCEEDED"))
 
 
-class TaskFailed(TaskEvent):
-    """An attempt failed; results hold what it did get done (used by the `partial` commit policy)."""
+class TaskFailed(TaskEvent, Parted):
+    """An attempt failed; results hold what it did get done (used by the `partial` commit policy). v2: in parts."""
+
+    SCHEMA_VERSION: ClassVar[int] = 2
+    PARTED_FIELDS: ClassVar[tuple[str, ...]] = ("results",)
 
     error: str
     results: tuple[WorkUnitResult, ...] = ()
@@ -78,7 +90,7 @@ class TaskFailed(TaskEvent):
 
     @property
     def key(self) -> str:
-        return self.attempt_key("FAILED")
+        return self.part_key(self.attempt_key("FAILED"))
 
 
 class TaskRetried(TaskEvent):

@@ -18,11 +18,15 @@ from projections.views import DatasetView, SequenceStatus, SequenceView, evolve
 def reduce_sequence(view: SequenceView | None, event: DatasetEvent) -> SequenceView | None:
     """The next state of a commit sequence; once completed or abandoned, nothing changes it."""
     if isinstance(event, CommitSequencePlanned):
+        if event.parts > 1:
+            return _plan_part(view, event)
         if view is None:
             return SequenceView(
                 event.job, event.dataset_urn, event.sequence_id, event.run_id, SequenceStatus.PLANNED,
                 steps=event.steps, planned_at=event.emitted_at,
             )
+        if not view.plan_complete:
+            return view
         extends = event.steps[: len(view.steps)] == view.steps and len(event.steps) > len(view.steps)
         if view.pending and not view.applied and extends:  # CommitStepStore.put added a step
             return evolve(view, steps=event.steps)
@@ -43,6 +47,20 @@ def reduce_sequence(view: SequenceView | None, event: DatasetEvent) -> SequenceV
         case CommitSequenceAbandoned():
             return evolve(view, status=SequenceStatus.ABANDONED, ended_at=event.emitted_at, last_error=event.error)
     return view
+
+
+def _plan_part(view: SequenceView | None, event: CommitSequencePlanned) -> SequenceView | None:
+    """A part of a plan in parts: the first opens the sequence, each next one (in order, once) adds its steps."""
+    if view is None:
+        if event.part > 0:
+            return None  # a later part without the first: nothing to add it to
+        return SequenceView(
+            event.job, event.dataset_urn, event.sequence_id, event.run_id, SequenceStatus.PLANNED,
+            steps=event.steps, planned_at=event.emitted_at, plan_parts=event.parts, plan_parts_folded=1,
+        )
+    if not (view.pending and 0 < view.plan_parts_folded == event.part < event.parts == view.plan_parts):
+        return view
+    return evolve(view, steps=(*view.steps, *event.steps), plan_parts_folded=event.part + 1)
 
 
 def reduce_dataset(view: DatasetView | None, event: DatasetEvent, sequence: SequenceView | None) -> DatasetView:

@@ -22,6 +22,11 @@ def advance(view: RunView, status: RunStatus) -> bool:
     return not view.status.finished and status > view.status
 
 
+def next_part(part: int, parts: int, expected_parts: int, folded: int) -> bool:
+    """Whether a part is the next one of its event: parts fold in order, once each (the first part starts it)."""
+    return part == 0 if folded == 0 else (parts == expected_parts and part == folded)
+
+
 def reduce_run(view: RunView | None, event: RunEvent) -> RunView:
     """The next state of a run after one of its job-level events (duplicates change nothing)."""
     view = view or RunView(event.job, event.run_id)
@@ -31,8 +36,24 @@ def reduce_run(view: RunView | None, event: RunEvent) -> RunView:
                 return view
             status = RunStatus.RUNNING if advance(view, RunStatus.RUNNING) else view.status
             return evolve(view, status=status, started_at=event.emitted_at, job_group=event.job_group)
-        case WorkUnitsPlanned():
+        case WorkUnitsPlanned() if event.parts == 1:
             return evolve(view, work_units=len(event.work_units))
+        case WorkUnitsPlanned():
+            if not next_part(event.part, event.parts, view.plan_parts, view.plan_parts_folded):
+                return view
+            before = view.work_units if event.part else 0
+            return evolve(view, work_units=before + len(event.work_units), plan_parts=event.parts,
+                          plan_parts_folded=event.part + 1)
+        case JobRunCommitted() if event.parts > 1 and event.part > 0:
+            if not next_part(event.part, event.parts, view.commit_parts, view.commit_parts_folded):
+                return view
+            return evolve(
+                view,
+                commit_parts_folded=event.part + 1,
+                datasets_committed=(*view.datasets_committed, *event.datasets_committed),
+                datasets_abandoned=(*view.datasets_abandoned, *event.datasets_abandoned),
+                datasets_skipped=tuple(dict.fromkeys((*view.datasets_skipped, *event.datasets_skipped))),
+            )
         case JobRunSucceeded() if advance(view, RunStatus.SUCCESSFUL):
             return evolve(
                 view,
@@ -49,6 +70,8 @@ def reduce_run(view: RunView | None, event: RunEvent) -> RunView:
                 datasets_committed=event.datasets_committed,
                 datasets_abandoned=event.datasets_abandoned,
                 datasets_skipped=tuple(dict.fromkeys((*view.datasets_skipped, *event.datasets_skipped))),
+                commit_parts=event.parts,
+                commit_parts_folded=1 if event.parts > 1 else 0,
             )
         case DatasetSkipped() if event.dataset_urn not in view.datasets_skipped:
             return evolve(view, datasets_skipped=(*view.datasets_skipped, event.dataset_urn))

@@ -21,6 +21,7 @@ from events.commit import (
     CommitStepRolledBack,
 )
 from events.dataset import DatasetReleased, DatasetStateCommitted, WatermarkAdvanced
+from events.errors import OncelogError
 from events.job import (
     DatasetSkipped,
     JobLockAcquired,
@@ -33,11 +34,13 @@ from events.job import (
     WorkUnitsPlanned,
 )
 from events.model import DatasetEvent, Event, LoggedEvent, RunEvent
+from events.published import DatasetPublished
 from events.task import TaskEvent, TaskFailed, TaskRetried, TaskStarted, TaskSucceeded
 from projections.commits import reduce_dataset, reduce_sequence
 from projections.runs import evolve, reduce_job, reduce_run
 from projections.tasks import planned_work_unit, reduce_task, work_unit_committed, work_unit_ended, work_unit_started
 from projections.views import (
+    AttemptView,
     DatasetView,
     JobView,
     RunView,
@@ -50,6 +53,8 @@ from projections.views import (
 MAX_PROBLEMS = 1000
 DETAIL_RUNS = 50
 """Runs per job whose tasks and work units the state keeps; older runs keep their summary (RunView)."""
+PLANNING_DETAIL_RUNS = 2
+"""The run being planned and the one before it (whose failed work units are retried)."""
 
 RunKey = tuple[str, str]
 DatasetKey = tuple[str, str]
@@ -96,6 +101,15 @@ class State:
     problems: list[Problem] = field(default_factory=list)
     problem_count: int = 0
     detail_runs: int = DETAIL_RUNS
+    lean: bool = False
+    """Keep only what planning a run reads (see `for_planning`)."""
+
+    @classmethod
+    def for_planning(cls) -> State:
+        """The state a run plans from: detail of the latest runs only (the previous one's work units: the retries),
+        no work-unit results in the attempts, no dataset lists in the runs (each dataset's events say it). At
+        100,000 datasets a run's detail weighs gigabytes over fifty runs; this keeps a few hundred bytes a dataset."""
+        return cls(detail_runs=PLANNING_DETAIL_RUNS, lean=True)
 
     def apply(self, logged: LoggedEvent) -> None:
         """Fold one event read from the log, and move the offsets past it."""
@@ -137,8 +151,16 @@ class State:
     # Queries: what the launcher, the CLI and the live views ask of the state.
 
     def pending_sequences(self, job: str | None = None) -> list[SequenceView]:
-        """Commit sequences planned and neither completed nor abandoned, oldest first."""
+        """Commit sequences planned and neither completed nor abandoned, oldest first.
+
+        DamagedHistoryError if one of them has parts of its plan missing: it must not be applied, and the log that
+        lost them (a plan's parts are appended in one atomic batch) must be looked at first."""
         pending = [s for s in self.sequences.values() if s.pending and (job is None or s.job == job)]
+        damaged = [s for s in pending if not s.plan_complete]
+        if damaged:
+            raise DamagedHistoryError("; ".join(
+                f"commit sequence {s.sequence_id!r} of {s.dataset_urn!r} ({s.job}): its {missing_plan_parts(s)}"
+                for s in damaged[:5]) + f" ({len(damaged)} sequence(s)); none of them is applied")
         return sorted(pending, key=lambda s: (s.planned_at is None, s.planned_at, s.dataset_urn))
 
     def unsettled_datasets(self, job: str) -> dict[str, SequenceView]:
@@ -176,6 +198,17 @@ class State:
 Handler = Callable[[State, Event, Where | None], None]
 
 
+class DamagedHistoryError(OncelogError):
+    """The log lacks part of an event appended in parts (they go in one atomic batch): it was damaged."""
+
+
+def missing_plan_parts(sequence: SequenceView) -> str:
+    """What is missing of a sequence's plan in parts, and where its first part lies."""
+    where = "" if sequence.plan_position is None else " at [{}]@{}".format(*sequence.plan_position)
+    return (f"plan has {sequence.plan_parts_folded} of its {sequence.plan_parts} parts in the log (first part"
+            f"{where or ' appended locally'}): the log is damaged")
+
+
 def _run_event(state: State, event: Event, position: Where | None) -> None:
     assert isinstance(event, RunEvent)
     key = (event.job, event.run_id)
@@ -184,7 +217,10 @@ def _run_event(state: State, event: Event, position: Where | None) -> None:
         state.report(position, "unknown-run", f"{event.event_type()} for run {event.run_id!r} of job "
                      f"{event.job!r}, which never started")
         return
-    state.runs[key] = reduce_run(before, event)
+    run = reduce_run(before, event)
+    if state.lean and (run.datasets_committed or run.datasets_abandoned):
+        run = evolve(run, datasets_committed=(), datasets_abandoned=())  # the dataset events say it
+    state.runs[key] = run
     job = reduce_job(state.jobs.get(event.job), event, before)
     if isinstance(event, JobRunStarted) and event.run_id not in job.recent_runs and (
         before is None or before.started_at is None
@@ -247,12 +283,26 @@ def _task_event(state: State, event: Event, position: Where | None) -> None:
             unit = units.get(result.work_unit_id)
             if unit is not None:
                 units[result.work_unit_id] = work_unit_ended(unit, event.task_id, event.attempt, result, error)
-        if isinstance(event, TaskFailed):
-            done = {r.work_unit_id for r in event.results}
+        attempt = _attempt(tasks[event.task_id], event.attempt)
+        if isinstance(event, TaskFailed) and attempt is not None and attempt.complete:
+            # Once every part is in, the work units no part has a result for got nothing done (those with one
+            # already stand at this attempt's FAILED: ending them again changes nothing).
             for unit_id in tasks[event.task_id].work_unit_ids:
                 unit = units.get(unit_id)
-                if unit_id not in done and unit is not None:
+                if unit is not None:
                     units[unit_id] = work_unit_ended(unit, event.task_id, event.attempt, None, event.error)
+        if state.lean and attempt is not None and attempt.results:
+            tasks[event.task_id] = _without_results(tasks[event.task_id])
+
+
+def _without_results(task: TaskView) -> TaskView:
+    """A task whose attempts keep no work-unit results (planning reads them from the work units' views)."""
+    return evolve(task, attempts=tuple(evolve(a, results=()) if a.results else a for a in task.attempts))
+
+
+def _attempt(task: TaskView, number: int) -> AttemptView | None:
+    """A task's attempt by number."""
+    return next((a for a in reversed(task.attempts) if a.attempt == number), None)
 
 
 def _dataset_event(state: State, event: Event, position: Where | None) -> None:
@@ -266,6 +316,10 @@ def _dataset_event(state: State, event: Event, position: Where | None) -> None:
         state.report(position, "unknown-sequence", f"{event.event_type()} for commit sequence "
                      f"{event.sequence_id!r} of {event.dataset_urn!r}, which was never planned")
         return
+    if sequence is not None and not sequence.plan_complete and not isinstance(event, CommitSequencePlanned):
+        state.report(position, "incomplete-plan", f"{event.event_type()} for commit sequence {event.sequence_id!r} "
+                     f"of {event.dataset_urn!r}, whose {missing_plan_parts(sequence)}")
+        return
     kind = type(event)  # HANDLERS dispatches on the exact type: a set lookup does what isinstance() would, cheaper
     if kind in DATASET_STATE_EVENTS:
         state.datasets[dataset_key] = reduce_dataset(state.datasets.get(dataset_key), event, sequence)
@@ -273,7 +327,12 @@ def _dataset_event(state: State, event: Event, position: Where | None) -> None:
             return
     updated = reduce_sequence(sequence, event)
     if updated is None or updated is sequence:
+        if isinstance(event, CommitSequencePlanned) and event.part > 0 and updated is None:
+            state.report(position, "incomplete-plan", f"part {event.part} of {event.parts} of the plan of commit "
+                         f"sequence {event.sequence_id!r} of {event.dataset_urn!r}, whose first part is not in the log")
         return  # unchanged
+    if sequence is None and position is not None and updated.plan_parts > 1:
+        updated = evolve(updated, plan_position=(position.partition, position.offset))
     if updated.status == SequenceStatus.COMPLETED:
         state.sequences.pop(sequence_key, None)
         state.completed.setdefault(dataset_key, set()).add(event.sequence_id)
@@ -284,7 +343,12 @@ def _dataset_event(state: State, event: Event, position: Where | None) -> None:
 DATASET_STATE_EVENTS = frozenset({WatermarkAdvanced, DatasetStateCommitted, CommitSequenceAbandoned, DatasetReleased})
 """The dataset events that change the dataset's committed state (`reduce_dataset`), not only its sequence."""
 
+def _for_consumers(state: State, event: Event, position: Where | None) -> None:
+    """DatasetPublished is for downstream consumers: the state has what it says already (the plan and its steps)."""
+
+
 HANDLERS: dict[type[Event], Handler] = {
+    DatasetPublished: _for_consumers,
     **{t: _run_event for t in (JobRunStarted, WorkUnitsPlanned, JobRunSucceeded, JobRunCommitted, JobRunFailed,
                                JobRunCancelled, JobLockAcquired, JobLockReleased, DatasetSkipped)},
     **{t: _task_event for t in (TaskStarted, TaskSucceeded, TaskFailed, TaskRetried)},

@@ -26,27 +26,51 @@ def _with_attempt(attempts: tuple[AttemptView, ...], attempt: AttemptView) -> tu
 def reduce_task(view: TaskView | None, event: TaskEvent) -> TaskView:
     """The next state of a task after an event of one of its attempts (duplicates change nothing)."""
     if view is None:
-        if type(event) is TaskStarted:  # the usual first event of a task: one view built, not three
-            started = AttemptView(event.attempt, AttemptStatus.RUNNING, event.emitted_at, executor=event.executor)
-            return TaskView(event.job, event.run_id, event.task_id, event.work_unit_ids, (started,))
+        if type(event) is TaskStarted and event.part == 0:  # the usual first event of a task: one view built
+            return TaskView(event.job, event.run_id, event.task_id, event.work_unit_ids, (_started(event),))
         view = TaskView(event.job, event.run_id, event.task_id)
     current = _attempt_of(view, event.attempt)
     match event:
+        case TaskStarted() if event.part > 0:
+            if current is None or not 0 < current.start_parts_folded == event.part < event.parts == current.start_parts:
+                return view  # a repeat, or a later part without the first
+            more = evolve(current, start_parts_folded=event.part + 1)
+            return evolve(view, work_unit_ids=(*view.work_unit_ids, *event.work_unit_ids),
+                          attempts=_with_attempt(view.attempts, more))
         case TaskStarted():
             if current is not None and current.started_at is not None:
                 return view
-            started = AttemptView(event.attempt, AttemptStatus.RUNNING, event.emitted_at, executor=event.executor)
+            started = _started(event)
             if current is not None:  # its end was folded first: keep it
-                started = evolve(current, started_at=event.emitted_at, executor=event.executor)
+                started = evolve(current, started_at=event.emitted_at, executor=event.executor,
+                                 start_parts=started.start_parts, start_parts_folded=started.start_parts_folded)
             return evolve(view, work_unit_ids=event.work_unit_ids, attempts=_with_attempt(view.attempts, started))
         case TaskSucceeded() | TaskFailed():
             if current is not None and current.status != AttemptStatus.RUNNING:
-                return view
+                return _with_part(view, current, event)
+            if event.part > 0:
+                return view  # a later part without the first: ignored, the attempt's ending stays incomplete
             return evolve(view, attempts=_with_attempt(view.attempts, _ended(current, event)))
         case TaskRetried():
             base = current or AttemptView(event.attempt, AttemptStatus.FAILED)
             return evolve(view, attempts=_with_attempt(view.attempts, evolve(base, retry_delay_s=event.delay_s)))
     return view
+
+
+def _started(event: TaskStarted) -> AttemptView:
+    """An attempt as its start (the first part of it, when in parts) leaves it."""
+    return AttemptView(event.attempt, AttemptStatus.RUNNING, event.emitted_at, executor=event.executor,
+                       start_parts=event.parts, start_parts_folded=1 if event.parts > 1 else 0)
+
+
+def _with_part(view: TaskView, current: AttemptView, event: TaskSucceeded | TaskFailed) -> TaskView:
+    """A later part of an attempt's ending adds its results (parts fold in order, once each); anything else, nothing."""
+    failed = isinstance(event, TaskFailed)
+    if not 0 < current.parts_folded == event.part < event.parts == current.parts or failed != (
+            current.status == AttemptStatus.FAILED):
+        return view
+    more = evolve(current, results=(*current.results, *event.results), parts_folded=event.part + 1)
+    return evolve(view, attempts=_with_attempt(view.attempts, more))
 
 
 def _ended(current: AttemptView | None, event: TaskSucceeded | TaskFailed) -> AttemptView:
@@ -58,6 +82,8 @@ def _ended(current: AttemptView | None, event: TaskSucceeded | TaskFailed) -> At
         error=event.error if isinstance(event, TaskFailed) else None,
         duration_ms=event.duration_ms,
         results=event.results,
+        parts=event.parts,
+        parts_folded=1 if event.parts > 1 else 0,
     )
 
 

@@ -100,6 +100,18 @@ class RunView:
     applied). A run that skipped any is not a plain success."""
     detail_dropped: bool = False
     """Its tasks and work units left the state (the job has run more often since); the log still has them."""
+    plan_parts: int = 1
+    """The parts its WorkUnitsPlanned came in, and how many of them are folded (in order: see `Parted`)."""
+    plan_parts_folded: int = 0
+    commit_parts: int = 1
+    """The parts its JobRunCommitted came in, and how many of them are folded."""
+    commit_parts_folded: int = 0
+
+    @property
+    def complete(self) -> bool:
+        """Whether every part of its parted events is folded (missing parts mean a damaged log)."""
+        return parts_complete(self.plan_parts, self.plan_parts_folded) and parts_complete(
+            self.commit_parts, self.commit_parts_folded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +127,18 @@ class AttemptView:
     duration_ms: int = 0
     retry_delay_s: float | None = None
     results: tuple[WorkUnitResult, ...] = ()
+    parts: int = 1
+    """The parts its ending (TaskSucceeded / TaskFailed) came in, and how many of them are folded."""
+    parts_folded: int = 0
+    start_parts: int = 1
+    """The parts its TaskStarted came in (its work unit ids), and how many of them are folded."""
+    start_parts_folded: int = 0
+
+    @property
+    def complete(self) -> bool:
+        """Whether every part of its start and its ending is folded: only then are its work units and results known."""
+        return parts_complete(self.parts, self.parts_folded) and parts_complete(self.start_parts,
+                                                                                self.start_parts_folded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +207,16 @@ class SequenceView:
     last_error: str | None = None
     planned_at: datetime | None = None
     ended_at: datetime | None = None
+    plan_parts: int = 1
+    """The parts its plan came in, and how many of them are folded: steps are all known only when all are."""
+    plan_parts_folded: int = 0
+    plan_position: tuple[int, int] | None = None
+    """(partition, offset) of its plan's first part, when the plan is in parts and was read from the log."""
+
+    @property
+    def plan_complete(self) -> bool:
+        """Whether every part of its plan is folded; an incomplete plan is never applied."""
+        return parts_complete(self.plan_parts, self.plan_parts_folded)
 
     @property
     def pending(self) -> bool:
@@ -198,6 +232,11 @@ class SequenceView:
         (an abandoned sequence must have every applied step rolled back)."""
         return self.status == SequenceStatus.COMPLETED or (
             self.status == SequenceStatus.ABANDONED and self.applied <= self.rolled_back)
+
+
+def parts_complete(parts: int, folded: int) -> bool:
+    """Whether an event in `parts` parts, `folded` of them folded, is whole (an event in one part always is)."""
+    return parts == 1 or folded == parts
 
 
 V = TypeVar("V")

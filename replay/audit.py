@@ -238,7 +238,7 @@ class AuditTimeline:
         if planned is not None:
             skipped = sum(1 for e in own if isinstance(e, DatasetSkipped))
             phases.append(PhaseSpan(Phase.PLAN, recovery_end, max(recovery_end, planned.emitted_at),
-                                    f"{len(planned.work_units):,} work units"
+                                    f"{self.run.work_units:,} work units"
                                     + (f", {skipped} dataset(s) skipped" if skipped else "")))
         task_events = [e for e in own if isinstance(e, (TaskStarted, TaskSucceeded, TaskFailed))]
         if task_events:
@@ -394,6 +394,10 @@ def _commit_rows(events: Iterable[Event]) -> tuple[list[SequenceRow], list[StepR
         sequence = (event.dataset_urn, event.sequence_id)
         runs.setdefault(sequence, event.run_id)
         match event:
+            case CommitSequencePlanned() if event.part > 0:
+                first = planned.get(sequence)
+                if first is not None and first.parts == event.parts:  # the next part of a plan in parts
+                    planned[sequence] = first.model_copy(update={"steps": (*first.steps, *event.steps)})
             case CommitSequencePlanned():
                 planned[sequence] = event  # a plan extended by CommitStepStore.put: the longest, latest one
             case CommitStepApplied():

@@ -14,16 +14,19 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import Progress, ProgressColumn, SpinnerColumn, Task, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, Task, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from events.errors import ConfigError, OncelogError
+from events.errors import ConfigError, EventDecodeError, OncelogError
+from events.job_lock import HolderStatus
+from events.kafka_config import redact_message, redact_url
 from events.log import DEFAULT_URL, EventLog, Offsets, open_log, parse_url
 from events.model import LoggedEvent
 from events.registry import EVENT_TYPES_BY_NAME
 from filesystems.base import FileSystemError
 from projections.projector import Projector, ProjectionStopped
 from projections.state import State
+from projections.timefmt import when
 from projections.views import RunView
 from replay.audit import AuditTimeline, RunNotFoundError, audit
 from replay.audit_html import write_html
@@ -38,10 +41,11 @@ from replay.render import (
     state_blocks,
     state_json,
     verify_json,
-    when,
 )
 from replay.retention import gc as run_gc
-from replay.subscriptions import follow
+from replay.lineage import run_lineage
+from replay.lineage_client import LineageClient, LineageError, past_runs
+from replay.subscriptions import OnError, error_handler, follow
 from replay.time_travel import parse_until
 from replay.verify import verify as run_verify
 
@@ -65,13 +69,13 @@ def opened(url: str) -> Iterator[EventLog]:
     if url.startswith("sqlite:"):
         _, location, _ = parse_url(url)
         if not Path(location).exists():
-            raise fail(f"no log at {location} (log URL {url}, from --log, $ONCELOG_LOG or the default); run a "
-                       "job first, or point --log at one")
+            raise fail(f"no log at {location} (log URL {redact_url(url)}, from --log, $ONCELOG_LOG or the default); "
+                       "run a job first, or point --log at one")
     try:
         with open_log(url) as log:
             yield log
     except OncelogError as e:
-        raise fail(str(e)) from e
+        raise fail(redact_message(str(e), url)) from e
 
 
 class RateColumn(ProgressColumn):
@@ -121,7 +125,8 @@ def known_jobs(state: State) -> set[str]:
 
 
 def check_names(state: State, urn: str | None, job: str | None, where: str) -> None:
-    """Exit 2 naming an unknown job or dataset, with close matches."""
+    """Exit 2 naming an unknown job or dataset, with close matches (`where`, a log URL, shown redacted)."""
+    where = redact_url(where)
     if job is not None and job not in known_jobs(state):
         raise fail(f"no job {job!r} in {where}{suggest('job', job, known_jobs(state))}")
     if urn is None:
@@ -161,14 +166,23 @@ def rebuild(log_url: LogUrl = DEFAULT_URL,
     judge_problems(state, allow_problems)
 
 
+def holder_statuses(log: EventLog, current: State) -> dict[str, HolderStatus]:
+    """What became of each job's lock holder that the log shows holding it (no release recorded), asked of the
+    store's own job lock."""
+    return {j: log.job_lock(j).holder_status(v.lock_holder, v.lock_run_id or "")
+            for j, v in current.jobs.items() if v.lock_holder is not None}
+
+
 def state(urn: Annotated[str | None, typer.Argument(help="Show only this dataset URN.")] = None,
           job: Job = None, log_url: LogUrl = DEFAULT_URL, allow_problems: AllowProblems = False,
           as_json: AsJson = False) -> None:
-    """Datasets with their watermarks and last run; pending commit sequences."""
+    """Datasets with their watermarks and last run; pending commit sequences; job locks still held, and whether
+    their holder is alive, dead, fenced or unknown (on another host)."""
     with opened(log_url) as log, progress_bar("Catching up", as_json) as progress:
         current, _ = Projector(log).rebuild(progress=progress)
+        holders = holder_statuses(log, current)
     check_names(current, urn, job, log_url)
-    emit(state_json(current, urn, job), as_json, state_blocks)
+    emit(state_json(current, urn, job, holders), as_json, state_blocks)
     judge_problems(current, allow_problems)
 
 
@@ -367,10 +381,16 @@ def tail(types: Annotated[list[str] | None, typer.Option(
          max_events: Annotated[int | None, typer.Option("--max", min=1, help="Stop after this many events.")] = None,
          idle_timeout: Annotated[float | None, typer.Option(
              min=0, help="Stop after this many seconds without events.")] = None,
+         on_error: Annotated[OnError, typer.Option(
+             "--on-error", help="At a record that cannot be decoded (damaged, or of a newer schema): skip reports it "
+                                "on stderr and goes on; stop exits 1 there.")] = OnError.SKIP,
          log_url: LogUrl = DEFAULT_URL, as_json: AsJson = False) -> None:
     """Follow the log's events as a downstream subscriber (at least once; dedupe on the event id): one line each."""
     wanted = event_types(types or ())
     out = stdout_console()
+
+    def report(error: EventDecodeError) -> None:
+        warn(f"skipped {error} (--on-error stop stops at such records)")
 
     def show_event(logged: LoggedEvent) -> None:
         event = logged.event
@@ -386,11 +406,68 @@ def tail(types: Annotated[list[str] | None, typer.Option(
 
     with opened(log_url) as log:
         try:
-            follow(log, group, show_event, wanted, max_events=max_events, idle_timeout_s=idle_timeout)
+            follow(log, group, show_event, wanted, max_events=max_events, idle_timeout_s=idle_timeout,
+                   on_error=error_handler(on_error, report))
+        except EventDecodeError as e:
+            raise fail(f"{e}; stopped there (--on-error stop); --on-error skip reports it and goes on",
+                       ExitCode.VERDICT) from e
         except OncelogError as e:
             raise fail(str(e)) from e
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
+
+
+def lineage(since: Annotated[str, typer.Option(
+                help="Runs started at or after this ISO-8601 time, or this long ago: 30m, 12h, 7d.")],
+            job: Job = None, log_url: LogUrl = DEFAULT_URL, as_json: AsJson = False) -> None:
+    """Send past runs to OpenLineage (a backfill from the log): each run's START and its end, with inputs and outputs.
+
+    OpenLineage's standard configuration says where (OPENLINEAGE_URL, openlineage.yml …); see docs/lineage.md."""
+    try:
+        start = parse_since(since)
+        client = LineageClient.from_environment()
+    except ConfigError as e:
+        raise fail(str(e)) from e
+    if client is None:
+        raise fail("OpenLineage is not configured: set OPENLINEAGE_URL (or OPENLINEAGE_CONFIG, or put an "
+                   "openlineage.yml in this folder or ~/.openlineage/); see docs/lineage.md")
+    unreadable: list[EventDecodeError] = []
+    with opened(log_url) as log, progress_bar("Reading the log", as_json) as progress:
+        runs = past_runs(log, start, job, progress, unreadable.append)
+    events = [event for run in runs for event in run_lineage(run, client.settings)]
+    for error in unreadable:
+        warn(f"skipped {error}")
+    done = 0
+    try:
+        with sending_bar(len(events), as_json) as sent:
+            for event in events:
+                client.send(event)
+                done += 1
+                sent(done)
+    except LineageError as e:
+        raise fail(f"{e}; {done} of {len(events)} event(s) were sent (sending them again is harmless: the run ids "
+                   "are the same)", ExitCode.VERDICT) from e
+    finally:
+        client.close()
+    document = {"runs": len(runs), "events": len(events), "endpoint": client.endpoint, "unreadable": len(unreadable)}
+    if as_json:
+        stdout_console().print_json(json.dumps(document))
+    else:
+        stdout_console().out(f"sent {len(events)} OpenLineage event(s) of {len(runs)} run(s) to {client.endpoint}",
+                             highlight=False)
+
+
+@contextmanager
+def sending_bar(total: int, quiet: bool) -> Iterator[Callable[[int], None]]:
+    """A bar of events sent out of total, on stderr in a terminal; nothing otherwise or when quiet (JSON)."""
+    console = stderr_console()
+    if quiet or not console.is_terminal:
+        yield lambda count: None
+        return
+    with Progress(TextColumn("Sending to OpenLineage"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,}"),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("send", total=total)
+        yield lambda count: bar.update(task, completed=count)
 
 
 def gc(keep_runs: Annotated[int, typer.Option(help="Finished runs to keep per job (at least 1).")],
@@ -423,4 +500,5 @@ def register(app: typer.Typer) -> None:
     app.command("history")(history)
     app.command("verify")(verify)
     app.command("tail")(tail)
+    app.command("lineage")(lineage)
     app.command("gc")(gc)

@@ -3,24 +3,21 @@ pipe) for people."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.text import Text
 
 from events.job import DatasetSkipped
+from events.job_lock import HolderStatus
 from projections.projector import FoldReport
 from projections.state import State
+from projections.timefmt import when
 from projections.views import DatasetView, RunView, SequenceView
 from replay.audit import AuditTimeline
 from replay.console import Block, Sheet, rich_table
 from replay.verify import VerifyReport
-
-
-def when(moment: datetime | None) -> str | None:
-    """A time as ISO-8601 UTC with milliseconds, or None."""
-    return None if moment is None else moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def dataset_json(view: DatasetView) -> dict[str, Any]:
@@ -49,16 +46,21 @@ def run_json(view: RunView) -> dict[str, Any]:
     }
 
 
-def state_json(state: State, urn: str | None = None, job: str | None = None) -> dict[str, Any]:
-    """The datasets (with watermarks and last run), pending sequences and problems of a state."""
+def state_json(state: State, urn: str | None = None, job: str | None = None,
+               holders: Mapping[str, HolderStatus] | None = None) -> dict[str, Any]:
+    """The datasets (with watermarks and last run), jobs, pending sequences and problems of a state; `holders`, the
+    status of each job's lock holder now, where it was looked at (not for a past state)."""
     def wanted(j: str, u: str | None) -> bool:
         return (job is None or j == job) and (urn is None or u == urn)
 
     datasets = [dataset_json(v) for (j, u), v in sorted(state.datasets.items()) if wanted(j, u)]
     pending = [sequence_json(v) for v in state.pending_sequences() if wanted(v.job, v.dataset_urn)]
     abandoned = [sequence_json(v) for v in state.sequences.values() if not v.pending and wanted(v.job, v.dataset_urn)]
+    looked = holders or {}
     jobs = {j: {"consecutive_failures": v.consecutive_failures, "last_run_id": v.last_run_id,
-                "lock_holder": v.lock_holder} for j, v in sorted(state.jobs.items()) if job is None or j == job}
+                "lock_holder": v.lock_holder, "lock_run_id": v.lock_run_id,
+                "lock_holder_status": None if j not in looked else looked[j].value}
+            for j, v in sorted(state.jobs.items()) if job is None or j == job}
     return {
         "offsets": {str(p): o for p, o in sorted(state.offsets.items())},
         "jobs": jobs, "datasets": datasets, "pending_sequences": pending, "abandoned_sequences": abandoned,
@@ -68,7 +70,7 @@ def state_json(state: State, urn: str | None = None, job: str | None = None) -> 
 
 
 def state_blocks(document: dict[str, Any]) -> list[Block]:
-    """`state_json` as sheets: datasets, pending sequences, problems."""
+    """`state_json` as sheets: datasets, pending sequences, held job locks, problems."""
     datasets = Sheet("Datasets", ("job", "dataset", "watermarks", "last run", "committed at", "records", "files",
                                   "blocked by"),
                      tuple((d["job"], d["dataset_urn"], ", ".join(f"{p}={v}" for p, v in sorted(d["watermarks"].items())),
@@ -79,10 +81,20 @@ def state_blocks(document: dict[str, Any]) -> list[Block]:
                     tuple((s["job"], s["dataset_urn"], s["sequence_id"], f"{len(s['applied'])}/{s['steps']}",
                            str(s["failed_attempts"]), s["last_error"] or "") for s in document["pending_sequences"]))
     blocks: list[Block] = [datasets, pending if pending.rows else "No pending commit sequences."]
+    locks = lock_sheet(document["jobs"])
+    if locks.rows:
+        blocks.append(locks)
     if document["problem_count"]:
         blocks.append(Sheet(f"Problems ({document['problem_count']})", ("where", "kind", "message"),
                             tuple((p["where"], p["kind"], p["message"]) for p in document["problems"])))
     return blocks
+
+
+def lock_sheet(jobs: dict[str, dict[str, Any]]) -> Sheet:
+    """The jobs whose lock the log shows as held (no release recorded), with what became of the holder."""
+    return Sheet("Job locks held", ("job", "run", "holder", "holder status"),
+                 tuple((j, v["lock_run_id"] or "-", v["lock_holder"], v["lock_holder_status"] or "-")
+                       for j, v in jobs.items() if v["lock_holder"] is not None))
 
 
 def state_tables(document: dict[str, Any]) -> RenderableType:

@@ -77,6 +77,14 @@ class _Sequence:
     advances: dict[str, _Found[WatermarkAdvanced]] = field(default_factory=dict)
     """The sequence's WatermarkAdvanced, by partition (the first read: a repeat is a no-op)."""
     state: _Found[DatasetStateCommitted] | None = None
+    parts_folded: int = 1
+    """Parts of a plan in parts read so far (in order): `planned` holds the steps of all of them."""
+
+    def add_part(self, part: CommitSequencePlanned) -> None:
+        """The next part of a plan in parts adds its steps (a repeat, or a part of another plan, changes nothing)."""
+        if self.parts_folded == part.part < part.parts == self.planned.parts and not self.applied:
+            self.planned = self.planned.model_copy(update={"steps": (*self.planned.steps, *part.steps)})
+            self.parts_folded += 1
 
     def describe(self) -> str:
         return f"sequence {self.planned.sequence_id!r} of {self.planned.dataset_urn!r} ({self.planned.job})"
@@ -173,7 +181,10 @@ class _Checker:
             key = (event.job, event.dataset_urn, event.sequence_id)
             known = self.sequences.get(key)
             if known is None:
-                self.sequences[key] = _Sequence(event, where)
+                if event.part == 0:
+                    self.sequences[key] = _Sequence(event, where)
+            elif event.parts > 1:
+                known.add_part(event)
             elif not known.applied and len(event.steps) > len(known.planned.steps):
                 known.planned = event  # CommitStepStore.put added a step
             return
@@ -205,6 +216,23 @@ class _Checker:
             sequence.advances.setdefault(event.partition, found)
             self.chains.setdefault((event.job, event.dataset_urn, event.partition), []).append(found)
 
+    def _check_parts(self) -> None:
+        """Every event appended in parts has all of them (they go in one atomic batch: a missing one is damage)."""
+        for sequence in self.sequences.values():
+            if sequence.parts_folded < sequence.planned.parts:
+                self.violate("incomplete-plan", f"{sequence.describe()} has {sequence.parts_folded} of the "
+                             f"{sequence.planned.parts} parts of its plan", sequence.at)
+        for run in self.state.runs.values():
+            if not run.complete:
+                self.violate("incomplete-parts", f"run {run.run_id} of {run.job}: its WorkUnitsPlanned or "
+                             f"JobRunCommitted lacks parts")
+        for tasks in self.state.tasks.values():
+            for task in tasks.values():
+                for attempt in task.attempts:
+                    if not attempt.complete:
+                        self.violate("incomplete-parts", f"attempt {attempt.attempt} of task {task.task_id} of run "
+                                     f"{task.run_id} ({task.job}): its TaskStarted or its ending lacks parts")
+
     def violate(self, kind: str, message: str, position: str = "") -> None:
         self.report.violations.append(Violation(kind, message, position))
 
@@ -213,6 +241,7 @@ class _Checker:
             self.violate(problem.kind, problem.message, problem.where())
         if self.state.problem_count > len(self.state.problems):
             self.violate("more-problems", f"{self.state.problem_count - len(self.state.problems)} more not listed")
+        self._check_parts()
         self._check_reused_keys(log)
         self._check_sequences()
         for sequence in self.sequences.values():

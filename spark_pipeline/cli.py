@@ -26,6 +26,7 @@ from rich.markup import escape
 
 from events.errors import ConfigError, FencedError, OncelogError
 from events.job_lock import JobLockedError
+from events.kafka_config import redact_url
 from events.log import open_log, parse_url
 from filesystems.router import FileSystems
 from projections.projector import Projector
@@ -384,7 +385,8 @@ def log_problems(path: Path, config: JobConfig) -> list[str]:
     except ConfigError as e:
         return [f"{path}: {e}"]
     except OncelogError as e:
-        return [f"{path}: cannot read the log {config.log_url} to compare folders with its other jobs: {e}"]
+        return [f"{path}: cannot read the log {redact_url(config.log_url)} to compare folders with its other jobs: "
+                f"{e}"]
     return []
 
 

@@ -239,6 +239,10 @@ class JobConfig(BranchKeys):
     log_url: Annotated[str, AfterValidator(_log_url)] = Field(default=DEFAULT_URL, alias="oncelog.log.url")
     commit_sequence_max_attempts: int = Field(default=3, ge=1, alias="commit.sequence.max.attempts")
     commit_parallelism: int = Field(default=32, ge=1, alias="commit.parallelism")
+    commit_shards: int | None = Field(default=None, ge=1, alias="job.commit.shards")
+    """How many shards datasets are committed in (default, and at most: the events topic's partitions)."""
+    commit_on_executors: bool = Field(default=True, alias="job.commit.on.executors")
+    """Shards plan, apply and recover their sequences in tasks of their own (false: the driver commits them all)."""
     spark_master: NonEmpty = Field(default=DEFAULT_SPARK_MASTER, alias="spark.master")
     properties: dict[str, str] = Field(default_factory=dict, repr=False)  # may hold secrets from ${env:...}
 

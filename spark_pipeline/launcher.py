@@ -1,7 +1,8 @@
 """The job launcher: Gobblin's job flow on Spark, publishing exactly once through commit-step events.
 
-lock → recover unfinished commit sequences → plan work units → tasks on Spark → commit policy → all commit
-sequences in one atomic batch → apply them (datasets in parallel) → job committed → clean up → release the lock.
+lock → recover unfinished commit sequences → plan work units → tasks on Spark → commit policy → commit shards
+(one task per shard of datasets: plan its sequences in one atomic batch, apply them) → job committed → clean up →
+release the lock. With job.commit.on.executors=false the driver plans all sequences in one batch and applies them.
 SIGINT / SIGTERM before the sequences are planned cancels the run: nothing is published, the run is recorded as
 cancelled. Once planned, the sequences are the point of no return: the commit finishes (or the next run does it).
 """
@@ -31,6 +32,7 @@ from events.job import (
     JobRunSucceeded,
     WorkUnitsPlanned,
 )
+from events.kafka_config import redact_settings
 from events.log import EventLog, open_log
 from events.model import RunFields
 from filesystems import urls
@@ -38,21 +40,22 @@ from filesystems.base import FileSystem
 from filesystems.router import FileSystems
 from projections.state import State
 from projections.views import RunStatus, SequenceView
-from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
+from replay.lineage_client import LineageClient
+from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector, FaultPoint
 from spark_pipeline.commit.sequence import CommitResult, Outcome
-from spark_pipeline.commit.session import CommitSession, open_session
+from spark_pipeline.commit.session import CommitSession, open_session, shard_writer_name
 from spark_pipeline.commit.settings import CommitSettings
+from spark_pipeline.commit.shards import ShardAction, ShardLostError, ShardWork, results_of, shard_of
 from spark_pipeline.commit.steps import PublishRoots
 from spark_pipeline.config import JobCommitPolicy, JobConfig
 from spark_pipeline.constructs import DataPublisher, DatasetOutput, MultiWorkUnit, SourceState
 from spark_pipeline.paths import JobRoots, absolute_config, overlaps, run_dirs
+from spark_pipeline.lineage import RunLineage
 from spark_pipeline.planning import plan_work_units
 from spark_pipeline.progress import SILENT, Phase, RunObserver
 from spark_pipeline.task_engine import SparkTaskEngine, TaskEngine
 from spark_pipeline.task_flow import make_construct
 from spark_pipeline.task_runner import TaskOutcome
-
-SECRET_HINTS = ("password", "secret", "token", "credential", "jaas", "private", "access.key")
 
 
 class RunCancelled(OncelogError):
@@ -90,7 +93,8 @@ class JobLauncher:
 
     def __init__(self, config: JobConfig, spark: SparkSession | None = None, faults: FaultInjector = NO_FAULTS,
                  run_id: str | None = None, engine: TaskEngine | None = None, fs: FileSystem | None = None,
-                 log: EventLog | None = None, observer: RunObserver = SILENT) -> None:
+                 log: EventLog | None = None, observer: RunObserver = SILENT,
+                 lineage: LineageClient | None = None) -> None:
         self.config = absolute_config(config)
         self.log = log
         """The log to use, left open; None: the job's log URL is opened, and closed after the run."""
@@ -99,7 +103,9 @@ class JobLauncher:
         self.fs = fs or FileSystems.of(self.config.properties)
         self.run_id = run_id or new_run_id(datetime.now(timezone.utc))
         self.cancel = threading.Event()
-        self.observer = observer
+        self.lineage = RunLineage(lineage or LineageClient.from_environment(), self.config.job_name, self.run_id)
+        """Sends the run's OpenLineage events (`lineage`, else OpenLineage's standard configuration; off if none)."""
+        self.observer = self.lineage.observing(observer)
         """Told the run's phases and counts as they go (a progress display)."""
         self._mwus: list[MultiWorkUnit] = []
         self._ending: JobRunFailed | JobRunCancelled | None = None
@@ -111,8 +117,8 @@ class JobLauncher:
         return {"job": self.config.job_name, "run_id": self.run_id}
 
     def commit_settings(self) -> CommitSettings:
-        """The job's commit settings: its publish roots, attempts and parallelism."""
-        return commit_settings(self.config)
+        """The job's commit settings: its publish roots, attempts, parallelism, shards, and the run's fault injector."""
+        return commit_settings(self.config, self.faults)
 
     def run(self) -> RunResult:
         """The whole job flow; returns how it ended (FencedError if another run took the job over)."""
@@ -126,8 +132,11 @@ class JobLauncher:
             lock = log.job_lock(config.job_name) if config.job_lock_enabled else None
             holder = lock.acquire(self.run_id) if lock else f"writer {self._writer_name()} (job lock off)"
             try:
-                with open_session(log, self._writer_name(), self.commit_settings(), self.fs, self.faults) as session:
-                    return self._run(session, holder)
+                with open_session(log, self._writer_name(), self.commit_settings(), self.fs) as session:
+                    with self.lineage.following(log) as lineage_warnings:
+                        result = self._run(session, holder)
+                    result.warnings += lineage_warnings
+                    return result
             finally:
                 if lock:
                     lock.release()
@@ -149,7 +158,7 @@ class JobLauncher:
             result.warnings.append(warning)
         try:
             self.observer.phase(Phase.RECOVER)
-            result.recovered = session.committer.recover(config.job_name)
+            result.recovered = self._recover(session)
             self._clean_stale(session)
             self._extract(session, result)
             if result.status is RunStatus.CANCELLED:
@@ -187,11 +196,12 @@ class JobLauncher:
                 self._check_cancelled()  # the tasks were cancelled by our signal handler
                 raise
         self._check_cancelled()
-        self.faults.reached("after-task-output")
+        self.faults.reached(FaultPoint.AFTER_TASK_OUTPUT)
         session.catch_up()
 
     def _publish(self, session: CommitSession, result: RunResult) -> None:
-        """Apply the commit policy, plan every dataset's sequence in one batch, and commit them."""
+        """Apply the commit policy, then plan every dataset's sequence and commit them: per shard in the shards'
+        tasks (each shard's sequences in one batch), or on the driver (all in one batch)."""
         config, run = self.config, self.run_fields
         failed = [t for t in result.tasks if not t.succeeded]
         if failed and config.job_commit_policy is JobCommitPolicy.FULL:
@@ -202,17 +212,23 @@ class JobLauncher:
                                                records_extracted=sum(r.records_extracted for t in result.tasks
                                                                      for r in t.results),
                                                records_written=result.records_written)])
-        publisher = make_construct(config, "data.publisher.type", config.publisher_type, DataPublisher)
         kept = result.tasks if config.job_commit_policy is JobCommitPolicy.PARTIAL else [
             t for t in result.tasks if t.succeeded]
         outputs = [o for o in dataset_outputs(kept) if o.dataset_urn not in result.skipped]
-        planned = publisher.plan(self.run_id, outputs, session.state.dataset_states(config.job_name))
         self._check_cancelled()
-        session.sink.emit(planned)  # every dataset's sequence, one atomic batch: the point of no return
-        self.faults.reached("after-planning")
-        views = [session.state.sequences[(p.job, p.dataset_urn, p.sequence_id)] for p in planned]
-        self.observer.phase(Phase.COMMIT, len(views))
-        result.commits = session.committer.commit_all(views, done=self.observer.datasets_done)
+        if self.commit_settings().on_executors:
+            self.observer.phase(Phase.COMMIT, len(outputs))
+            result.commits = self._commit_shards(session, ShardAction.PUBLISH, outputs)
+            self.observer.datasets_done(len(result.commits))
+        else:
+            publisher = make_construct(config, "data.publisher.type", config.publisher_type, DataPublisher)
+            planned = publisher.plan(self.run_id, outputs, session.state.dataset_states(config.job_name))
+            session.sink.emit(planned)  # every dataset's sequence, one atomic batch: the point of no return
+            self.faults.reached(FaultPoint.AFTER_PLANNING)
+            keys = dict.fromkeys((p.job, p.dataset_urn, p.sequence_id) for p in planned)  # a sequence may span events
+            views = [session.state.sequences[key] for key in keys]
+            self.observer.phase(Phase.COMMIT, len(views))
+            result.commits = session.committer.commit_all(views, done=self.observer.datasets_done)
         committed = tuple(c.dataset_urn for c in result.commits if c.outcome is Outcome.COMPLETED)
         abandoned = tuple(c.dataset_urn for c in result.commits if c.outcome is Outcome.ABANDONED)
         unfinished = [c for c in result.commits if c.outcome is not Outcome.COMPLETED]
@@ -225,6 +241,39 @@ class JobLauncher:
                                            datasets_skipped=tuple(result.skipped))])
         result.status = RunStatus.COMMITTED
         self._clean_up(session)
+
+    def _recover(self, session: CommitSession) -> list[CommitResult]:
+        """Finish every pending sequence of the job before anything is extracted: per shard, in the shards' tasks
+        (only shards holding one), or on the driver (job.commit.on.executors=false)."""
+        job = self.config.job_name
+        if not self.commit_settings().on_executors:
+            return session.committer.recover(job)
+        return self._commit_shards(session, ShardAction.RECOVER, [])
+
+    def _commit_shards(self, session: CommitSession, action: ShardAction, outputs: list[DatasetOutput]
+                       ) -> list[CommitResult]:
+        """Assign the datasets (RECOVER: the pending sequences) to shards, run one task per shard that has any, and
+        fold what they appended. A shard lost is a crash of that shard (the next run recovers it): the run fails."""
+        settings, log = self.commit_settings(), session.log
+        shards = settings.shard_count(log.partitions)
+        assigned: dict[int, list[DatasetOutput]] = {}
+        if action is ShardAction.RECOVER:
+            for sequence in session.state.pending_sequences(self.config.job_name):
+                assigned.setdefault(shard_of(sequence.dataset_urn, log.partitions, shards), [])
+        for output in outputs:
+            assigned.setdefault(shard_of(output.dataset_urn, log.partitions, shards), []).append(output)
+        if not assigned:
+            return []
+        work = [ShardWork(self.config.job_name, self.run_id, shard, shards,
+                          shard_writer_name(self._writer_name(), shard), action, tuple(assigned[shard]))
+                for shard in sorted(assigned)]
+        try:
+            summaries = self.engine.commit_engine(log, self.fs).run(self.config, work, settings)
+        except ShardLostError as e:
+            self.faults.shard_lost(str(e))
+            raise
+        session.catch_up()
+        return results_of(summaries)
 
     def _finish(self, session: CommitSession, result: RunResult, status: RunStatus, error: str,
                 failed_tasks: list[str] | None = None) -> None:
@@ -247,7 +296,7 @@ class JobLauncher:
         keep_output = self.run_id in runs_holding_output(session, self.config.job_name)
         for dirs in run_dirs(self.config, self.run_id):
             self.fs.remove_tree(dirs.staging)
-            self.faults.reached("during-cleanup")
+            self.faults.reached(FaultPoint.DURING_CLEANUP)
             if not keep_output:
                 self.fs.remove_tree(dirs.output)
         session.sink.emit([JobLockReleased(job=self.config.job_name, run_id=self.run_id)])
@@ -289,11 +338,12 @@ class JobLauncher:
                 signal.signal(signum, old)
 
 
-def commit_settings(config: JobConfig) -> CommitSettings:
-    """A job's commit settings (its config made absolute first): publish roots, attempts, parallelism."""
+def commit_settings(config: JobConfig, faults: FaultInjector = NO_FAULTS) -> CommitSettings:
+    """A job's commit settings (its config made absolute first): publish roots, attempts, parallelism, shards."""
     dirs = run_dirs(config, "")
     return CommitSettings(PublishRoots.of([d.output for d in dirs], [d.final for d in dirs]),
-                          config.commit_sequence_max_attempts, config.commit_parallelism)
+                          config.commit_sequence_max_attempts, config.commit_parallelism, config.commit_shards,
+                          config.commit_on_executors, faults)
 
 
 def check_own_folders(config: JobConfig, state: State) -> None:
@@ -335,5 +385,5 @@ def failure_message(failed: list[TaskOutcome]) -> str:
 
 def public_properties(config: JobConfig) -> dict[str, str]:
     """The job's properties for the JobRunStarted event, without secret-looking values."""
-    return {k: ("***" if any(h in k.lower() for h in SECRET_HINTS) else v) for k, v in config.properties.items()}
+    return redact_settings(config.properties)
 

@@ -32,7 +32,7 @@ class BaseDataPublisher(DataPublisher):
             steps: list[CommitStepSpec] = []
             for result in output.results:
                 steps += [FsRenameStep(src=f.path, dst=self.destination(run_id, f.path, f.branch), size=f.size,
-                                       checksum=f.checksum) for f in result.output_files]
+                                       checksum=f.checksum, records=f.records) for f in result.output_files]
             for result in output.results:
                 # A partition seen for the first time records where it starts, even with nothing in range.
                 if result.partition not in watermarks or result.actual_high_watermark != watermarks[result.partition]:

@@ -5,13 +5,18 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from py4j.protocol import Py4JError
 from pyspark import Accumulator, AccumulatorParam, SparkConf, SparkContext, TaskContext
 from pyspark.sql import SparkSession
 
 from events.errors import ConfigError
 from events.log import open_log
+from filesystems.router import FileSystems
+from spark_pipeline.commit.engine import CommitEngine, job_publisher
+from spark_pipeline.commit.settings import CommitSettings
+from spark_pipeline.commit.shards import ShardLostError, ShardSummary, ShardWork, commit_shard
 from spark_pipeline.config import SPECULATION, JobConfig
 from spark_pipeline.constructs import MultiWorkUnit
 from spark_pipeline.task_runner import TaskOutcome, run_task
@@ -128,3 +133,40 @@ def report_progress(counts: Accumulator[tuple[int, int]], progress: TaskProgress
 def slots(spark: SparkSession) -> int:
     """How many tasks run at once: the cluster's default parallelism."""
     return max(1, int(spark.sparkContext.defaultParallelism))
+
+
+class SparkCommitEngine(CommitEngine):
+    """One Spark task per commit shard, on the executors; each opens the log, the file systems and its shard's
+    writer where it runs, and sends back a summary. A task that dies (its Python worker killed, its executor lost) is
+    not run again (spark.task.maxFailures=1): ShardLostError, and the next run recovers the shard."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+
+    def run(self, config: JobConfig, work: Sequence[ShardWork], settings: CommitSettings) -> list[ShardSummary]:
+        if not work:
+            return []
+        log_url, log_settings = config.log_url, dict(config.log_settings)
+
+        def shards(assigned: Iterable[ShardWork]) -> Iterable[ShardSummary]:
+            for shard in assigned:
+                yield execute_shard(config, shard, log_url, log_settings, settings)
+
+        run_id = work[0].run_id
+        context = self.spark.sparkContext
+        # A group of its own: cancelling the run (SIGINT) cancels its tasks, never a commit past its point of no return.
+        context.setJobGroup(f"oncelog-{run_id}-commit", f"{config.job_name} run {run_id}: commit")
+        try:
+            return context.parallelize(list(work), len(work)).mapPartitions(shards).collect()
+        except Py4JError as e:
+            lost = ", ".join(str(w.shard) for w in work)
+            raise ShardLostError(f"a task of commit shards {lost} died before it answered: "
+                                 f"{str(e).strip().splitlines()[0][:500]}; what the shards appended stands, their "
+                                 f"pending sequences are finished by the next run (or `oncelog recover`)") from e
+
+
+def execute_shard(config: JobConfig, work: ShardWork, log_url: str, log_settings: Mapping[str, str],
+                  settings: CommitSettings) -> ShardSummary:
+    """Commit one shard where it is (an executor): its own log connection, file systems and writer."""
+    with open_log(log_url, log_settings) as log:
+        return commit_shard(work, log, FileSystems.of(config.properties), settings, job_publisher(config))

@@ -13,9 +13,18 @@ from collections.abc import Callable
 from pyspark.sql import SparkSession
 
 from events.log import EventLog, LogWriter
+from filesystems.base import FileSystem
+from spark_pipeline.commit.engine import CommitEngine, InProcessCommitEngine
 from spark_pipeline.config import JobConfig
 from spark_pipeline.constructs import MultiWorkUnit
-from spark_pipeline.spark_runner import TaskProgress, run_tasks, slots, spark_session, task_writer_name
+from spark_pipeline.spark_runner import (
+    SparkCommitEngine,
+    TaskProgress,
+    run_tasks,
+    slots,
+    spark_session,
+    task_writer_name,
+)
 from spark_pipeline.task_runner import TaskOutcome, run_task
 
 STOP_WAIT_S = 30.0
@@ -37,6 +46,10 @@ class TaskEngine(ABC):
             ) -> list[TaskOutcome]:
         """Run every task; each records its attempts in the log itself. `progress` hears how many tasks ended, and
         the records they wrote, as they end."""
+
+    def commit_engine(self, log: EventLog, fs: FileSystem) -> CommitEngine:
+        """Where this engine's runs commit their shards: in this process, through the launcher's log and `fs`."""
+        return InProcessCommitEngine(log, fs)
 
     def cancel(self, run_id: str) -> None:
         """Ask the run's tasks to stop (called from a signal handler's thread)."""
@@ -65,6 +78,10 @@ class SparkTaskEngine(TaskEngine):
     def identity(self) -> dict[str, str]:
         """The Spark application's id (its name in Spark's UI and history server)."""
         return {"spark.app.id": self.spark.sparkContext.applicationId}
+
+    def commit_engine(self, log: EventLog, fs: FileSystem) -> CommitEngine:
+        """Shards commit on the executors (each opens the job's log and file systems there)."""
+        return SparkCommitEngine(self.spark)
 
     def start(self) -> None:
         _ = self.spark  # Spark installs its own SIGINT handler when it starts: before the launcher installs its own

@@ -108,12 +108,12 @@ def run_task(config: JobConfig, run_id: str, mwu: MultiWorkUnit, emit: Emit, sle
     constructs = build_constructs(config)
     for attempt in range(first_attempt, attempts + 1):
         started = time.perf_counter()
-        emit([TaskStarted(**task, attempt=attempt, work_unit_ids=unit_ids, executor=executor_name())])
+        emit(TaskStarted(**task, attempt=attempt, work_unit_ids=unit_ids, executor=executor_name()).in_parts())
         try:
             results = run_attempt(constructs, run_id, mwu, attempt, last=attempt == attempts)
         except AttemptFailed as failure:
-            emit([TaskFailed(**task, attempt=attempt, error=f"{failure}\n{failure.detail}"[:4000],
-                             results=tuple(failure.results), duration_ms=_since(started))])
+            emit(TaskFailed(**task, attempt=attempt, error=f"{failure}\n{failure.detail}"[:4000],
+                            results=tuple(failure.results), duration_ms=_since(started)).in_parts())
             if attempt == attempts:
                 return TaskOutcome(mwu.multi_work_unit_id, False, attempt, tuple(failure.results), str(failure))
             delay = float(config.task_retry_interval_s)
@@ -124,7 +124,8 @@ def run_task(config: JobConfig, run_id: str, mwu: MultiWorkUnit, emit: Emit, sle
             error = f"attempt stopped by {type(stopped).__name__}: {stopped}\n{_last_frames(stopped)}"
             emit([TaskFailed(**task, attempt=attempt, error=error[:4000], results=(), duration_ms=_since(started))])
             raise
-        emit([TaskSucceeded(**task, attempt=attempt, results=tuple(results), duration_ms=_since(started))])
+        # In parts when the results are many (one atomic batch): no event grows with the work units of a task.
+        emit(TaskSucceeded(**task, attempt=attempt, results=tuple(results), duration_ms=_since(started)).in_parts())
         return TaskOutcome(mwu.multi_work_unit_id, True, attempt, tuple(results))
     raise AssertionError("unreachable: the last attempt returns")
 

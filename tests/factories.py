@@ -29,6 +29,7 @@ from events.job import (
     WorkUnitsPlanned,
 )
 from events.model import Event
+from events.published import DatasetPublished, PublishedFile, WatermarkRange
 from events.task import OutputFile, TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
 
 T0 = datetime(2026, 11, 21, 12, 0, 0, 123456, tzinfo=timezone.utc)
@@ -74,6 +75,10 @@ def one_of_each(job: str = "MyJob", run_id: str = "run-1", urn: str = "MyTopic")
         DatasetStateCommitted(**dataset, watermarks={f"{urn}:0": 100}, records_published=100, files_published=1,
                               emitted_at=at(12)),
         CommitSequenceCompleted(**dataset, duration_ms=3.0, emitted_at=at(13)),
+        DatasetPublished(**dataset, files=(PublishedFile(path=f"job-output/{urn}/1.avro", size=4096, checksum="ab" * 32,
+                                                         records=100),),
+                         watermarks=(WatermarkRange(partition=f"{urn}:0", low_watermark=0, high_watermark=100),),
+                         files_published=1, records_published=100, bytes_published=4096, emitted_at=at(13.5)),
         CommitSequenceAbandoned(**{**dataset, "sequence_id": "run-0"}, attempts=3, error="gone", emitted_at=at(14)),
         CommitStepRolledBack(**{**dataset, "sequence_id": "run-0"}, step_index=0, outcome="moved_back",
                              emitted_at=at(14.2)),

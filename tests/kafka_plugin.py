@@ -1,4 +1,22 @@
-"""Pytest plugin giving tests a real Apache Kafka broker: ``kafka_bootstrap`` (shared) and ``restartable_kafka``.
+"""Pytest plugin giving tests real Apache Kafka: one broker, a secured one, a Kafka 4 one, a three-node cluster.
+
+Session fixtures (each started lazily, by the first test asking for it, and stopped at the end of the session):
+
+- ``kafka_bootstrap -> str``: ``host:port`` of the shared Kafka 3.9.1 broker (see below).
+- ``secure_kafka -> events.kafka_local.SecureEndpoints``, a frozen value object with:
+  ``plaintext_bootstrap: str``, ``sasl_ssl_bootstrap: str``, ``sasl_plaintext_bootstrap: str`` (all
+  ``127.0.0.1:<port>`` of one single-node Kafka 3.9.1 broker), ``ca_pem_path: Path`` (the CA, made at fixture time
+  with openssl, that signed the SASL_SSL listener's certificate for IP 127.0.0.1 and DNS localhost),
+  ``username: str``, ``password: str`` (random per session; not in the repr), ``mechanisms:
+  tuple[SaslMechanism, ...]`` = (``SCRAM-SHA-512``, ``PLAIN``); the one user logs in with either mechanism on both
+  SASL listeners. ``$SECURE_KAFKA_*`` are not read: it is always a local broker.
+- ``kafka4_bootstrap -> str``: ``host:port`` of a single-node Kafka 4.x broker (``KAFKA4_VERSION``), or
+  ``$KAFKA4_BOOTSTRAP``.
+- ``kafka_cluster -> events.kafka_local.LocalKafkaCluster``: three KRaft nodes (Kafka 3.9.1), internal topics with
+  replication 3 / min.insync 2; ``.bootstrap`` names all nodes, ``.partition_leaders(topic)``, ``.node(id).kill()``,
+  ``.start_node(id)``. A test that kills a node must start it again before it ends.
+
+Function fixture: ``restartable_kafka -> LocalKafkaBroker``, a broker of the test's own that it may stop and kill.
 
 ``kafka_bootstrap`` resolves, in order: ``$KAFKA_BOOTSTRAP``; a testcontainers ``KafkaContainer`` when a Docker
 engine answers; a :class:`~events.kafka_local.LocalKafkaBroker` run from Maven Central jars (Java + Maven only).
@@ -9,6 +27,7 @@ by silently skipping the Kafka suite. Enable with ``pytest_plugins = ["tests.kaf
 from __future__ import annotations
 
 import os
+import secrets
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +37,14 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from events.errors import KafkaProvisioningError
-from events.kafka_local import LocalKafkaBroker
+from events.kafka_local import (
+    KAFKA4_VERSION,
+    KAFKA_VERSION,
+    LocalKafkaBroker,
+     LocalKafkaCluster,
+    SaslUser,
+    SecureEndpoints,
+)
 from tests.unavailable import unavailable
 
 if TYPE_CHECKING:
@@ -82,10 +108,11 @@ def _start_container(reasons: list[str]) -> KafkaContainer | None:
     return container
 
 
-def _start_local(work_dir: Path, reasons: list[str]) -> LocalKafkaBroker | None:
-    """A started local broker in ``work_dir``, or None with the reason recorded."""
-    broker = LocalKafkaBroker(work_dir)
+def _start_local(work_dir: Path, reasons: list[str], version: str = KAFKA_VERSION,
+                 sasl_user: SaslUser | None = None) -> LocalKafkaBroker | None:
+    """A started local broker (of ``version``, with SASL listeners for ``sasl_user``), or None with the reason."""
     try:
+        broker = LocalKafkaBroker(work_dir, version=version, sasl_user=sasl_user)
         broker.start()
     except KafkaProvisioningError as e:
         reasons.append(f"the local broker did not start: {e}")
@@ -127,3 +154,47 @@ def restartable_kafka(tmp_path: Path) -> Iterator[LocalKafkaBroker]:
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureEndpoints]:
+    """A broker with PLAINTEXT, SASL_SSL and SASL_PLAINTEXT listeners, its CA and its one user (module docstring)."""
+    reasons: list[str] = []
+    user = SaslUser("oncelog-test", secrets.token_hex(12))
+    broker = _start_local(tmp_path_factory.mktemp("secure-kafka"), reasons, sasl_user=user)
+    if broker is None:
+        unavailable("secured Kafka broker", "; ".join(reasons))
+    try:
+        yield broker.secure_endpoints()
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka4_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``host:port`` of a Kafka 4.x broker shared by the session: ``$KAFKA4_BOOTSTRAP``, else a local one."""
+    if explicit := os.environ.get("KAFKA4_BOOTSTRAP", "").strip():
+        yield explicit.removeprefix("kafka://")
+        return
+    reasons: list[str] = []
+    broker = _start_local(tmp_path_factory.mktemp("kafka4"), reasons, version=KAFKA4_VERSION)
+    if broker is None:
+        unavailable(f"Kafka {KAFKA4_VERSION} broker", "; ".join(reasons))
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafkaCluster]:
+    """A three-node local Kafka cluster shared by the session (module docstring); stopped at its end."""
+    try:
+        cluster = LocalKafkaCluster(tmp_path_factory.mktemp("kafka-cluster"), nodes=3)
+        cluster.start()
+    except KafkaProvisioningError as e:
+        unavailable("Kafka cluster", f"the local three-node cluster did not start: {e}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -1,7 +1,9 @@
 """Fault injection for the crash matrix: kill the process at a named point of the publish protocol.
 
-`ONCELOG_CRASH_AT=after-rename:2` kills the driver with os._exit the second time it passes `after-rename`.
-The injector is built once from the environment by whoever starts the work, and passed down explicitly.
+`ONCELOG_CRASH_AT=after-rename:2` kills the process with os._exit the second time it passes `after-rename`.
+The injector is built once from the environment by whoever starts the work, and passed down explicitly (inside
+CommitSettings): commit shard tasks on executors carry a copy, so a point a shard reaches kills that shard's Python
+worker (the pass number counts per process), and the driver, finding the shard lost, crashes in turn.
 """
 
 from __future__ import annotations
@@ -10,32 +12,53 @@ import os
 import sys
 import threading
 from collections.abc import Mapping
+from enum import StrEnum
 
 CRASH_ENV = "ONCELOG_CRASH_AT"
 CRASH_EXIT_CODE = 137
 
-POINTS = (
-    "after-task-output",
-    "after-planning",
-    "after-rename",
-    "before-watermark",
-    "after-watermark",
-    "before-completion",
-    "during-cleanup",
-)
-"""Every point of the publish protocol the crash matrix kills the driver at."""
+
+class FaultPoint(StrEnum):
+    """Every point of the publish protocol the crash matrix kills the process at."""
+
+    AFTER_TASK_OUTPUT = "after-task-output"
+    AFTER_PLANNING = "after-planning"
+    AFTER_RENAME = "after-rename"
+    BEFORE_WATERMARK = "before-watermark"
+    AFTER_WATERMARK = "after-watermark"
+    BEFORE_COMPLETION = "before-completion"
+    DURING_CLEANUP = "during-cleanup"
+
+    @classmethod
+    def parse(cls, name: str) -> FaultPoint:
+        """The point called `name`; a ValueError listing the known ones for a misspelled name."""
+        try:
+            return cls(name)
+        except ValueError as e:
+            raise ValueError(f"{CRASH_ENV}: unknown crash point {name!r}; known: {', '.join(POINTS)}") from e
+
+    @property
+    def in_commit_shard(self) -> bool:
+        """Whether a sharded commit reaches this point inside a shard task (on an executor), not on the driver."""
+        return self not in (FaultPoint.AFTER_TASK_OUTPUT, FaultPoint.DURING_CLEANUP)
+
+
+POINTS: tuple[FaultPoint, ...] = tuple(FaultPoint)
+"""Every point, in protocol order (the crash matrix's parameters)."""
 
 
 class FaultInjector:
     """Kills the process when it reaches the configured point (and pass number); does nothing otherwise."""
 
-    def __init__(self, point: str | None = None, nth: int = 1) -> None:
-        if point is not None and point not in POINTS:
-            raise ValueError(f"{CRASH_ENV}: unknown crash point {point!r}; known: {', '.join(POINTS)}")
+    def __init__(self, point: FaultPoint | None = None, nth: int = 1) -> None:
         self.point = point
         self.nth = nth
         self._passes = 0
         self._lock = threading.Lock()
+
+    def __reduce__(self) -> tuple[type[FaultInjector], tuple[FaultPoint | None, int]]:
+        """Pickled for shard tasks as its point and pass number (a fresh count there; locks do not pickle)."""
+        return type(self), (self.point, self.nth)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> FaultInjector:
@@ -43,24 +66,35 @@ class FaultInjector:
         spec = env.get(CRASH_ENV, "").strip()
         if not spec:
             return cls()
-        point, _, nth = spec.partition(":")
+        name, _, nth = spec.partition(":")
         try:
             count = int(nth) if nth else 1
         except ValueError as e:
             raise ValueError(f"{CRASH_ENV}={spec!r}: the pass number after ':' must be an integer") from e
-        return cls(point, count)
+        return cls(FaultPoint.parse(name), count)
 
-    def reached(self, point: str) -> None:
+    def reached(self, point: FaultPoint) -> None:
         """Mark that the protocol reached `point`: exits the process at once when it is the configured one."""
-        if point != self.point:
+        if point is not self.point:
             return
         with self._lock:
             self._passes += 1
             if self._passes == self.nth:
-                sys.stdout.flush()
-                sys.stderr.write(f"oncelog: injected crash at {point} (pass {self.nth})\n")
-                sys.stderr.flush()
-                os._exit(CRASH_EXIT_CODE)
+                self.crash(f"injected crash at {point} (pass {self.nth})")
+
+    def shard_lost(self, detail: str) -> None:
+        """A commit shard task died: when this injector killed it (at a shard-side point), the driver dies too, as
+        the crash matrix expects of a crash at that point; otherwise it returns and the run fails."""
+        if self.point is not None and self.point.in_commit_shard:
+            self.crash(f"injected crash at {self.point} (in a commit shard task: {detail[:300]})")
+
+    @staticmethod
+    def crash(message: str) -> None:
+        """Exit at once, as a kill would, after saying why."""
+        sys.stdout.flush()
+        sys.stderr.write(f"oncelog: {message}\n")
+        sys.stderr.flush()
+        os._exit(CRASH_EXIT_CODE)
 
 
 NO_FAULTS = FaultInjector()

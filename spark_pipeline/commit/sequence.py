@@ -27,10 +27,11 @@ from events.commit import (
 )
 from events.dataset import DatasetReleased
 from events.model import Event
+from events.published import published_events
 from filesystems import urls
 from filesystems.base import FileSystem, FileSystemError
 from projections.views import SequenceView
-from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
+from spark_pipeline.commit.faults import FaultPoint
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.sink import MAX_GROUP_EVENTS, EventSink
 from spark_pipeline.commit.steps import (
@@ -68,13 +69,12 @@ class CommitResult:
 class CommitSequence:
     """The steps that publish one dataset's output of one run, and the loop that applies them."""
 
-    def __init__(self, view: SequenceView, sink: EventSink, settings: CommitSettings, fs: FileSystem,
-                 faults: FaultInjector = NO_FAULTS) -> None:
+    def __init__(self, view: SequenceView, sink: EventSink, settings: CommitSettings, fs: FileSystem) -> None:
         self.view = view
         self.sink = sink
         self.settings = settings
         self.fs = fs
-        self.faults = faults
+        self.faults = settings.faults
         self.ref = SequenceRef(view.job, view.run_id, view.dataset_urn, view.sequence_id)
         self.renamed_into: set[str] = set()
         """Folders its renames changed: to be made durable before the renames are recorded."""
@@ -104,11 +104,13 @@ class CommitSequence:
             if index in self.view.applied:
                 continue
             if isinstance(spec, HighWatermarkStep):
-                self.faults.reached("before-watermark")
+                self.faults.reached(FaultPoint.BEFORE_WATERMARK)
             step = step_for(spec, self.ref, self.sink.state, self.fs)
             step_started = time.perf_counter()
             try:
                 done = step.verify()
+                if not done and isinstance(spec, FsRenameStep):
+                    self.sink.check_fenced()  # a superseded writer must move nothing (FencedError, not caught)
                 effects: list[Event] = [] if done else step.execute()
             except (OSError, FileSystemError, CommitStepError) as e:
                 record([*applied, *self._failure(index, f"step {index} ({spec.kind}): {e}")])
@@ -120,11 +122,12 @@ class CommitSequence:
             if isinstance(spec, FsRenameStep):
                 if not done:
                     self.renamed_into.add(urls.parent(spec.dst))
-                self.faults.reached("after-rename")
+                self.faults.reached(FaultPoint.AFTER_RENAME)
             elif isinstance(spec, HighWatermarkStep):
-                self.faults.reached("after-watermark")
-        self.faults.reached("before-completion")
-        record([*applied, CommitSequenceCompleted(**fields, duration_ms=(time.perf_counter() - started) * 1000)])
+                self.faults.reached(FaultPoint.AFTER_WATERMARK)
+        self.faults.reached(FaultPoint.BEFORE_COMPLETION)
+        record([*applied, CommitSequenceCompleted(**fields, duration_ms=(time.perf_counter() - started) * 1000),
+                *published_events(fields, self.view.steps)])
         return self._result(Outcome.COMPLETED, executed=counts["executed"], verified=counts["verified"])
 
     def record_now(self, events: Sequence[Event]) -> None:
@@ -151,15 +154,13 @@ class CommitSequence:
 class Committer:
     """Commits sequences, datasets in parallel; shares one sink (one writer, group commits)."""
 
-    def __init__(self, sink: EventSink, settings: CommitSettings, fs: FileSystem,
-                 faults: FaultInjector = NO_FAULTS) -> None:
+    def __init__(self, sink: EventSink, settings: CommitSettings, fs: FileSystem) -> None:
         self.sink = sink
         self.settings = settings
         self.fs = fs
-        self.faults = faults
 
     def sequence(self, view: SequenceView) -> CommitSequence:
-        return CommitSequence(view, self.sink, self.settings, self.fs, self.faults)
+        return CommitSequence(view, self.sink, self.settings, self.fs)
 
     def commit_all(self, views: list[SequenceView], done: Callable[[int], None] = lambda _: None
                    ) -> list[CommitResult]:

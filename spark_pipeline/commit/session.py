@@ -6,13 +6,13 @@ strictly: a run plans only from a history read completely, to the log's stable e
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from events.errors import OncelogError
-from events.log import Closing, EventLog, LogWriter
+from events.log import Closing, EventLog, LogWriter, Offsets
 from projections.projector import ProjectionStopped, Projector
 from projections.state import State
-from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
 from spark_pipeline.commit.sequence import Committer
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.sink import EventSink
@@ -23,6 +23,9 @@ WHAT_TO_DO = (
     "again); a damaged record must be restored from a replica or backup (`oncelog verify` lists every damaged "
     "offset)"
 )
+
+FENCE_PARALLELISM = 8
+"""Shard writers fenced at once when a session opens."""
 
 
 class IncompleteHistoryError(OncelogError):
@@ -49,13 +52,13 @@ class CommitSession(Closing):
         self.writer.close()
 
 
-def fold_strictly(log: EventLog, state: State) -> int:
-    """Fold the log into `state` up to its stable end; any record that cannot be decoded or placed stops it with
-    IncompleteHistoryError naming the offset. Returns the events folded."""
+def fold_strictly(log: EventLog, state: State, until: Offsets | None = None) -> int:
+    """Fold the log into `state` up to its stable end (or `until`); any record that cannot be decoded or placed stops
+    it with IncompleteHistoryError naming the offset. Returns the events folded."""
     log.await_stable()
     before = state.problem_count
     try:
-        folded = Projector(log, stop_on_error=True).catch_up(state)
+        folded = Projector(log, stop_on_error=True).catch_up(state, until)
     except ProjectionStopped as e:
         raise IncompleteHistoryError(f"the fold stopped at {e.error}; {WHAT_TO_DO}") from e
     if state.problem_count > before:
@@ -75,14 +78,33 @@ def strict_state(log: EventLog) -> State:
     return state
 
 
-def open_session(log: EventLog, writer_name: str, settings: CommitSettings, fs: FileSystem,
-                 faults: FaultInjector = NO_FAULTS) -> CommitSession:
-    """Open the writer first (fencing any other holder of the name), then fold the log: nothing it missed."""
+def shard_writer_name(writer_name: str, shard: int) -> str:
+    """The log writer of one commit shard of a job (or run) writer: a newer holder of the name fences this one."""
+    return f"{writer_name}.commit-shard-{shard}"
+
+
+def fence_shard_writers(log: EventLog, writer_name: str) -> None:
+    """Fence every commit shard writer an earlier run may still hold (a paused or partitioned shard task), whether
+    or not this run commits in shards or commits that shard; on Kafka this also ends their open transactions, which
+    would otherwise hold the log's stable end. Every possible shard (one per partition at most) is fenced, since
+    shard counts and job.commit.on.executors may change between runs; in parallel (a Kafka writer takes round trips)."""
+
+    def fence(shard: int) -> None:
+        log.writer(shard_writer_name(writer_name, shard)).close()
+
+    with ThreadPoolExecutor(max_workers=min(FENCE_PARALLELISM, log.partitions), thread_name_prefix="fence") as pool:
+        list(pool.map(fence, range(log.partitions)))
+
+
+def open_session(log: EventLog, writer_name: str, settings: CommitSettings, fs: FileSystem) -> CommitSession:
+    """Open the writer first (fencing any other holder of the name, and every commit shard writer of the name), then
+    fold the log: nothing it missed."""
     writer = log.writer(writer_name)
     try:
+        fence_shard_writers(log, writer_name)
         state = strict_state(log)
     except BaseException:
         writer.close()
         raise
     sink = EventSink(writer, state)
-    return CommitSession(log, state, writer, sink, Committer(sink, settings, fs, faults))
+    return CommitSession(log, state, writer, sink, Committer(sink, settings, fs))

@@ -1,9 +1,10 @@
-"""How a job commits: the settings that travel together from the job file to every committer."""
+"""How a job commits: the settings that travel together from the job file to every committer and shard task."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
 from spark_pipeline.commit.steps import PublishRoots
 
 DEFAULT_MAX_ATTEMPTS = 3
@@ -12,8 +13,18 @@ DEFAULT_PARALLELISM = 32
 
 @dataclass(frozen=True)
 class CommitSettings:
-    """Where steps may move files, how often a sequence may fail before it is abandoned, how many commit at once."""
+    """Where steps may move files, how often a sequence may fail before it is abandoned, how many commit at once,
+    how datasets are sharded and where shards commit, and the fault injector of the crash matrix."""
 
     roots: PublishRoots
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     parallelism: int = DEFAULT_PARALLELISM
+    shards: int | None = None
+    """`job.commit.shards`: how many shards datasets are split into; None: one per partition of the events topic."""
+    on_executors: bool = True
+    """`job.commit.on.executors`: shards plan, apply and recover on executors; False: the driver commits them all."""
+    faults: FaultInjector = NO_FAULTS
+
+    def shard_count(self, partitions: int) -> int:
+        """How many shards a topic of `partitions` partitions allows: each shard is a set of whole partitions."""
+        return max(1, min(self.shards or partitions, partitions))

@@ -1,7 +1,9 @@
 """The event sink: appends events through one writer and folds them into a state, so the writer reads its own writes.
 
 Concurrent emits (datasets committing in parallel) share one transaction: a group commit. Each emit is still
-atomic on its own (its events are all in, or none), and returns only once its events are committed.
+atomic on its own (its events are all in, or none), and returns only once its events are committed. Fence checks
+(before each rename) join the same queue: an append that succeeds after a check was asked answers it, so checks
+waiting together cost one probe of the writer at most.
 """
 
 from __future__ import annotations
@@ -38,9 +40,11 @@ class EventSink:
 
     def emit(self, events: Sequence[Event]) -> None:
         """Append `events` as one atomic batch (possibly sharing a transaction with concurrent emits)."""
-        if not events:
-            return
-        request = _Request(list(events))
+        if events:
+            self._submit(_Request([part for event in events for part in event.in_parts()]))
+
+    def _submit(self, request: _Request) -> None:
+        """Queue a request for the group-commit thread and wait for its outcome."""
         with self._cv:
             if self._closed:
                 raise RuntimeError("the event sink is closed")
@@ -70,9 +74,16 @@ class EventSink:
             size += len(request.events)
         return group
 
+    def check_fenced(self) -> None:
+        """Return once the writer was found not fenced after this call began (FencedError if it was)."""
+        self._submit(_Request(()))
+
     def _commit(self, group: list[_Request]) -> None:
         try:
-            self.writer.append(event for request in group for event in request.events)
+            if any(request.events for request in group):
+                self.writer.append(event for request in group for event in request.events)
+            else:
+                self.writer.check_fenced()
         except BaseException as e:  # every member sees the failure (whether its events are in is unknown)
             for request in group:
                 request.done.set_exception(e)

@@ -20,6 +20,12 @@ partition starts (with `bootstrap.with.offset: latest`, skipping it would let th
 retained offset: the run starts at the earliest offset, says so in a warning and in the work unit's properties
 (`kafka.offsets.lost: <committed>-<earliest>`, the offsets deleted unread), and the watermark's jump shows as a
 skipped range in `oncelog verify`. A committed watermark past the partition's end (topic recreated) is an error.
+
+Security: the job's own `kafka.security.protocol`, `kafka.sasl.*` and `kafka.ssl.*` keys, when it sets any, are the
+source cluster's (all of them: it may be another cluster than the log's). A job that sets none reads with the log's
+security settings (its URL's query, then the job's `oncelog.log.*` keys) when the source brokers share a broker with
+the log's URL, and in PLAINTEXT otherwise. librdkafka's log lines and errors go through a `ClientMonitor`; a refused
+credential or certificate is a `KafkaSecurityError` naming the listener and the setting.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import logging
 import re
 import time
 from collections import deque
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from confluent_kafka import (
@@ -44,6 +51,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from events.errors import ConfigError, OncelogError
 from events.job import WorkUnitSpec
+from events.kafka_config import ClientMonitor, is_security_setting
+from events.log import parse_url
 from spark_pipeline.constructs import Extractor, Record, Schema, Source, SourceError, SourceState, WorkUnitState
 
 log = logging.getLogger(__name__)
@@ -65,6 +74,8 @@ SCHEMA: dict[str, Any] = {
 _BROKER = re.compile(r"^[^\s:,]+:\d{1,5}$")
 _MISSING = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
 _OUT_OF_RANGE = {KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
+WAIT_SLICE_S = 1.0
+"""A metadata request waits at most this long at a time (see SourceCluster.list_topics)."""
 
 
 def _lower(value: Any) -> Any:
@@ -89,6 +100,11 @@ class KafkaSourceSettings(BaseModel):
     sasl_username: str | None = Field(default=None, alias="kafka.sasl.username")
     sasl_password: str | None = Field(default=None, alias="kafka.sasl.password", repr=False)
     ssl_ca_location: str | None = Field(default=None, alias="kafka.ssl.ca.location")
+    ssl_certificate_location: str | None = Field(default=None, alias="kafka.ssl.certificate.location")
+    ssl_key_location: str | None = Field(default=None, alias="kafka.ssl.key.location")
+    ssl_key_password: str | None = Field(default=None, alias="kafka.ssl.key.password", repr=False)
+    ssl_endpoint_identification_algorithm: str | None = Field(
+        default=None, alias="kafka.ssl.endpoint.identification.algorithm")
     isolation_level: Annotated[Literal["read_committed", "read_uncommitted"], BeforeValidator(_lower)] = Field(
         default="read_committed", alias="kafka.isolation.level")
     bootstrap_with_offset: Annotated[Literal["earliest", "latest"], BeforeValidator(_lower)] = Field(
@@ -117,15 +133,64 @@ class KafkaSourceSettings(BaseModel):
                 raise ValueError(f"{pattern!r} is not a regular expression: {e}") from e
         return value
 
-    def client_config(self, **overrides: Any) -> dict[str, Any]:
-        """librdkafka settings: brokers, security, then the client's own."""
-        optional = {"security.protocol": self.security_protocol, "sasl.mechanism": self.sasl_mechanism,
-                    "sasl.username": self.sasl_username, "sasl.password": self.sasl_password,
-                    "ssl.ca.location": self.ssl_ca_location}
-        config: dict[str, Any] = {"bootstrap.servers": ",".join(self.brokers), "logger": log}
-        config.update({k: v for k, v in optional.items() if v is not None})
+    def own_security(self) -> dict[str, str]:
+        """The security settings the job's `kafka.*` keys give, by librdkafka name."""
+        named = {"security.protocol": self.security_protocol, "sasl.mechanism": self.sasl_mechanism,
+                 "sasl.username": self.sasl_username, "sasl.password": self.sasl_password,
+                 "ssl.ca.location": self.ssl_ca_location, "ssl.certificate.location": self.ssl_certificate_location,
+                 "ssl.key.location": self.ssl_key_location, "ssl.key.password": self.ssl_key_password,
+                 "ssl.endpoint.identification.algorithm": self.ssl_endpoint_identification_algorithm}
+        return {k: v for k, v in named.items() if v is not None}
+
+    def security(self, log_url: str, log_settings: Mapping[str, str]) -> dict[str, str]:
+        """The source cluster's security settings, by the precedence of the module docstring."""
+        own = self.own_security()
+        if own:
+            return own
+        scheme, location, url_settings = parse_url(log_url)
+        if scheme != "kafka" or not set(self.brokers) & {b.strip() for b in location.split(",")}:
+            return {}
+        merged = {**url_settings, **log_settings}
+        return {k: v for k, v in merged.items() if is_security_setting(k)}
+
+    def client_config(self, security: Mapping[str, str], monitor: ClientMonitor, **overrides: Any) -> dict[str, Any]:
+        """librdkafka settings: brokers, security, the monitor of log lines and errors, then the client's own."""
+        config: dict[str, Any] = {"bootstrap.servers": ",".join(self.brokers), "logger": monitor,
+                                  "error_cb": monitor.on_error, **security}
         config.update(overrides)
         return config
+
+
+class SourceCluster:
+    """The source's Kafka cluster as its clients reach it: settings, security, and one monitor for them all."""
+
+    def __init__(self, settings: KafkaSourceSettings, log_url: str, log_settings: Mapping[str, str]) -> None:
+        self.settings = settings
+        self.security = settings.security(log_url, log_settings)
+        self.monitor = ClientMonitor(",".join(settings.brokers), self.security,
+                                     {"kafka.request.timeout.sec": settings.timeout_s})
+
+    def config(self, **overrides: Any) -> dict[str, Any]:
+        """librdkafka settings of one client of this cluster."""
+        return self.settings.client_config(self.security, self.monitor, **overrides)
+
+    def list_topics(self, client: AdminClient | Consumer, what: str, topic: str | None = None) -> ClusterMetadata:
+        """The cluster's metadata, waited for in slices until the timeout so that a refused credential or
+        certificate is raised (KafkaSecurityError) within about a second, not retried until the timeout."""
+        deadline = time.monotonic() + self.settings.timeout_s
+        while True:
+            try:
+                metadata = client.list_topics(
+                    topic=topic, timeout=min(WAIT_SLICE_S, max(deadline - time.monotonic(), 0.1)))
+                self.monitor.reachable()
+                return metadata
+            except KafkaException as e:
+                client.poll(0)  # serves error_cb
+                self.monitor.check()
+                if time.monotonic() >= deadline:
+                    raise kafka_failure(e, f"{what} (no answer within {self.settings.timeout_s:.0f}s, setting "
+                                           f"kafka.request.timeout.sec; {self.monitor.last_problem or 'no detail'})"
+                                        ) from e
 
 
 def kafka_failure(error: KafkaError | KafkaException | Exception, what: str) -> OncelogError:
@@ -150,7 +215,7 @@ def select_topics(metadata: ClusterMetadata, settings: KafkaSourceSettings) -> l
 
 
 def list_offsets(admin: AdminClient, partitions: list[TopicPartition], spec: OffsetSpec,
-                 settings: KafkaSourceSettings) -> dict[tuple[str, int], int]:
+                 settings: KafkaSourceSettings, monitor: ClientMonitor) -> dict[tuple[str, int], int]:
     """One offset per partition (earliest or end, per `spec`), read with the configured isolation level."""
     if not partitions:
         return {}
@@ -163,6 +228,7 @@ def list_offsets(admin: AdminClient, partitions: list[TopicPartition], spec: Off
         try:
             offsets[(tp.topic, tp.partition)] = future.result(timeout=settings.timeout_s).offset
         except (KafkaException, TimeoutError) as e:
+            monitor.check()
             raise kafka_failure(e, f"cannot list the offsets of {tp.topic}[{tp.partition}]") from e
     return offsets
 
@@ -175,19 +241,20 @@ class KafkaTopicSource(Source):
     def get_work_units(self, state: SourceState) -> list[WorkUnitSpec]:
         settings: KafkaSourceSettings = self.settings()
         where = f"Kafka brokers {','.join(settings.brokers)}"
+        cluster = SourceCluster(settings, self.config.log_url, self.config.log_settings)
         try:
-            admin = AdminClient(settings.client_config())
-            metadata = admin.list_topics(timeout=settings.timeout_s)
+            admin = AdminClient(cluster.config())
         except KafkaException as e:
             raise kafka_failure(e, f"cannot read the topics of {where}") from e
+        metadata = cluster.list_topics(admin, f"cannot read the topics of {where}")
         partitions: list[TopicPartition] = []
         for topic in select_topics(metadata, settings):
             described = metadata.topics[topic]
             if described.error is not None:
                 raise kafka_failure(described.error, f"topic {topic!r} on {where}")
             partitions += [TopicPartition(topic, p) for p in sorted(described.partitions)]
-        earliest = list_offsets(admin, partitions, OffsetSpec.earliest(), settings)
-        ends = list_offsets(admin, partitions, OffsetSpec.latest(), settings)
+        earliest = list_offsets(admin, partitions, OffsetSpec.earliest(), settings, cluster.monitor)
+        ends = list_offsets(admin, partitions, OffsetSpec.latest(), settings, cluster.monitor)
         units = [self._plan(state, settings, tp.topic, tp.partition, earliest[(tp.topic, tp.partition)],
                             ends[(tp.topic, tp.partition)]) for tp in partitions]
         return [u for u in units if u is not None]
@@ -237,6 +304,7 @@ class KafkaTopicExtractor(Extractor):
         self._buffer: deque[tuple[int, Record]] = deque()
         self._ended = unit.low_watermark >= self.high
         self._consumer: Consumer | None = None
+        self._cluster = SourceCluster(settings, state.config.log_url, state.config.log_settings)
 
     @property
     def where(self) -> str:
@@ -261,15 +329,19 @@ class KafkaTopicExtractor(Extractor):
 
     def _open(self) -> Consumer:
         """A consumer assigned to the partition at the low watermark, after checking that the partition exists."""
-        config = self.settings.client_config(**{
+        config = self._cluster.config(**{
             "group.id": f"oncelog.{self.state.config.job_name}", "enable.auto.commit": False,
             "enable.auto.offset.store": False, "enable.partition.eof": True, "auto.offset.reset": "error",
             "isolation.level": self.settings.isolation_level, "fetch.wait.max.ms": 100})
         try:
             consumer = Consumer(config)
-            topics = consumer.list_topics(self.topic, timeout=self.settings.timeout_s).topics
         except KafkaException as e:
             raise kafka_failure(e, f"cannot read {self.where}") from e
+        try:
+            topics = self._cluster.list_topics(consumer, f"cannot read {self.where}", self.topic).topics
+        except OncelogError:
+            consumer.close()
+            raise
         described = topics.get(self.topic)
         if described is None or described.error is not None or self.partition not in described.partitions:
             consumer.close()
@@ -292,6 +364,8 @@ class KafkaTopicExtractor(Extractor):
                 raise kafka_failure(e, f"cannot read {self.where} at offset {self.next_watermark}") from e
             if batch:
                 deadline = time.monotonic() + self.settings.timeout_s
+            else:
+                self._cluster.monitor.check()
             self._take(batch)
             if not batch and time.monotonic() > deadline:
                 raise SourceError(f"{self.where}: no record nor end of partition within {self.settings.timeout_s}s "

@@ -1,4 +1,4 @@
-"""The EventLog contract: one suite, run against every store (SQLite file and a real Kafka broker)."""
+"""The EventLog contract: one suite, run against every store (SQLite file, real Kafka 3.9.1 and Kafka 4.x brokers)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,18 @@ from tests.factories import one_of_each, step_events
 from tests.log_fixtures import LogFactory
 
 pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture(params=["sqlite", "kafka", "kafka4"])
+def store(request: pytest.FixtureRequest) -> str:
+    """Each store by name, the Kafka store on both supported lines: ``kafka`` (3.9.1) and ``kafka4`` (4.x)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def kafka_bootstrap(kafka_bootstrap: str, store: str, request: pytest.FixtureRequest) -> str:
+    """The broker of the parametrized Kafka line: the session's 3.9.1 broker, or its Kafka 4 one."""
+    return str(request.getfixturevalue("kafka4_bootstrap")) if store == "kafka4" else kafka_bootstrap
 
 
 def index_of(event: Event) -> int:

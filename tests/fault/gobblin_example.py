@@ -15,7 +15,7 @@ from pathlib import Path
 from events.commit import FsRenameStep, HighWatermarkStep
 from events.log import open_log
 from spark_pipeline.commit.store import CommitStepStore
-from spark_pipeline.commit.faults import FaultInjector
+from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
 from spark_pipeline.commit.session import open_session
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.steps import PublishRoots
@@ -35,13 +35,13 @@ def write_task_output(base: Path) -> None:
         path.write_bytes(f"records of {name}\n".encode() * (100 + i))
 
 
-def settings(base: Path) -> CommitSettings:
-    return CommitSettings(PublishRoots.of([base / "task-output"], [base / "job-output"]))
+def settings(base: Path, faults: FaultInjector = NO_FAULTS) -> CommitSettings:
+    return CommitSettings(PublishRoots.of([base / "task-output"], [base / "job-output"]), faults=faults)
 
 
 def commit(url: str, base: Path) -> None:
     """Put the five steps in the CommitStepStore and commit the sequence (where the crash tests kill us)."""
-    with open_log(url) as log, open_session(log, JOB, settings(base), LOCAL, FaultInjector.from_env(os.environ)) as s:
+    with open_log(url) as log, open_session(log, JOB, settings(base, FaultInjector.from_env(os.environ)), LOCAL) as s:
         store = CommitStepStore(s.committer, run_id="run-1")
         for name in FILES:
             src, dst = base / "task-output" / name, base / "job-output" / name

@@ -38,7 +38,7 @@ from projections.state import State
 from replay.audit import Phase, audit
 from replay.audit_html import LABEL_WIDTH, write_html
 from replay.history_html import JobNotFoundError, write_history_html
-from oncelog import app
+from oncelog.cli import app
 from tests.browser import Browser, Element, loaded_ms, parse_dom
 
 T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)

@@ -24,7 +24,7 @@ from events.dataset import DatasetReleased
 from events.job import JobRunCancelled, JobRunFailed
 from events.log import EventLog, open_log
 from events.model import Event
-from oncelog import app
+from oncelog.cli import app
 from tests.factories import one_of_each
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +70,7 @@ def spoil(log: EventLog) -> None:
 
 def test_piped_state_and_tail_are_one_whole_line_per_record(log: EventLog) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TERMINAL_WIDTH", "FORCE_COLOR")}
-    piped = subprocess.run([sys.executable, str(ROOT / "oncelog.py"), "state", "--log", log.url], cwd=ROOT, env=env,
+    piped = subprocess.run([sys.executable, str(ROOT / "oncelog" / "__main__.py"), "state", "--log", log.url], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=120)
     assert piped.returncode == 0, piped.stderr
     lines = piped.stdout.splitlines()

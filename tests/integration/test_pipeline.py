@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from events.job import JobRunCancelled, JobRunStarted
 from events.log import open_log
 from events.task import TaskEvent, TaskRetried, TaskStarted
-from oncelog import app
+from oncelog.cli import app
 from projections.projector import Projector
 from projections.views import RunStatus
 from spark_pipeline.config_validation import load_job_config
@@ -185,7 +185,7 @@ def test_spark_submit_runs_a_job(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
     job = write_job(tmp_path, url)
     submit = Path(sys.executable).parent / "spark-submit"
-    result = subprocess.run([str(submit), "--master", "local[1]", str(ROOT / "oncelog.py"), "run", str(job), "--json"],
+    result = subprocess.run([str(submit), "--master", "local[1]", str(ROOT / "oncelog" / "__main__.py"), "run", str(job), "--json"],
                             cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
                             env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     assert result.returncode == 0, result.stderr[-3000:]

@@ -17,7 +17,7 @@ from events.keys import partition_for
 from events.log import EventLog
 from events.job import JobRunCommitted
 from events.task import TaskStarted, TaskSucceeded
-from oncelog import app
+from oncelog.cli import app
 from projections.projector import Projector, ProjectionStopped
 from projections.state import State
 from projections.synthetic import HistoryShape, synthetic_history

@@ -25,7 +25,7 @@ from events.dataset import DatasetStateCommitted, WatermarkAdvanced
 from events.job import JobLockAcquired, JobLockReleased, JobRunCommitted, JobRunStarted, JobRunSucceeded
 from events.log import EventLog
 from events.model import Event, RunEvent, SequenceFields
-from oncelog import app
+from oncelog.cli import app
 from projections.synthetic import HistoryShape, synthetic_history
 from tests.factories import at
 from tests.log_fixtures import LogFactory

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from events.job import JobRunStarted
 from events.log import open_log
-from oncelog import app
+from oncelog.cli import app
 from projections.projector import Projector
 from spark_pipeline.config_validation import load_job_config
 from spark_pipeline.launcher import JobLauncher

@@ -123,7 +123,7 @@ def test_spark_submit_with_speculation_on_is_refused_before_any_task(tmp_path: P
     job = write_job(tmp_path, url)
     submit = Path(sys.executable).parent / "spark-submit"
     result = subprocess.run([str(submit), "--master", "local[1]", "--conf", "spark.speculation=true",
-                             str(ROOT / "oncelog.py"), "run", str(job), "--json"],
+                             str(ROOT / "oncelog" / "__main__.py"), "run", str(job), "--json"],
                             cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
                             env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     said = " ".join((result.stdout + result.stderr).split())  # spark-submit passes the driver's stderr to stdout

@@ -174,6 +174,15 @@ class FaultyWriter(LogWriter):
             raise LogWriteError(f"simulated: the append by {self.name} is durable, but its caller saw an error")
         return count
 
+    def check_fenced(self) -> None:
+        """A read of the fence: it may fail (nothing moves then) or the driver die before it."""
+        fault = self.plan.decide("fence-check")
+        if fault in (Fault.CRASH_BEFORE, Fault.CRASH_AFTER):
+            raise SimulatedCrash(f"fence check by {self.name}")
+        if fault is Fault.IO_ERROR:
+            raise LogWriteError(f"simulated: the fence check by {self.name} failed")
+        self.inner.check_fenced()
+
     def close(self) -> None:
         self.inner.close()
 

@@ -76,7 +76,8 @@ def kafka_log_at(bootstrap: str) -> OpenLog:
 
 
 def write_job(base: Path, name: str, url: str, rng: random.Random) -> JobConfig:
-    """A synthetic job of two datasets of one to three partitions under base/<name>, with seeded retry and attempt settings."""
+    """A synthetic job of two datasets of one to three partitions under base/<name>, with seeded retry, attempt and
+    commit-shard settings."""
     root = base / name
     job = {
         "job.name": name, "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",
@@ -87,6 +88,8 @@ def write_job(base: Path, name: str, url: str, rng: random.Random) -> JobConfig:
         "job.commit.policy": rng.choice(["full", "partial", "successful"]),
         "task.maxretries": rng.randint(0, 1), "task.retry.intervalinsec": 0,
         "commit.sequence.max.attempts": rng.randint(1, 3), "commit.parallelism": 1, "oncelog.log.url": url,
+        # Half the jobs commit in shards (in-process shard tasks, each with its own fenced writer), one or two of them.
+        "job.commit.on.executors": rng.random() < 0.5, "job.commit.shards": rng.randint(1, 2),
     }
     path = base / f"{name}.yaml"
     path.write_text(yaml.safe_dump(job))

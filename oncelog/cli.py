@@ -15,9 +15,10 @@ import typer
 from events.kafka_cli import app as kafka_app
 from filesystems.servers.hdfs_cli import app as hdfs_app
 from filesystems.servers.s3_cli import app as s3_app
-from projections.live_cli import register as register_live
+from projections.live.cli import register as register_live
 from replay.cli import register as register_replay
 from spark_pipeline.cli import register as register_pipeline
+from spark_pipeline.connectors_cli import app as spark_app
 
 app = typer.Typer(
     name="oncelog",
@@ -31,6 +32,7 @@ app = typer.Typer(
 app.add_typer(kafka_app, name="kafka")
 app.add_typer(hdfs_app, name="hdfs")
 app.add_typer(s3_app, name="s3")
+app.add_typer(spark_app, name="spark")
 register_pipeline(app)
 register_replay(app)
 register_live(app)
@@ -60,7 +62,3 @@ def options(version: Annotated[bool, typer.Option(
 def main() -> None:
     """Entry point of the console script."""
     app()
-
-
-if __name__ == "__main__":
-    main()

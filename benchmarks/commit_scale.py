@@ -1,0 +1,255 @@
+"""The commit at scale: synthetic jobs of 1,000, 10,000 and 100,000 datasets, sharded commit beside the driver-only path.
+
+    python -m benchmarks.commit_scale [--quick] [--sizes 1000,10000,100000] [--log sqlite|kafka]
+                                      [--records-per-dataset 2]
+
+Each dataset has one partition and a few records (spark_pipeline/sources/synthetic.py); tasks run in the job's own
+process (InProcessTaskEngine), so that what is measured is the commit machinery, not Spark's scheduling. Every job runs
+in a fresh subprocess, so that its peak RSS (resource.getrusage) is its own: the driver's, with the tasks' small
+per-work-unit objects included (an upper bound of the driver's alone). For each size and each path
+(`job.commit.on.executors` true: commit shards; false: the driver-only path):
+
+- commit_s: from the run's last task event to its JobRunCommitted (catch-up of the task events, the publisher's plan,
+  the planned batch appended, every step applied and recorded, every sequence completed), from the events' emitted_at;
+- commit_us_per_dataset: commit_s per dataset;
+- driver_peak_rss_mib: the job process's peak resident set;
+- recovery_s: a second job killed right after planning (ONCELOG_CRASH_AT=after-planning), then `recover` timed in a
+  fresh process (open the log, fold it strictly, finish every pending sequence); recovered: how many it finished;
+- max_event_bytes: the largest encoded value in the log (the codec refuses any over 256 KiB).
+
+The log is SQLite by default; `--log kafka` uses `$KAFKA_BOOTSTRAP` or a local broker started for the run (a topic per
+job). Last line of stdout: the JSON figures (`driver_only_` prefix for the driver-only path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks.common import emit_result, kafka_bootstrap, note
+
+FULL_SIZES = (1_000, 10_000, 100_000)
+QUICK_SIZES = (1_000, 10_000)
+PATHS = {"": "true", "driver_only_": "false"}
+"""Figure prefix → job.commit.on.executors."""
+TARGETS = {"commit_s_100000": 20.0, "recovery_s_100000": 30.0, "driver_peak_rss_mib_100000": 1024.0,
+           "max_event_bytes": 256 * 1024}
+JOB = "scale"
+TASK_EVENTS = ("TaskSucceeded", "TaskFailed")
+
+
+def job_file(base: Path, url: str, datasets: int, records: int, on_executors: str) -> Path:
+    """A synthetic job of `datasets` one-partition datasets under `base`, its job file written there."""
+    base.mkdir(parents=True, exist_ok=True)
+    job = {
+        "job.name": JOB, "source.class": "spark_pipeline.sources.synthetic.SyntheticSource", "dataset.urn": "bench",
+        "source.synthetic.datasets": datasets, "source.synthetic.partitions": 1,
+        "source.synthetic.records.per.run": records, "source.synthetic.payload.bytes": 20,
+        "writer.staging.dir": str(base / "staging"), "writer.output.dir": str(base / "task-output"),
+        "data.publisher.final.dir": str(base / "published"), "task.maxretries": 0, "oncelog.log.url": url,
+        "job.commit.on.executors": on_executors,
+    }
+    path = base / f"{JOB}.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return path
+
+
+# --- in the child process -------------------------------------------------------------------------------------------
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set so far, in MiB (ru_maxrss is in KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def child_run(path: Path) -> dict[str, Any]:
+    """Run the job once, tasks in this process (ONCELOG_CRASH_AT may end the process on the way)."""
+    from events.log import open_log
+    from spark_pipeline.commit.faults import FaultInjector
+    from spark_pipeline.config_validation import load_job_config
+    from spark_pipeline.launcher import JobLauncher
+    from spark_pipeline.task_engine import InProcessTaskEngine
+
+    config = load_job_config(path)
+    with open_log(config.log_url, config.log_settings) as log:
+        log.ensure_topic()
+        started = time.perf_counter()
+        result = JobLauncher(config, engine=InProcessTaskEngine(log.writer), log=log,
+                             faults=FaultInjector.from_env(os.environ)).run()
+        seconds = time.perf_counter() - started
+    return {"status": result.status.name, "error": result.error, "run_id": result.run_id, "job_s": seconds,
+            "peak_rss_mib": peak_rss_mib()}
+
+
+def child_recover(path: Path) -> dict[str, Any]:
+    """Finish every pending sequence of the job (what `oncelog recover` does), timed."""
+    from oncelog.jobs import recover
+
+    started = time.perf_counter()
+    results = recover(path)
+    seconds = time.perf_counter() - started
+    return {"recovery_s": seconds, "recovered": len(results),
+            "completed": sum(1 for r in results if r.outcome.value == "completed"), "peak_rss_mib": peak_rss_mib()}
+
+
+def child_scan(path: Path, run_id: str) -> dict[str, Any]:
+    """The run's commit phase from its events' times, and the largest encoded value in the whole log."""
+    from events.codec import EventCodec
+    from events.log import open_log
+    from spark_pipeline.config_validation import load_job_config
+
+    config = load_job_config(path)
+    codec = EventCodec()
+    largest, largest_type, last_task, committed, events = 0, "", 0.0, 0.0, 0
+    with open_log(config.log_url, config.log_settings) as log:
+        for record in log.read_records():
+            if record.value is None:
+                continue
+            events += 1
+            event = codec.decode(record.value, record.topic, record.partition, record.offset, record.key)
+            if len(record.value) > largest:
+                largest, largest_type = len(record.value), event.event_type()
+            if event.run_id != run_id:
+                continue
+            at = event.emitted_at.timestamp()
+            if event.event_type() in TASK_EVENTS:
+                last_task = max(last_task, at)
+            elif event.event_type() == "JobRunCommitted":
+                committed = max(committed, at)
+    return {"commit_s": committed - last_task, "max_event_bytes": largest, "max_event_type": largest_type,
+            "events": events}
+
+
+def child_main(argv: list[str]) -> None:
+    """`--child run|recover|scan <job file> [run id]`: one step, its figures as JSON on stdout."""
+    step, path = argv[0], Path(argv[1])
+    if step == "run":
+        figures = child_run(path)
+    elif step == "recover":
+        figures = child_recover(path)
+    else:
+        figures = child_scan(path, argv[2])
+    sys.stdout.write(json.dumps(figures) + "\n")
+
+
+# --- in the parent --------------------------------------------------------------------------------------------------
+
+
+def child(step: str, *args: str, env: dict[str, str] | None = None, may_die: bool = False) -> dict[str, Any]:
+    """Run one step in a fresh Python process; its JSON figures ({} when it died as asked)."""
+    done = subprocess.run([sys.executable, "-m", "benchmarks.commit_scale", "--child", step, *args],
+                          capture_output=True, text=True, env={**os.environ, **(env or {})}, check=False)
+    if done.returncode != 0:
+        if may_die:
+            return {}
+        raise RuntimeError(f"{step} {' '.join(args)} exited {done.returncode}: {done.stderr[-3000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def log_url(template: str, folder: Path) -> str:
+    """The log of one job: `{folder}` (SQLite: a file there) and `{topic}` (Kafka: a topic of its own) filled in."""
+    return template.format(folder=folder, topic=f"bench-commit-scale-{uuid.uuid4().hex[:8]}")
+
+
+def measure(base: Path, template: str, datasets: int, records: int, on_executors: str) -> dict[str, Any]:
+    """One path at one size: a full run, then a run killed after planning and its recovery."""
+    path = job_file(base / "run", log_url(template, base / "run"), datasets, records, on_executors)
+    ran = child("run", str(path))
+    if ran["status"] != "COMMITTED":
+        raise RuntimeError(f"{datasets:,} datasets: the run ended {ran['status']}: {ran['error']}")
+    scanned = child("scan", str(path), ran["run_id"])
+    crash = job_file(base / "crash", log_url(template, base / "crash"), datasets, records, on_executors)
+    killed = child("run", str(crash), env={"ONCELOG_CRASH_AT": "after-planning"}, may_die=True)
+    recovered = child("recover", str(crash))
+    crash_scan = child("scan", str(crash), "")
+    shutil.rmtree(base, ignore_errors=True)
+    return {
+        "commit_s": round(scanned["commit_s"], 3), "job_s": round(ran["job_s"], 3),
+        "commit_us_per_dataset": round(scanned["commit_s"] / datasets * 1e6, 1),
+        "driver_peak_rss_mib": round(ran["peak_rss_mib"], 1),
+        "recovery_s": round(recovered["recovery_s"], 3), "recovered": recovered["recovered"],
+        "recovered_completed": recovered["completed"], "crashed_as_asked": not killed,
+        "recovery_peak_rss_mib": round(recovered["peak_rss_mib"], 1),
+        "max_event_bytes": max(scanned["max_event_bytes"], crash_scan["max_event_bytes"]),
+        "max_event_type": scanned["max_event_type"], "events": scanned["events"],
+    }
+
+
+@contextmanager
+def log_template(kind: str) -> Iterator[str]:
+    """The log URL of the jobs, `{folder}`/`{topic}` to fill: a SQLite file, or a Kafka topic on a broker."""
+    if kind == "sqlite":
+        yield "sqlite:///{folder}/events.db"
+        return
+    with kafka_bootstrap() as bootstrap:
+        yield f"kafka://{bootstrap}?topic={{topic}}"
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Every size, both paths; the figures."""
+    sizes = QUICK_SIZES if args.quick else tuple(int(s) for s in args.sizes.split(","))
+    figures: dict[str, Any] = {}
+    work = Path(tempfile.mkdtemp(prefix="oncelog-bench-commit-scale-"))
+    try:
+        with log_template(args.log) as template:
+            for datasets in sizes:
+                for prefix, on_executors in PATHS.items():
+                    note(f"{datasets:,} datasets, {'driver only' if prefix else 'commit shards'}: running")
+                    found = measure(work / f"{prefix or 'sharded_'}{datasets}", template, datasets,
+                                    args.records_per_dataset, on_executors)
+                    note(f"  commit {found['commit_s']:.2f}s of {found['job_s']:.2f}s, "
+                         f"{found['commit_us_per_dataset']:,.0f} µs/dataset, peak RSS "
+                         f"{found['driver_peak_rss_mib']:,.0f} MiB, recovery of {found['recovered']:,} sequences "
+                         f"{found['recovery_s']:.2f}s, largest event {found['max_event_bytes']:,} bytes "
+                         f"({found['max_event_type']})")
+                    for name, value in found.items():
+                        if name != "max_event_bytes":
+                            figures[f"{prefix}{name}_{datasets}"] = value
+                    key = f"{prefix}max_event_bytes"
+                    figures[key] = max(figures.get(key, 0), found["max_event_bytes"])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    figures.update({"sizes": list(sizes), "quick": args.quick, "log": args.log, "engine": "in-process",
+                    "records_per_dataset": args.records_per_dataset, "cpus": os.cpu_count(),
+                    "load_avg_1m": round(os.getloadavg()[0], 2)})
+    for name, target in TARGETS.items():
+        if name in figures:
+            figures[f"{name}_target_met"] = figures[name] <= target
+    return figures
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="1,000 and 10,000 datasets only (under two minutes)")
+    parser.add_argument("--sizes", default=",".join(map(str, FULL_SIZES)), help="dataset counts, comma-separated")
+    parser.add_argument("--log", choices=("sqlite", "kafka"), default="sqlite", help="the log's store")
+    parser.add_argument("--records-per-dataset", type=int, default=2, help="records per dataset and run")
+    return parser.parse_args()
+
+
+def main() -> None:
+    """Run the benchmark (or, with --child, one step of it); the figures' JSON is the last line of stdout."""
+    if sys.argv[1:2] == ["--child"]:
+        child_main(sys.argv[2:])
+        return
+    args = parse_args()
+    emit_result(run(args), title="commit at scale: sharded commit beside the driver-only path")
+
+
+if __name__ == "__main__":
+    main()

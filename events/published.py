@@ -1,0 +1,64 @@
+"""DatasetPublished: what a completed commit sequence published, so that a downstream consumer can register the new
+data without another lookup — the published files (final paths, sizes, checksums, records) and the watermark range
+of each partition.
+
+Emitted in the same atomic batch as the sequence's CommitSequenceCompleted. A dataset with many files is appended in
+parts (events.model.Parted: part i of n, each under its own key), so that no record grows past the codec's limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from events.commit import CommitStepSpec, DatasetStateStep, FsRenameStep, HighWatermarkStep
+from events.model import MAX_PART_BYTES, Count, DatasetEvent, Frozen, Name, Parted, SequenceFields
+
+
+class PublishedFile(Frozen):
+    """A file the sequence published: its final path, size, checksum and records (None: the log does not say)."""
+
+    path: str
+    size: Count
+    checksum: str
+    records: Count | None = None
+
+
+class WatermarkRange(Frozen):
+    """The source range a partition's published data covers: from low_watermark (inclusive) to high_watermark."""
+
+    partition: Name
+    low_watermark: int
+    high_watermark: int
+
+
+class DatasetPublished(DatasetEvent, Parted):
+    """What a completed sequence published (in parts when its files are many); the totals are the whole dataset's."""
+
+    PARTED_FIELDS: ClassVar[tuple[str, ...]] = ("files", "watermarks")
+
+    files: tuple[PublishedFile, ...] = ()
+    watermarks: tuple[WatermarkRange, ...] = ()
+    """The partitions whose watermark the sequence moved."""
+    files_published: Count = 0
+    records_published: Count = 0
+    bytes_published: Count = 0
+
+    @property
+    def key(self) -> str:
+        return self.part_key(self.commit_key("PUBLISHED"))
+
+
+def published_events(sequence: SequenceFields, steps: Sequence[CommitStepSpec], budget: int = MAX_PART_BYTES
+                     ) -> list[DatasetPublished]:
+    """The DatasetPublished parts of a completed sequence, from its planned steps (the FsRename steps carry each
+    file's records since plan version 2); each part's lists weigh at most `budget`."""
+    files = tuple(PublishedFile(path=s.dst, size=s.size, checksum=s.checksum, records=s.records)
+                  for s in steps if isinstance(s, FsRenameStep))
+    ranges = tuple(WatermarkRange(partition=s.partition, low_watermark=s.low_watermark, high_watermark=s.value)
+                   for s in steps if isinstance(s, HighWatermarkStep))
+    state = next((s for s in steps if isinstance(s, DatasetStateStep)), None)
+    whole = DatasetPublished(**sequence, files=files, watermarks=ranges, files_published=len(files),
+                             records_published=state.records_published if state else sum(f.records or 0 for f in files),
+                             bytes_published=sum(f.size for f in files))
+    return [part for part in whole.in_parts(budget) if isinstance(part, DatasetPublished)]

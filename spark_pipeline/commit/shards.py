@@ -1,0 +1,127 @@
+"""Commit shards: a job's datasets split by the hash that places their events, each shard committed by a task of
+its own (Gobblin's exactly-once design, its scalability section: each container commits a subset of datasets).
+
+A shard is a set of whole partitions of the events topic (partition mod shards), so a shard task folds only those
+partitions' history: its datasets' sequences and states, nothing else. It opens its own writer, named per (job,
+shard): the writer of a newer run's shard fences it (Kafka: its transactional id; SQLite: the writer's epoch,
+checked in the transaction of every append and before every rename).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from events.errors import FencedError, OncelogError
+from events.keys import partition_for
+from events.log import EventLog
+from filesystems.base import FileSystem
+from projections.state import State
+from spark_pipeline.commit.faults import FaultPoint
+from spark_pipeline.commit.sequence import CommitResult, Committer
+from spark_pipeline.commit.session import fold_strictly
+from spark_pipeline.commit.settings import CommitSettings
+from spark_pipeline.commit.sink import EventSink
+from spark_pipeline.constructs import DataPublisher, DatasetOutput
+
+
+class ShardLostError(OncelogError):
+    """A shard task died (its worker or executor was lost): what it appended stands; its sequences left pending are
+    finished by the next run's recovery."""
+
+
+class ShardFailedError(OncelogError):
+    """A shard task stopped on an error (the log could not be written, say): the run fails; the next one recovers."""
+
+
+class ShardAction(StrEnum):
+    """What a shard task does: finish its pending sequences (before extracting), or plan and commit new ones."""
+
+    RECOVER = "recover"
+    PUBLISH = "publish"
+
+
+@dataclass(frozen=True)
+class ShardWork:
+    """One shard's assignment, shipped to the task that commits it."""
+
+    job: str
+    run_id: str
+    shard: int
+    shards: int
+    writer_name: str
+    action: ShardAction
+    outputs: tuple[DatasetOutput, ...] = ()
+    """PUBLISH: the run's output of the shard's datasets (the commit policy and skips already applied)."""
+
+
+@dataclass(frozen=True)
+class ShardSummary:
+    """What a shard task brings back to the driver: each sequence's outcome, or why the shard stopped."""
+
+    shard: int
+    results: tuple[CommitResult, ...] = ()
+    error: str | None = None
+    fenced: bool = False
+
+
+def shard_of(dataset_urn: str, partitions: int, shards: int) -> int:
+    """The shard of a dataset: that of the partition its events live in."""
+    return partition_for(dataset_urn, partitions) % shards
+
+
+def shard_partitions(shard: int, partitions: int, shards: int) -> frozenset[int]:
+    """The partitions whose datasets a shard commits."""
+    return frozenset(p for p in range(partitions) if p % shards == shard)
+
+
+def fold_shard(log: EventLog, partitions: frozenset[int]) -> State:
+    """The state of a shard's partitions only, folded strictly to the log's stable end (the others are not read)."""
+    log.await_stable()
+    end = log.end_offsets()
+    state = State()
+    state.skip_to({p: offset for p, offset in end.items() if p not in partitions})
+    fold_strictly(log, state, until=end)
+    return state
+
+
+def commit_shard(work: ShardWork, log: EventLog, fs: FileSystem, settings: CommitSettings,
+                 publisher: DataPublisher) -> ShardSummary:
+    """Recover, or plan and commit, one shard's sequences through the shard's own writer (opened first: it fences
+    an earlier run's, then the fold sees everything that one appended). Errors come back in the summary."""
+    try:
+        with log.writer(work.writer_name) as writer:
+            state = fold_shard(log, shard_partitions(work.shard, log.partitions, work.shards))
+            sink = EventSink(writer, state)
+            try:
+                results = _commit(work, Committer(sink, settings, fs), publisher)
+            finally:
+                sink.close()
+    except FencedError as e:
+        return ShardSummary(work.shard, error=str(e), fenced=True)
+    except OncelogError as e:
+        return ShardSummary(work.shard, error=f"{type(e).__name__}: {e}")
+    return ShardSummary(work.shard, tuple(results))
+
+
+def _commit(work: ShardWork, committer: Committer, publisher: DataPublisher) -> list[CommitResult]:
+    """The shard's pending sequences finished, or its datasets' new sequences planned (one batch) and applied."""
+    if work.action is ShardAction.RECOVER:
+        return committer.recover(work.job)
+    state = committer.sink.state
+    planned = publisher.plan(work.run_id, list(work.outputs), state.dataset_states(work.job))
+    committer.sink.emit(planned)  # the shard's point of no return
+    committer.settings.faults.reached(FaultPoint.AFTER_PLANNING)
+    keys = dict.fromkeys((p.job, p.dataset_urn, p.sequence_id) for p in planned)  # a sequence may span events
+    return committer.commit_all([state.sequences[key] for key in keys])
+
+
+def results_of(summaries: list[ShardSummary]) -> list[CommitResult]:
+    """Every sequence's outcome; FencedError if a newer run took a shard over, ShardFailedError if one stopped."""
+    for summary in summaries:
+        if summary.fenced:
+            raise FencedError(f"commit shard {summary.shard}", "a newer run's writer of the shard took it over")
+    failed = [f"commit shard {s.shard}: {s.error}" for s in summaries if s.error]
+    if failed:
+        raise ShardFailedError("; ".join(failed) + "; its sequences stay pending: the next run finishes them")
+    return [result for summary in summaries for result in summary.results]

@@ -1,0 +1,143 @@
+"""Spark's Kafka and Avro connectors, which pyspark does not ship, resolved by Maven once into the user's cache.
+
+:func:`fetch_connectors` resolves ``spark-sql-kafka-0-10`` (with its token provider, ``kafka-clients`` and
+``commons-pool2``) and ``spark-avro`` from Maven Central into ``<cache>/spark-connectors-<label>/libs``
+(atomically, see :mod:`localservers.maven`) and records which jars it got; :func:`connector_jars` then reads the
+cache only, never the network, and names any jar that is missing or damaged together with the command that fetches
+it (``oncelog spark jars``). Jars whose artifact Spark already ships are left out: Spark's own copy wins.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import zipfile
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version as package_version
+from pathlib import Path
+
+from events.errors import OncelogError
+from localservers.maven import MARKER, resolve_jars
+from localservers.tools import default_cache_dir
+
+SPARK_MAJOR = 4
+"""The Spark line the connectors are built for (Scala 2.13): another line's JVM classes would not link."""
+FETCH_COMMAND = "oncelog spark jars"
+MANIFEST = "jars.txt"
+"""Beside `libs/`: the jar names Maven resolved, one a line, so that a jar deleted later is named, not missed."""
+
+# Package data (pyproject: spark_pipeline = ["connectors/*.xml"]).
+_POM = Path(__file__).with_name("connectors") / "pom.xml"
+_VERSION_SUFFIX = re.compile(r"-\d+(?:\.\d+)+[\w.\-]*\.jar$")  # the first "-1.2…" starts it: not "-0-10_2.13"
+_UNRESOLVED = re.compile(r"(?:find|transfer|resolve) artifact ([\w.\-]+:[\w.\-]+:[\w.\-:]+)")
+
+
+class SparkConnectorError(OncelogError):
+    """Spark's connector jars are missing, damaged or could not be resolved; names the jar and how to fetch it."""
+
+
+@dataclass(frozen=True)
+class ConnectorVersions:
+    """The versions of Spark's Kafka connector (with its token provider) and of spark-avro, resolved together."""
+
+    kafka: str
+    avro: str
+
+    @property
+    def label(self) -> str:
+        """``kafka-4.2.0-avro-4.1.1``: names the cache folder, so another pair never reuses this one's jars."""
+        return f"kafka-{self.kafka}-avro-{self.avro}"
+
+
+CONNECTORS = ConnectorVersions(kafka="4.2.0", avro="4.1.1")
+"""Maven Central has no 4.3.0 connectors for pyspark 4.3.0. Kafka 4.2.0: 4.1.1's streaming source calls a constructor
+Spark 4.3 lacks (NoSuchMethodError). spark-avro 4.1.1: the newest there is (no 4.2.x). Both tested on pyspark 4.3.0."""
+
+
+def version_dir(cache_dir: Path | None = None, versions: ConnectorVersions = CONNECTORS) -> Path:
+    """The cache folder of one pair of connector versions: ``<cache>/spark-connectors-<label>``."""
+    return (cache_dir or default_cache_dir()) / f"spark-connectors-{versions.label}"
+
+
+def fetch_connectors(cache_dir: Path | None = None, versions: ConnectorVersions = CONNECTORS) -> tuple[Path, ...]:
+    """The connector jars, resolved by Maven first where the cache lacks them or holds a damaged copy."""
+    folder = version_dir(cache_dir, versions)
+    try:
+        return connector_jars(cache_dir, versions)
+    except SparkConnectorError:
+        if (folder / "libs").exists():  # a damaged copy: resolve it whole again
+            shutil.rmtree(folder / "libs")
+    try:
+        libs = resolve_jars(_pom_for(versions, folder), folder, f"Spark connector ({versions.label})",
+                            SparkConnectorError)
+    except SparkConnectorError as e:
+        found = _UNRESOLVED.search(str(e))
+        what = found.group(1) if found else (f"spark-sql-kafka-0-10_2.13 {versions.kafka} and spark-avro_2.13 "
+                                             f"{versions.avro}")
+        raise SparkConnectorError(f"Maven could not fetch {what} for `{FETCH_COMMAND}`: {e}") from e
+    names = sorted(jar.name for jar in libs.glob("*.jar"))
+    staged = folder / f".{MANIFEST}.tmp"
+    staged.write_text("".join(f"{name}\n" for name in names))
+    staged.replace(folder / MANIFEST)  # whole or not at all
+    return connector_jars(cache_dir, versions)
+
+
+def connector_jars(cache_dir: Path | None = None, versions: ConnectorVersions = CONNECTORS) -> tuple[Path, ...]:
+    """The cached connector jars for Spark's classpath, minus those Spark ships; offline, never calls Maven."""
+    check_spark_line(versions)
+    folder = version_dir(cache_dir, versions)
+    libs, manifest = folder / "libs", folder / MANIFEST
+    if not (libs / MARKER).is_file() or not manifest.is_file():
+        raise SparkConnectorError(f"the Spark connector jars (spark-sql-kafka-0-10 {versions.kafka}, spark-avro "
+                                  f"{versions.avro}) are not in {folder}: run `{FETCH_COMMAND}` to fetch them from "
+                                  f"Maven Central (once)")
+    names = [line.strip() for line in manifest.read_text().splitlines() if line.strip()]
+    for name in names:
+        if not zipfile.is_zipfile(libs / name):  # False for a missing file too
+            state = "damaged" if (libs / name).exists() else "missing"
+            raise SparkConnectorError(f"the Spark connector jar {name} is {state} in {libs}: run `{FETCH_COMMAND}` "
+                                      f"to fetch it again")
+    shipped = spark_shipped_artifacts()
+    return tuple(libs / name for name in names if artifact_of(name) not in shipped)
+
+
+def check_spark_line(versions: ConnectorVersions) -> None:
+    """Refuse a pyspark of another major line than the connectors': their JVM classes would not link."""
+    try:
+        installed = package_version("pyspark")
+    except PackageNotFoundError as e:
+        raise SparkConnectorError("pyspark is not installed, so there is no Spark to add connectors to") from e
+    if not installed.startswith(f"{SPARK_MAJOR}."):
+        raise SparkConnectorError(f"the Spark connectors ({versions.label}) are built for Spark {SPARK_MAJOR}.x "
+                                  f"(Scala 2.13), but pyspark {installed} is installed")
+
+
+def spark_shipped_artifacts() -> frozenset[str]:
+    """The artifact ids of the jars pyspark ships (its ``jars/`` folder), versions left out."""
+    spec = importlib.util.find_spec("pyspark")  # located without importing it: no JVM, no py4j
+    if spec is None or spec.origin is None:
+        raise SparkConnectorError("pyspark is not installed, so there is no Spark to add connectors to")
+    return frozenset(artifact_of(jar.name) for jar in (Path(spec.origin).parent / "jars").glob("*.jar"))
+
+
+def artifact_of(jar_name: str) -> str:
+    """A jar's artifact id without its version: ``kafka-clients-3.9.1.jar`` -> ``kafka-clients``."""
+    return _VERSION_SUFFIX.sub("", jar_name)
+
+
+def jars_option(jars: tuple[Path, ...]) -> str:
+    """The ``--jars a.jar,b.jar`` argument of spark-submit (and the value of ``spark.jars`` after the flag)."""
+    return f"--jars {','.join(str(jar) for jar in jars)}"
+
+
+def _pom_for(versions: ConnectorVersions, folder: Path) -> Path:
+    """The pom resolving ``versions``: the packaged one, or a copy of it with the versions substituted."""
+    packaged = text = _POM.read_text()
+    for prop, value in (("spark.kafka.version", versions.kafka), ("spark.avro.version", versions.avro)):
+        text = re.sub(rf"<{re.escape(prop)}>[^<]*</{re.escape(prop)}>", f"<{prop}>{value}</{prop}>", text)
+    if text == packaged:
+        return _POM
+    folder.mkdir(parents=True, exist_ok=True)
+    (copy := folder / "pom.xml").write_text(text)
+    return copy

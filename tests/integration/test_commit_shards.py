@@ -1,0 +1,110 @@
+"""The commit engine's shards and fences: a shard folds and commits only its datasets; a superseded writer can
+neither append nor move a file; fault points are an enum that refuses a misspelled name."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from events.commit import CommitSequencePlanned, FsRenameStep
+from events.errors import FencedError
+from events.keys import partition_for
+from events.log import EventLog
+from filesystems.local import LOCAL
+from projections.views import RunStatus
+from replay.verify import verify
+from spark_pipeline.commit.faults import CRASH_ENV, FaultInjector, FaultPoint
+from spark_pipeline.commit.session import open_session, shard_writer_name
+from spark_pipeline.commit.settings import CommitSettings
+from spark_pipeline.commit.shards import fold_shard, shard_of, shard_partitions
+from spark_pipeline.commit.steps import PublishRoots
+from spark_pipeline.config_validation import load_job_config
+from spark_pipeline.launcher import JobLauncher
+from spark_pipeline.task_engine import InProcessTaskEngine
+from tests.fault.pipeline_checks import assert_exactly_once, write_job
+from tests.log_fixtures import LogFactory
+
+pytestmark = pytest.mark.kafka
+
+
+def test_a_misspelled_fault_point_is_refused_with_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="unknown crash point 'after-renam'; known: after-task-output, "):
+        FaultInjector.from_env({CRASH_ENV: "after-renam:2"})
+    assert FaultInjector.from_env({CRASH_ENV: "after-rename:2"}).point is FaultPoint.AFTER_RENAME
+
+
+def test_a_fenced_writer_fails_its_check_and_appends_nothing(event_log: EventLog) -> None:
+    old = event_log.writer("job.commit-shard-0")
+    try:
+        old.check_fenced()  # the current holder of the name passes
+        with event_log.writer("job.commit-shard-0") as new:
+            new.check_fenced()
+            with pytest.raises(FencedError):
+                old.check_fenced()
+        assert list(event_log.read()) == []  # probes leave nothing a reader sees
+    finally:
+        old.close()
+
+
+def test_a_run_fences_every_shard_writer_of_the_job_before_it_folds(event_log: EventLog, tmp_path: Path) -> None:
+    zombie = event_log.writer(shard_writer_name("job", 2))  # an earlier run's shard task, not yet planned
+    try:
+        settings = CommitSettings(PublishRoots.of([tmp_path / "out"], [tmp_path / "pub"]))
+        with open_session(event_log, "job", settings, LOCAL):
+            with pytest.raises(FencedError):
+                zombie.check_fenced()
+    finally:
+        zombie.close()
+
+
+def test_a_superseded_writer_moves_no_file(event_log: EventLog, tmp_path: Path) -> None:
+    src = tmp_path / "task-output" / "a.avro"
+    src.parent.mkdir(parents=True)
+    src.write_bytes(b"records")
+    step = FsRenameStep(src=str(src), dst=str(tmp_path / "published" / "a.avro"), size=7,
+                        checksum=LOCAL.checksum(str(src)))
+    settings = CommitSettings(PublishRoots.of([tmp_path / "task-output"], [tmp_path / "published"]))
+    with open_session(event_log, "job", settings, LOCAL) as session:
+        session.sink.emit([CommitSequencePlanned(job="job", run_id="r1", dataset_urn="ds", sequence_id="r1",
+                                                 steps=(step,))])
+        event_log.writer("job").close()  # a newer run took the job's writer over
+        with pytest.raises(FencedError):
+            session.committer.recover("job")
+    assert src.exists() and not (tmp_path / "published").exists()  # checked before the rename, not after
+
+
+def test_a_shard_folds_only_its_partitions(log_factory: LogFactory, tmp_path: Path) -> None:
+    log: EventLog = log_factory(4)
+    urns = [f"ds.{i}" for i in range(12)]
+    log.append([CommitSequencePlanned(job="job", run_id="r1", dataset_urn=urn, sequence_id="r1", steps=())
+                for urn in urns])
+    for shard in range(2):
+        state = fold_shard(log, shard_partitions(shard, 4, 2))
+        assert {urn for (_, urn, _) in state.sequences} == {u for u in urns if shard_of(u, 4, 2) == shard}
+        assert {partition_for(u, 4) % 2 for (_, u, _) in state.sequences} == {shard}
+
+
+@pytest.mark.parametrize("on_executors", [True, False])
+def test_a_job_commits_in_shards_or_on_the_driver_exactly_once(on_executors: bool, log_factory: LogFactory,
+                                                                tmp_path: Path) -> None:
+    log: EventLog = log_factory(3)
+    extra = {"source.synthetic.datasets": 5, "job.commit.on.executors": on_executors}
+    config = load_job_config(write_job(tmp_path, log.url, "full", None, **extra))
+    engine = InProcessTaskEngine(log.writer)
+    for _ in range(2):
+        result = JobLauncher(config, engine=engine, log=log).run()
+        assert result.status is RunStatus.COMMITTED, result.error
+        assert len(result.commits) == 5
+    if log.url.startswith("sqlite"):  # each run fences every shard writer (epoch +1); shard tasks open them again
+        shard_epochs = [epoch for name, epoch in _writer_epochs(log).items() if ".commit-shard-" in name]
+        assert (max(shard_epochs) > 2) is on_executors
+    assert_exactly_once(log.url, tmp_path)
+    assert verify(log).ok
+
+
+def _writer_epochs(log: EventLog) -> dict[str, int]:
+    """The writers a SQLite log has registered, with how often each was opened (its epoch)."""
+    with sqlite3.connect(log.url.split("sqlite:///")[1].split("?")[0]) as conn:
+        return {name: epoch for name, epoch in conn.execute("SELECT name, epoch FROM oncelog_writers")}

@@ -11,30 +11,14 @@ from rich.text import Text
 
 from events.job import DatasetSkipped
 from events.job_lock import HolderStatus
+from projections.live.documents import dataset_doc, sequence_doc
 from projections.projector import FoldReport
 from projections.state import State
 from projections.timefmt import when
-from projections.views import DatasetView, RunView, SequenceView
+from projections.views import RunView
 from replay.audit import AuditTimeline
 from replay.console import Block, Sheet, rich_table
 from replay.verify import VerifyReport
-
-
-def dataset_json(view: DatasetView) -> dict[str, Any]:
-    return {
-        "job": view.job, "dataset_urn": view.dataset_urn, "watermarks": view.watermarks,
-        "last_run_id": view.last_run_id, "last_sequence_id": view.last_sequence_id,
-        "committed_at": when(view.committed_at), "records_published": view.records_published,
-        "files_published": view.files_published, "blocked_by": view.blocked_by, "blocked_error": view.blocked_error,
-    }
-
-
-def sequence_json(view: SequenceView) -> dict[str, Any]:
-    return {
-        "job": view.job, "dataset_urn": view.dataset_urn, "sequence_id": view.sequence_id, "run_id": view.run_id,
-        "status": view.status.name.lower(), "steps": len(view.steps), "applied": sorted(view.applied),
-        "failed_attempts": view.attempts_failed, "last_error": view.last_error, "planned_at": when(view.planned_at),
-    }
 
 
 def run_json(view: RunView) -> dict[str, Any]:
@@ -53,9 +37,9 @@ def state_json(state: State, urn: str | None = None, job: str | None = None,
     def wanted(j: str, u: str | None) -> bool:
         return (job is None or j == job) and (urn is None or u == urn)
 
-    datasets = [dataset_json(v) for (j, u), v in sorted(state.datasets.items()) if wanted(j, u)]
-    pending = [sequence_json(v) for v in state.pending_sequences() if wanted(v.job, v.dataset_urn)]
-    abandoned = [sequence_json(v) for v in state.sequences.values() if not v.pending and wanted(v.job, v.dataset_urn)]
+    datasets = [dataset_doc(v) for (j, u), v in sorted(state.datasets.items()) if wanted(j, u)]
+    pending = [sequence_doc(v) for v in state.pending_sequences() if wanted(v.job, v.dataset_urn)]
+    abandoned = [sequence_doc(v) for v in state.sequences.values() if not v.pending and wanted(v.job, v.dataset_urn)]
     looked = holders or {}
     jobs = {j: {"consecutive_failures": v.consecutive_failures, "last_run_id": v.last_run_id,
                 "lock_holder": v.lock_holder, "lock_run_id": v.lock_run_id,

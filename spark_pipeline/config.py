@@ -19,6 +19,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from events.errors import ConfigError
+from events.kafka_config import is_secret
 from events.log import DEFAULT_URL, parse_url
 from filesystems import urls
 from spark_pipeline.config_files import Entry, ParsedFile, Problem
@@ -341,7 +342,6 @@ SPECULATION = "spark.speculation"
 ROW_POLICIES, ROW_POLICY_TYPES = "qualitychecker.row.policies", "qualitychecker.row.policy.types"
 TASK_POLICIES, TASK_POLICY_TYPES = "qualitychecker.task.policies", "qualitychecker.task.policy.types"
 _SUFFIX = re.compile(r"^(.+)\.(\d+)$")
-_SENSITIVE = re.compile(r"password|secret|token|credential|jaas|private", re.IGNORECASE)  # never echo these values
 
 # --- Gobblin keys: what carries over (docs/job-config.md, "Moving a Gobblin job over") --------------------------------
 
@@ -499,7 +499,7 @@ def validation_messages(error: ValidationError, key_of: Callable[[str], str], ow
             continue
         item = f" item {int(loc[1]) + 1}" if len(loc) > 1 and isinstance(loc[1], int) else ""
         message = str(err["msg"]).removeprefix("Value error, ")
-        shown = "a hidden value" if _SENSITIVE.search(key) else repr(err["input"])
+        shown = "a hidden value" if is_secret(key) else repr(err["input"])
         out.append((key, f"{key!r}{item}: {message} (got {shown}){suffix}"))
     return out
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -89,6 +90,10 @@ def test_a_broker_stopped_mid_run_then_the_next_run_publishes_exactly_once(
     restartable_kafka.start()
     out, err = run.communicate(timeout=300)
     assert run.returncode in (0, 1, 3), f"the run neither completed nor failed cleanly: exit {run.returncode}\n{err[-3000:]}"
+    lines = err.splitlines()
+    assert not [line for line in lines if re.match(r"%\d+\|", line)], "librdkafka printed raw log lines"
+    assert any("is unreachable" in line and "retrying" in line for line in lines), err[-3000:]
+    assert sum("Connection refused" in line for line in lines) <= 12, "the clients' log lines were not rate-limited"
     after = JobLauncher(load_job_config(job), spark=spark).run()
     assert after.status is RunStatus.COMMITTED, after.error
     assert_exactly_once(url, tmp_path)

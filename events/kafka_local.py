@@ -7,8 +7,8 @@ once into a cache (``kafka-<version>``); :class:`LocalKafkaBroker` formats a wor
 waits until it answers, keeping data, cluster id and ports across restarts and crashes, optionally with SASL_SSL and
 SASL_PLAINTEXT listeners (SCRAM-SHA-512 and PLAIN, a CA made on the spot); :class:`LocalKafkaCluster` runs several
 such nodes as one replicated cluster; :func:`up`, :func:`down` and :func:`status` manage a detached broker or cluster
-that outlives the command (``oncelog kafka up [--nodes 3]``). Kafka 3.9.1 stays the default: it keeps the older
-protocol versions aiokafka/faust still use (4.x removed them, KIP-896); the 4.x line runs with ``version=``.
+that outlives the command (``oncelog kafka up [--nodes 3]``). Kafka 3.9.1 is the default and the 4.x line runs with
+``version=``: both are supported, and the log-store contract suite runs on each.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The job launcher: Gobblin's job flow on Spark, publishing exactly once through commit-step events.
 
-lock → recover unfinished commit sequences → plan work units → tasks on Spark → commit policy → commit shards
-(one task per shard of datasets: plan its sequences in one atomic batch, apply them) → job committed → clean up →
-release the lock. With job.commit.on.executors=false the driver plans all sequences in one batch and applies them.
+lock → recover unfinished commit sequences → plan work units → tasks on Spark → commit policy → the driver plans
+all sequences in one atomic batch and applies them → job committed → clean up → release the lock. With
+job.commit.on.executors=true, commit shards do it instead: one task per shard of datasets, planning its sequences in
+one atomic batch and applying them.
 SIGINT / SIGTERM before the sequences are planned cancels the run: nothing is published, the run is recorded as
 cancelled. Once planned, the sequences are the point of no return: the commit finishes (or the next run does it).
 """

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
@@ -191,8 +192,8 @@ def _keystore_options(security: Mapping[str, str]) -> dict[str, str]:
                           f"(NoSuchAlgorithmException): re-encrypt it with `openssl pkcs8 -topk8 -v1 PBE-SHA1-3DES "
                           f"-in KEY -out KEY.pk8`")
     if encrypted != ("ssl.key.password" in security):
-        raise ConfigError(f"ssl.key.location={security['ssl.key.location']}: the key is "
-                          f"{'encrypted: set ssl.key.password' if encrypted else 'not encrypted: remove ssl.key.password'}")
+        fix = "encrypted: set ssl.key.password" if encrypted else "not encrypted: remove ssl.key.password"
+        raise ConfigError(f"ssl.key.location={security['ssl.key.location']}: the key is {fix}")
     options = {f"{PREFIX}ssl.keystore.type": "PEM", f"{PREFIX}ssl.keystore.certificate.chain": chain,
                f"{PREFIX}ssl.keystore.key": key}
     if encrypted:
@@ -244,6 +245,7 @@ def redaction_conf(spark_conf: Mapping[str, str]) -> dict[str, str]:
 _AUTHENTICATION = ("SaslAuthenticationException", "Authentication failed")
 _UNTRUSTED = ("PKIX path building failed", "unable to find valid certification path")
 _HOSTNAME = ("No subject alternative", "No name matching")
+_JAVA_CLASS = re.compile(r"(?:[A-Za-z_$][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error)")
 _TLS = ("SSLHandshakeException", "SslAuthenticationException", "SSL handshake failed")
 
 
@@ -277,6 +279,10 @@ def spark_kafka_failure(error: BaseException, bootstrap: str,
 
 
 def _java_line(text: str, hints: tuple[str, ...]) -> str:
-    """The first line of a Java error's text that holds one of `hints`, trimmed: the cause without the stack."""
-    line = next(line.strip() for line in text.splitlines() if any(hint in line for hint in hints))
-    return line if len(line) <= 300 else f"{line[:300]}…"
+    """The first line of a Java error's text that holds one of `hints`, from its innermost exception class on
+    ("ExecutionException: …SaslAuthenticationException: msg" gives "…SaslAuthenticationException: msg")."""
+    line = next(line for line in text.splitlines() if any(hint in line for hint in hints))
+    parts = line.split(": ")
+    innermost = max((i for i, part in enumerate(parts) if _JAVA_CLASS.fullmatch(part.strip())), default=0)
+    found = ": ".join(parts[innermost:]).strip()
+    return found if len(found) <= 300 else f"{found[:300]}…"

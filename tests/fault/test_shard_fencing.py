@@ -108,7 +108,8 @@ def files_under(base: Path) -> dict[str, tuple[int, int, int]]:
 def test_a_paused_shard_of_a_superseded_run_publishes_nothing_and_cannot_append(log_factory: LogFactory,
                                                                                 tmp_path: Path) -> None:
     log = log_factory(2)
-    config = load_job_config(write_job(tmp_path, log.url, "full", None, **{"job.commit.shards": 1}))
+    config = load_job_config(write_job(tmp_path, log.url, "full", None, **{"job.commit.shards": 1,
+                                                                 "job.commit.on.executors": True}))
     run_a = RunAEngine(log, tmp_path)
     with pytest.raises(ShardLostError):
         JobLauncher(config, engine=run_a, log=log).run()

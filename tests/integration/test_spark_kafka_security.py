@@ -137,6 +137,13 @@ def test_a_key_the_java_client_cannot_read_or_decrypt_is_named(pem: dict[str, Pa
         spark_kafka_options("b:9093", {**mtls(pem), "ssl.certificate.location": "/nonexistent.pem"})
 
 
+def test_the_redaction_setting_extends_the_job_s_own_pattern() -> None:
+    ours = "(?i:sasl[.]jaas[.]config|ssl[.]keystore[.]key)"
+    assert redaction_conf({}) == {"spark.sql.redaction.options.regex": f"(?i)url|{ours}"}
+    assert redaction_conf({"spark.sql.redaction.options.regex": "(?i)mine"}) == {
+        "spark.sql.redaction.options.regex": f"(?i)mine|{ours}"}
+
+
 def source_job(brokers: str, log_url: str, **extra: str) -> JobConfig:
     """A job reading a Kafka topic, with its log at `log_url`."""
     return JobConfig.from_properties({
@@ -163,9 +170,10 @@ def test_a_job_source_takes_its_own_keys_else_the_log_s_on_shared_brokers(pem: d
         job_kafka_options(source_job("b1:9093", log_url + "&ssl.cipher.suites=X", **log_keys))
 
 
-# Reads the exact ranges with the good options, then with a wrong password; shows the plan of a view over the
-# options (the one place Spark prints data source options) before and after the redaction setting; asks Kafka's own
-# classes to parse a JAAS config and to load a PEM keystore. Input on stdin (it holds secrets), JSON out.
+# Reads the exact ranges with the good options, then with a wrong password and with an untrusted CA; shows the plan
+# of a view over the options (a plan that prints data source options) before and after the redaction
+# setting; asks Kafka's own classes to parse a JAAS config and to load a PEM keystore. Input on stdin (it holds
+# secrets), JSON out.
 _CHILD = """
 import io, json, sys, contextlib
 from pyspark.sql import SparkSession
@@ -187,12 +195,14 @@ printed = io.StringIO()
 with contextlib.redirect_stdout(printed):
     df.explain("extended")
 out["explain"] = printed.getvalue()
-try:
-    read(args["wrong"]).collect()
-    out["wrong"] = None
-except Exception as e:
-    failure = spark_kafka_failure(e, args["bootstrap"], args["wrong_security"])
-    out["wrong"] = str(failure) if failure is not None else "unmapped: " + str(e)[-2000:]
+out["refused"] = []
+for options, security in args["refused"]:
+    try:
+        read(options).collect()
+        out["refused"].append(None)
+    except Exception as e:
+        failure = spark_kafka_failure(e, args["bootstrap"], security)
+        out["refused"].append(str(failure) if failure is not None else "unmapped: " + str(e)[-2000:])
 def view_plan(options):
     quoted = ", ".join("`%s` '%s'" % (k, v.replace("\\\\", "\\\\\\\\").replace("'", "\\\\'"))
                        for k, v in options.items())
@@ -217,7 +227,7 @@ print(json.dumps(out))
 
 @pytest.mark.kafka
 @pytest.mark.spark
-def test_spark_reads_a_sasl_ssl_topic_with_the_job_s_settings_and_names_a_wrong_password(
+def test_spark_reads_a_sasl_ssl_topic_with_the_job_s_settings_and_names_a_refused_password_or_ca(
         secure_kafka: SecureEndpoints, pem: dict[str, Path]) -> None:
     jars = fetch_connectors()
     topic = create_topic(secure_kafka.plaintext_bootstrap, 2, "sparksec")
@@ -231,10 +241,12 @@ def test_spark_reads_a_sasl_ssl_topic_with_the_job_s_settings_and_names_a_wrong_
     job = source_job(bootstrap, f"kafka://{bootstrap}?topic=x", **{
         f"oncelog.log.{k}": v for k, v in {**security, "sasl.password": secure_kafka.password}.items()})
     good = job_kafka_options(job)
-    wrong_security = {**security, "sasl.password": "not-the-password"}
+    wrong_password = {**security, "sasl.password": "not-the-password"}
+    untrusted = {**security, "sasl.password": secure_kafka.password, "ssl.ca.location": str(pem["cert"])}
     keystore = spark_kafka_options(bootstrap, mtls(pem, "key_encrypted", **{"ssl.key.password": KEY_PASSWORD}))
     child = {"jars": ",".join(map(str, jars)), "topic": topic, "ranges": RANGES, "bootstrap": bootstrap,
-             "good": good, "wrong": spark_kafka_options(bootstrap, wrong_security), "wrong_security": wrong_security,
+             "good": good, "refused": [(spark_kafka_options(bootstrap, wrong), wrong)
+                                       for wrong in (wrong_password, untrusted)],
              "shown": {**good, "kafka.ssl.keystore.key": keystore["kafka.ssl.keystore.key"]}, "keystore": keystore,
              "odd_jaas": spark_kafka_options(bootstrap, {**security, "sasl.password": ODD_PASSWORD})[
                  "kafka.sasl.jaas.config"]}
@@ -247,9 +259,14 @@ def test_spark_reads_a_sasl_ssl_topic_with_the_job_s_settings_and_names_a_wrong_
     # Partition p holds records p, p+2, p+4…: offset o of partition p is record 2*o + p.
     assert sorted(map(tuple, out["rows"])) == sorted((p, o, f"k{2 * o + p}", f"v{2 * o + p}")
                                                      for p, (start, end) in RANGES.items() for o in range(start, end))
-    assert out["wrong"].startswith(f"authentication failed for sasl.username={secure_kafka.username} on "
-                                   f"SASL_SSL://{bootstrap}: check sasl.password (and sasl.mechanism=SCRAM-SHA-512)")
-    assert "not-the-password" not in out["wrong"]
+    refused_password, refused_certificate = out["refused"]
+    assert refused_password.startswith(f"authentication failed for sasl.username={secure_kafka.username} on "
+                                       f"SASL_SSL://{bootstrap}: check sasl.password (and sasl.mechanism=SCRAM-SHA-512)"
+                                       f" [org.apache.kafka.common.errors.SaslAuthenticationException: ")
+    assert refused_certificate.startswith(
+        f"certificate of {bootstrap} not trusted: check ssl.ca.location={pem['cert']} [")
+    assert not any(secret in refused for refused in out["refused"]
+                   for secret in ("not-the-password", secure_kafka.password))
     key_text = pem["key_encrypted"].read_text().splitlines()[1]
     if not re.search(SPARK_DEFAULT_PATTERNS, pem["key_encrypted"].read_text()):  # base64 may hold "url" by chance
         assert key_text in out["plan_default"], "Spark's defaults miss a PEM key: the redaction setting matters"
@@ -257,5 +274,3 @@ def test_spark_reads_a_sasl_ssl_topic_with_the_job_s_settings_and_names_a_wrong_
         assert secure_kafka.password not in shown and key_text not in shown
     assert "kafka.sasl.jaas.config -> *********(redacted)" in out["plan_redacted"]
     assert out["odd_password"] == ODD_PASSWORD
-    assert redaction_conf({"spark.sql.redaction.options.regex": "(?i)mine"}) == {
-        "spark.sql.redaction.options.regex": "(?i)mine|(?i:sasl[.]jaas[.]config|ssl[.]keystore[.]key)"}

@@ -48,6 +48,8 @@ OFFSETS_RETRY_MAX_S = 1.0
 WAIT_SLICE_S = 1.0
 """A blocking metadata call waits at most this long at a time, so a refused credential or certificate (which
 librdkafka retries forever) is raised within about a second rather than at the end of the read timeout."""
+TOPIC_VISIBLE_S = 3.0
+"""How long a topic missing from the cluster's metadata may be one just created by another client."""
 SAFE_REPLICATION = 3
 SAFE_MIN_INSYNC = 2
 
@@ -199,7 +201,9 @@ class KafkaLog(EventLog):
         """A topic as the user knows it: the log topic they gave, or what an internal topic is for."""
         if topic == self.topic:
             return f"log topic {topic!r}"
-        return f"the snapshots of log topic {self.topic!r}"
+        if topic == f"{self.topic}.snapshots":
+            return f"the snapshots of log topic {self.topic!r}"
+        return f"topic {topic!r}"
 
     def _list_topics(self, topic: str) -> Any:
         """The cluster's metadata (all topics), waited for in slices until the read timeout; LogUnavailableError
@@ -226,6 +230,16 @@ class KafkaLog(EventLog):
         if found is None or found.error is not None:
             return None
         return found
+
+    def _absent(self, topic: str) -> bool:
+        """Whether the topic does not exist: the cluster's metadata lacks it for TOPIC_VISIBLE_S (a topic another
+        client has just created reaches the metadata a moment later)."""
+        deadline = time.monotonic() + TOPIC_VISIBLE_S
+        while self._describe(topic) is None:
+            if time.monotonic() >= deadline:
+                return True
+            time.sleep(0.2)
+        return False
 
     def _describe_when_visible(self, topic: str) -> TopicMetadata:
         """The metadata of a topic the broker says exists: new topics reach the metadata a moment later."""
@@ -412,7 +426,7 @@ class KafkaLog(EventLog):
                     ) from e
                 if error.code() in (KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART):
                     just_created = partition.topic in self._created
-                    if not just_created and self._describe(partition.topic) is None:  # a topic that is not there
+                    if not just_created and self._absent(partition.topic):  # a topic that is not there
                         raise LogUnavailableError(
                             f"cannot read the end offset of {where} on {self.settings.bootstrap}: the topic does not "
                             f"exist (open the log with the right topic setting, or create it: ensure_topic)"

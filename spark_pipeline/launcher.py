@@ -50,8 +50,8 @@ from spark_pipeline.commit.shards import ShardAction, ShardLostError, ShardWork,
 from spark_pipeline.commit.steps import PublishRoots
 from spark_pipeline.config import JobCommitPolicy, JobConfig
 from spark_pipeline.constructs import DataPublisher, DatasetOutput, MultiWorkUnit, SourceState
-from spark_pipeline.paths import JobRoots, absolute_config, overlaps, run_dirs
 from spark_pipeline.lineage import RunLineage
+from spark_pipeline.paths import JobRoots, absolute_config, overlaps, run_dirs
 from spark_pipeline.planning import plan_work_units
 from spark_pipeline.progress import SILENT, Phase, RunObserver
 from spark_pipeline.task_engine import SparkTaskEngine, TaskEngine

@@ -15,6 +15,12 @@ COPY replay replay
 COPY filesystems filesystems
 COPY localservers localservers
 RUN pip install --no-cache-dir .
+# Spark's Kafka and Avro connectors, which every Spark session oncelog starts puts on its classpath: fetched once by
+# Maven into the image's cache, then Maven goes.
+ENV ONCELOG_CACHE=/opt/oncelog-cache
+RUN apt-get update && apt-get install -y --no-install-recommends maven \
+ && oncelog spark jars \
+ && apt-get purge -y maven && apt-get autoremove -y && rm -rf /var/lib/apt/lists/* /root/.m2
 WORKDIR /data
 ENTRYPOINT []
 CMD ["oncelog", "--help"]

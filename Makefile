@@ -19,7 +19,8 @@ kafka-jars: $(STAMP)
 	$(BIN)/oncelog kafka jars
 	$(BIN)/oncelog kafka jars --kafka-version $(KAFKA4_VERSION)
 
-# Spark's Kafka and Avro connectors (spark-sql-kafka-0-10, spark-avro), from Maven Central into ~/.cache/oncelog.
+# Spark's Kafka and Avro connectors (spark-sql-kafka-0-10, spark-avro), from Maven Central into ~/.cache/oncelog:
+# every Spark session oncelog starts takes them from there (spark.jars), and refuses to start without them.
 spark-jars: $(STAMP)
 	$(BIN)/oncelog spark jars >/dev/null
 
@@ -50,7 +51,7 @@ test: $(STAMP) kafka-jars spark-jars hdfs-jars s3-build
 # Each store's soak uses $KAFKA_BOOTSTRAP, else starts a local broker of its own. SOAK_SEED picks another schedule.
 SOAK_ITERATIONS ?= 200
 SOAK_SEED ?= 1
-soak: $(STAMP) kafka-jars
+soak: $(STAMP) kafka-jars spark-jars
 	$(BIN)/python -m tests.fault.soak --iterations $(SOAK_ITERATIONS) --store sqlite --seed $(SOAK_SEED)
 	$(BIN)/python -m tests.fault.soak --iterations $(SOAK_ITERATIONS) --store kafka --seed $(SOAK_SEED)
 
@@ -60,7 +61,7 @@ SIM_FIRST ?= 0
 simulate: $(STAMP)
 	$(BIN)/python -m tests.sim.simulation --first $(SIM_FIRST) --count $(SIM_SCENARIOS)
 
-demo: $(STAMP)
+demo: $(STAMP) spark-jars
 	$(BIN)/python -m spark_pipeline.demo
 
 kafka-up: kafka-jars
@@ -76,12 +77,12 @@ kafka-cluster-up: kafka-jars
 kafka-cluster-down: $(STAMP)
 	$(BIN)/oncelog kafka down --state-dir .oncelog/kafka-cluster
 
-bench-quick: kafka-jars
+bench-quick: kafka-jars spark-jars
 	$(BIN)/python -m benchmarks.log_throughput --quick
 	$(BIN)/python -m benchmarks.rebuild --quick
 	$(BIN)/python -m benchmarks.pipeline --quick
 
-bench: kafka-jars
+bench: kafka-jars spark-jars
 	$(BIN)/python -m benchmarks.log_throughput
 	$(BIN)/python -m benchmarks.rebuild
 	$(BIN)/python -m benchmarks.pipeline

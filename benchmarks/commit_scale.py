@@ -1,7 +1,7 @@
 """The commit at scale: synthetic jobs of 1,000, 10,000 and 100,000 datasets, sharded commit beside the driver-only path.
 
     python -m benchmarks.commit_scale [--quick] [--sizes 1000,10000,100000] [--log sqlite|kafka]
-                                      [--records-per-dataset 2]
+                                      [--paths both|sharded|driver-only] [--records-per-dataset 2]
 
 Each dataset has one partition and a few records (spark_pipeline/sources/synthetic.py); tasks run in the job's own
 process (InProcessTaskEngine), so that what is measured is the commit machinery, not Spark's scheduling. Every job runs
@@ -199,6 +199,13 @@ def log_template(kind: str) -> Iterator[str]:
         yield f"kafka://{bootstrap}?topic={{topic}}"
 
 
+def paths(chosen: str) -> dict[str, str]:
+    """The paths to measure (`--paths`): both, or only the sharded or the driver-only one (run the two side by side
+    in two processes when the time matters more than a quiet machine)."""
+    return {prefix: value for prefix, value in PATHS.items()
+            if chosen == "both" or (chosen == "driver-only") == bool(prefix)}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every size, both paths; the figures."""
     sizes = QUICK_SIZES if args.quick else tuple(int(s) for s in args.sizes.split(","))
@@ -207,7 +214,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         with log_template(args.log) as template:
             for datasets in sizes:
-                for prefix, on_executors in PATHS.items():
+                for prefix, on_executors in paths(args.paths).items():
                     note(f"{datasets:,} datasets, {'driver only' if prefix else 'commit shards'}: running")
                     found = measure(work / f"{prefix or 'sharded_'}{datasets}", template, datasets,
                                     args.records_per_dataset, on_executors)
@@ -223,7 +230,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     figures[key] = max(figures.get(key, 0), found["max_event_bytes"])
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    figures.update({"sizes": list(sizes), "quick": args.quick, "log": args.log, "engine": "in-process",
+    figures.update({"sizes": list(sizes), "paths": args.paths, "quick": args.quick, "log": args.log,
+                    "engine": "in-process",
                     "records_per_dataset": args.records_per_dataset, "cpus": os.cpu_count(),
                     "load_avg_1m": round(os.getloadavg()[0], 2)})
     for name, target in TARGETS.items():
@@ -238,6 +246,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="1,000 and 10,000 datasets only (under two minutes)")
     parser.add_argument("--sizes", default=",".join(map(str, FULL_SIZES)), help="dataset counts, comma-separated")
     parser.add_argument("--log", choices=("sqlite", "kafka"), default="sqlite", help="the log's store")
+    parser.add_argument("--paths", choices=("both", "sharded", "driver-only"), default="both",
+                        help="which commit paths to measure")
     parser.add_argument("--records-per-dataset", type=int, default=2, help="records per dataset and run")
     return parser.parse_args()
 

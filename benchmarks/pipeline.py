@@ -1,22 +1,36 @@
-"""Pipeline throughput: a Kafka topic to Avro files, oncelog's job beside Spark Structured Streaming, same Spark.
+"""Pipeline throughput: a Kafka topic to files, oncelog's job beside Spark's own batch and streaming jobs, same Spark.
 
     python -m benchmarks.pipeline [--quick] [--records N] [--partitions P] [--repeats R] [--datasets D]
-                                  [--records-per-dataset M] [--warm-up W]
+                                  [--records-per-dataset M] [--warm-up W] [--increments I] [--increment-records K]
 
-One topic (8 partitions) holds N realistic records (keys, 117-176 byte JSON values), produced before any timing. Both
-sides read it from the beginning to the end and write snappy Avro files into a new folder of their own, in ONE
-SparkSession (`local[*]`, the same settings). oncelog's job (KafkaTopicSource, the default Avro writer, the audit log in
-a Kafka topic on the same broker) runs through `JobLauncher(config, spark=spark).run()` and is timed from launch to
-return. A Structured Streaming query (Kafka source, `trigger(availableNow=True)`, checkpointed Avro file sink) is timed
-from `start()` to its end. Each side's output is read back: every offset of every partition exactly once. oncelog's
-log must also pass `oncelog verify`. After an untimed warm-up on a smaller topic, the sides alternate which goes first.
-Figures are records/s at the median repeat, and CPU µs per record of this process tree (the broker left out).
+One topic (8 partitions) holds N realistic records (keys, 117-176 byte JSON values), produced before any timing. Every
+side reads it from the beginning to the end and writes snappy Avro files into a new folder of its own, in ONE
+SparkSession (`local[*]`), made by oncelog's own `spark_session`, so Spark's Kafka and Avro connectors come from the
+cache as in every oncelog run (`oncelog spark jars` fetches them once). The sides:
+
+- oncelog, each task engine the job config accepts: `task.engine: records` (Gobblin's constructs, records through
+  Python) and `task.engine: dataframe` (Spark does the data work; its figures are null while the job config does not
+  accept the key). KafkaTopicSource, the audit log in a Kafka topic on the same broker, `JobLauncher(config,
+  spark=spark).run()` timed from launch to return; the log must pass `oncelog verify`. Plus one run writing Parquet
+  (`writer.output.format: parquet`, on the DataFrame engine when there is one; null when no writer accepts it).
+- unguarded: a Spark batch job on the same offsets (Kafka's batch reader with `assign` and exact starting / ending
+  offsets → Avro files): no log, no commit, nothing exactly-once; the floor Spark itself sets.
+- Structured Streaming: a Kafka source, `trigger(availableNow=True)`, a checkpointed Avro file sink, timed from
+  `start()` to its end.
+
+Each side's output is read back: every offset of every partition exactly once. After an untimed warm-up on a smaller
+topic, the sides rotate which goes first. Figures are records/s at the median repeat, and CPU µs per record of this
+process tree (the broker left out).
+
+Small increments: a topic of its own gets K new records (10,000) before each of I rounds (20); each round runs the same
+oncelog job again (its watermarks say where to start) and restarts the same Structured Streaming query from its
+checkpoint (availableNow), as a scheduler would run either; the first round of each is untimed (a first run). Figures:
+the median seconds of a round.
 
 The commit phase is measured on a synthetic job with D datasets (1,000): from the CommitSequencePlanned batch to the
 run's JobRunCommitted, over the launcher's wall time, read from the log's timestamps.
 
-The connectors come from Maven Central, resolved once with Maven into ~/.cache/oncelog/spark-connectors. The Kafka
-broker is `$KAFKA_BOOTSTRAP`, or a local one started for the run. Last line of stdout: the JSON figures. See
+The Kafka broker is `$KAFKA_BOOTSTRAP`, or a local one started for the run. Last line of stdout: the JSON figures. See
 docs/benchmarks.md.
 """
 
@@ -28,14 +42,14 @@ import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, cast
 
@@ -43,142 +57,71 @@ import fastavro
 import pyspark
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession, functions
 from rich.console import Console
 from rich.table import Table
 
 from benchmarks.common import emit_result, kafka_bootstrap, note
+from events.errors import OncelogError
 from events.log import open_log
 from projections.views import RunStatus
 from replay.verify import verify
 from spark_pipeline.config import JobConfig
+from spark_pipeline.connectors import CONNECTORS, fetch_connectors
 from spark_pipeline.launcher import JobLauncher
-from spark_pipeline.spark_runner import SPARK_DEFAULTS
+from spark_pipeline.spark_runner import spark_session
 
 CODEC = "snappy"
 PARTITIONS = 8
-FULL = {"records": 1_000_000, "repeats": 5, "records_per_dataset": 1_000, "warm_up": 200_000}
-QUICK = {"records": 100_000, "repeats": 1, "records_per_dataset": 100, "warm_up": 20_000}
+FULL = {"records": 1_000_000, "repeats": 5, "records_per_dataset": 1_000, "warm_up": 200_000, "increments": 20,
+        "increment_records": 10_000}
+QUICK = {"records": 100_000, "repeats": 1, "records_per_dataset": 100, "warm_up": 20_000, "increments": 5,
+         "increment_records": 10_000}
 """Warm-up records: enough for Spark's JIT to compile the Kafka-to-Avro path (a first run is much slower)."""
 DATASETS = 1_000
-TARGETS = {"ratio": 1.0, "commit_share_1000": 0.05}
-BUILT_IN_AVRO = "org.apache.spark.sql.avro.AvroFileFormat"
-"""Spark 4's Avro FileFormat (writer and serializer) lives in spark-sql; spark-avro adds the `avro` name and V2 reads."""
-CONNECTOR_FALLBACKS = ("4.2.0", "4.1.1", "4.0.0")
-"""Older connector versions tried when Maven Central has none for pyspark's version (newest first)."""
-TOKEN_FALLBACKS = ("4.0.0",)
-"""spark-token-provider-kafka versions tried when the connector's own is missing (Central lacks 4.0.1 to 4.2.0)."""
-CACHE = Path.home() / ".cache" / "oncelog" / "spark-connectors"
+TARGETS = {"ratio": 1.0, "commit_share_1000": 0.05, "ratio_dataframe_unguarded": 0.95, "ratio_dataframe_sss": 0.95,
+           "cpu_dataframe_over_sss": 1.05, "increment_ratio": 0.67}
+"""Issue 10's targets; `ratio` (oncelog / Structured Streaming) and the commit share are the pipeline issue's."""
+AVRO = "avro"
+KAFKA_COLUMNS = ("topic", "partition", "offset", "unix_millis(timestamp) AS timestamp", "key", "value")
+"""What Spark's own sides write of each Kafka record: the columns the records engine's Avro files hold."""
 
 
-# --- connectors -------------------------------------------------------------------------------------------------
+class Side(StrEnum):
+    """A side of the big-batch comparison."""
+
+    RECORDS = "records"
+    DATAFRAME = "dataframe"
+    PARQUET = "parquet"
+    UNGUARDED = "unguarded"
+    SSS = "sss"
 
 
-@dataclass(frozen=True)
-class Connectors:
-    """The connector jars on Spark's classpath, and the Avro format name to write with."""
+class Engine(StrEnum):
+    """oncelog's task engines (`task.engine`)."""
 
-    jars: tuple[str, ...]
-    kafka_version: str
-    avro_format: str
-    avro_source: str
+    RECORDS = "records"
+    DATAFRAME = "dataframe"
 
 
-def _pom(kafka: str, token: str, avro: str | None) -> str:
-    """A pom whose runtime dependencies are the connectors (the token provider pinned to `token`)."""
-    spark = "<groupId>org.apache.spark</groupId>"
-    avro_dep = f"<dependency>{spark}<artifactId>spark-avro_2.13</artifactId><version>{avro}</version></dependency>"
-    return f"""<?xml version="1.0" encoding="UTF-8"?>
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>dev.oncelog</groupId><artifactId>bench-spark-connectors</artifactId><version>1</version>
-  <packaging>pom</packaging>
-  <dependencyManagement><dependencies><dependency>{spark}
-    <artifactId>spark-token-provider-kafka-0-10_2.13</artifactId><version>{token}</version>
-  </dependency></dependencies></dependencyManagement>
-  <dependencies>
-    <dependency>{spark}<artifactId>spark-sql-kafka-0-10_2.13</artifactId><version>{kafka}</version></dependency>
-    {avro_dep if avro else ""}
-  </dependencies>
-</project>
-"""
+ENGINE_KEY, FORMAT_KEY = "task.engine", "writer.output.format"
 
 
-def _attempts(version: str) -> Iterator[tuple[str, str, str | None]]:
-    """(kafka connector, token provider, spark-avro or None) to try: pyspark's own version first."""
-    yield version, version, version
-    older = [v for v in CONNECTOR_FALLBACKS if _version_key(v) < _version_key(version)]
-    for kafka in [version, *older]:
-        tokens = [kafka, *(v for v in TOKEN_FALLBACKS if v != kafka and _version_key(v)[0] == _version_key(kafka)[0])]
-        for token in tokens:
-            yield kafka, token, None
+# --- the session ----------------------------------------------------------------------------------------------------
 
 
-def _version_key(version: str) -> tuple[int, ...]:
-    """`4.2.0` → (4, 2, 0), for ordering versions."""
-    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+def session_config(work: Path) -> JobConfig:
+    """The job config the shared session is made from: local[*], oncelog's Spark defaults, no UI, snappy Avro."""
+    return JobConfig.from_properties({
+        "job.name": "bench-pipeline", "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",
+        "writer.staging.dir": str(work / "unused-staging"), "writer.output.dir": str(work / "unused-output"),
+        "data.publisher.final.dir": str(work / "unused-published"), "spark.master": "local[*]",
+        "spark.ui.enabled": "false", "spark.sql.avro.compression.codec": CODEC})
 
 
-def _maven(pom: str, staging: Path) -> list[Path] | None:
-    """Copy the pom's runtime dependencies into `staging/libs` with Maven; None when it cannot resolve them."""
-    staging.mkdir(parents=True, exist_ok=True)
-    (staging / "pom.xml").write_text(pom)
-    done = subprocess.run(["mvn", "-B", "-ntp", "-f", str(staging / "pom.xml"), "dependency:copy-dependencies",
-                           f"-DoutputDirectory={staging / 'libs'}", "-DincludeScope=runtime"],
-                          capture_output=True, text=True, timeout=900, check=False)
-    if done.returncode != 0:
-        shutil.rmtree(staging / "libs", ignore_errors=True)
-        return None
-    return sorted((staging / "libs").glob("*.jar"))
-
-
-def connector_jars(version: str, spark_jars: Path) -> Connectors:
-    """The Kafka (and Avro) connectors for pyspark `version`, resolved with Maven once, then read from the cache."""
-    manifest = CACHE / version / "manifest.json"
-    cached = _cached(manifest)
-    if cached is not None:
-        return cached
-    if shutil.which("mvn") is None:
-        raise SystemExit("Maven (`mvn`) is needed once, to fetch the Spark Kafka connector from Maven Central")
-    bundled = {_artifact(p.name) for p in spark_jars.glob("*.jar")}
-    for kafka, token, avro in _attempts(version):
-        note(f"resolving spark-sql-kafka-0-10 {kafka} (token provider {token}, spark-avro {avro}) with Maven")
-        staging = CACHE / version / f"kafka-{kafka}-token-{token}-avro-{avro}"
-        jars = _maven(_pom(kafka, token, avro), staging)
-        if jars is None:
-            continue
-        kept = tuple(str(j) for j in jars if _artifact(j.name) not in bundled)  # Spark's own jars stay Spark's
-        found = Connectors(kept, kafka, "avro" if avro else BUILT_IN_AVRO,
-                           f"spark-avro {avro}" if avro else f"built into spark-sql {version}")
-        manifest.with_suffix(".tmp").write_text(json.dumps(found.__dict__))
-        manifest.with_suffix(".tmp").replace(manifest)  # written last, whole: the jars are in place
-        return found
-    raise SystemExit(f"Maven could not resolve org.apache.spark:spark-sql-kafka-0-10_2.13 for Spark {version}")
-
-
-def _cached(manifest: Path) -> Connectors | None:
-    """The connectors a previous run resolved, if the manifest and every jar it names are still there."""
-    if not manifest.is_file():
-        return None
-    data = json.loads(manifest.read_text())
-    found = Connectors(tuple(data["jars"]), data["kafka_version"], data["avro_format"], data["avro_source"])
-    return found if all(Path(j).is_file() for j in found.jars) else None
-
-
-def _artifact(jar: str) -> str:
-    """A jar's artifact id, without its version: `kafka-clients-3.9.2.jar` → `kafka-clients`."""
-    return re.sub(r"-\d[\w.\-]*\.jar$", "", jar)
-
-
-def start_spark(connectors: Connectors) -> SparkSession:
-    """ONE SparkSession for both sides: local[*], oncelog's Spark defaults, the connector jars."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers need oncelog's packages
-    builder = SparkSession.builder.appName("oncelog pipeline benchmark").master("local[*]")
-    settings = {**SPARK_DEFAULTS, "spark.ui.enabled": "false", "spark.jars": ",".join(connectors.jars),
-                "spark.sql.avro.compression.codec": CODEC}
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+def start_spark(work: Path) -> SparkSession:
+    """ONE SparkSession for every side, made as every oncelog run makes its own (connector jars included)."""
+    spark = spark_session(session_config(work))
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -205,11 +148,11 @@ def create_topic(admin: AdminClient, topic: str, partitions: int) -> None:
         future.result(timeout=60)
 
 
-def produce(bootstrap: str, topic: str, records: int) -> None:
-    """N records spread over the topic's partitions by key, acknowledged before returning."""
+def produce(bootstrap: str, topic: str, records: int, first: int = 0) -> None:
+    """N records (numbered from `first`) spread over the topic's partitions by key, acknowledged before returning."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1_000_000,
                          "compression.type": "lz4", "queue.buffering.max.messages": 500_000})
-    for i in range(records):
+    for i in range(first, first + records):
         key, value = payload(i)
         while True:
             try:
@@ -316,17 +259,18 @@ def timing(into: list[Timed]) -> Iterator[None]:
     into.append(Timed(seconds, tree_cpu_seconds() - cpu))
 
 
-# --- the two sides ------------------------------------------------------------------------------------------------
+# --- the sides ------------------------------------------------------------------------------------------------------
 
 
 @dataclass
 class Bench:
-    """What every run shares: the broker, the Spark session, the connectors, a work folder."""
+    """What every run shares: the broker, the Spark session, a work folder, the job keys of each oncelog side."""
 
     bootstrap: str
     spark: SparkSession
-    connectors: Connectors
     work: Path
+    keys: dict[Side, dict[str, str] | None] = field(default_factory=dict)
+    """Per oncelog side, the job keys that select it; None when the job config does not accept them yet."""
     topics: list[str] = field(default_factory=list)
 
     def fresh(self, name: str) -> Path:
@@ -344,9 +288,15 @@ class Bench:
         self.topics += [topic, f"{topic}.snapshots"]
         return url
 
+    @property
+    def primary(self) -> Side:
+        """The oncelog side the headline figures (oncelog_rps, ratio, phases, increments) are of: the DataFrame
+        engine when the job config accepts it, else the records engine."""
+        return Side.DATAFRAME if self.keys.get(Side.DATAFRAME) is not None else Side.RECORDS
 
-def job_config(base: Path, log_url: str, source: dict[str, str]) -> JobConfig:
-    """An oncelog job writing snappy Avro under `base`, with its log at `log_url`."""
+
+def job_config(base: Path, log_url: str, source: Mapping[str, str]) -> JobConfig:
+    """An oncelog job writing snappy files under `base`, with its log at `log_url`."""
     return JobConfig.from_properties({
         "job.name": "bench-pipeline", "writer.staging.dir": str(base / "staging"),
         "writer.output.dir": str(base / "task-output"), "data.publisher.final.dir": str(base / "published"),
@@ -355,34 +305,88 @@ def job_config(base: Path, log_url: str, source: dict[str, str]) -> JobConfig:
     })
 
 
-def run_oncelog(bench: Bench, topic: str, ends: dict[int, int]) -> tuple[Timed, dict[str, float]]:
-    """oncelog's job over the whole topic: its timing from launch to return, and its phases; output checked."""
-    base = bench.fresh("oncelog")
+def topic_source(bench: Bench, topic: str, side: Side) -> dict[str, str]:
+    """The job keys reading `topic` with KafkaTopicSource on `side`'s engine (and format)."""
+    keys = bench.keys.get(side)
+    if keys is None:
+        raise ValueError(f"the job config accepts no keys for the {side} side")
+    return {"source.class": "spark_pipeline.sources.kafka_topic.KafkaTopicSource", "kafka.brokers": bench.bootstrap,
+            "topic.whitelist": re.escape(topic), **keys}
+
+
+def side_keys(work: Path) -> dict[Side, dict[str, str] | None]:
+    """The keys selecting each oncelog side, where the job config accepts them: `task.engine` (unknown before the
+    DataFrame engine: then the records engine is the only one, selected by no key) and `writer.output.format`."""
+    def accepted(keys: dict[str, str]) -> bool:
+        probe = {"source.class": "spark_pipeline.sources.kafka_topic.KafkaTopicSource",
+                 "kafka.brokers": "127.0.0.1:9", "topic.whitelist": "probe", **keys}
+        try:
+            job_config(work / "probe", f"sqlite:///{work / 'probe.db'}", probe)
+        except OncelogError as e:
+            note(f"the job config does not accept {keys}: {' '.join(str(e).split())[:300]}")
+            return False
+        return True
+
+    records = {ENGINE_KEY: Engine.RECORDS.value}
+    dataframe = {ENGINE_KEY: Engine.DATAFRAME.value}
+    keys: dict[Side, dict[str, str] | None] = {
+        Side.RECORDS: records if accepted(records) else {},
+        Side.DATAFRAME: dataframe if accepted(dataframe) else None,
+    }
+    parquet = {**(keys[Side.DATAFRAME] or {}), FORMAT_KEY: "parquet"}
+    keys[Side.PARQUET] = parquet if accepted(parquet) else None
+    return keys
+
+
+def run_oncelog(bench: Bench, topic: str, ends: dict[int, int], side: Side) -> tuple[Timed, dict[str, float]]:
+    """oncelog's job over the whole topic on `side`: its timing from launch to return, and its phases; output
+    checked."""
+    base = bench.fresh(side.value)
     log_url = bench.log_url()
-    config = job_config(base, log_url, {
-        "source.class": "spark_pipeline.sources.kafka_topic.KafkaTopicSource",
-        "kafka.brokers": bench.bootstrap, "topic.whitelist": re.escape(topic)})
+    config = job_config(base, log_url, topic_source(bench, topic, side))
     launcher = JobLauncher(config, spark=bench.spark)
     timed: list[Timed] = []
     launched = time.time()
     with timing(timed):
         result = launcher.run()
     if result.status is not RunStatus.COMMITTED:
-        raise AssertionError(f"oncelog run ended {result.status}: {result.error}")
-    check_kafka_output(sorted((base / "published").rglob("*.avro")), ends)
+        raise AssertionError(f"oncelog run ({side}) ended {result.status}: {result.error}")
+    if side is Side.PARQUET:
+        check_offsets(bench.spark.read.parquet(*map(str, sorted((base / "published").rglob("*.parquet")))), ends)
+    else:
+        check_kafka_output(sorted((base / "published").rglob("*.avro")), ends)
     at = audited(log_url, launcher.run_id, base / "published", len(ends))
     shutil.rmtree(base)
     return timed[0], phases(at, launched, launched + timed[0].seconds)
 
 
-def run_sss(bench: Bench, topic: str, ends: dict[int, int]) -> Timed:
-    """A Structured Streaming query over the whole topic (availableNow), timed from start() to its end; output checked."""
-    base = bench.fresh("sss")
-    out, checkpoint = base / "out", base / "checkpoint"
+def kafka_batch(bench: Bench, topic: str, ends: dict[int, int]) -> DataFrame:
+    """Spark's Kafka batch reader on exactly the offsets [0, end) of each partition, as a work unit gives them."""
+    return (bench.spark.read.format("kafka").option("kafka.bootstrap.servers", bench.bootstrap)
+            .option("assign", json.dumps({topic: sorted(ends)}))
+            .option("startingOffsets", json.dumps({topic: {str(p): 0 for p in ends}}))
+            .option("endingOffsets", json.dumps({topic: {str(p): end for p, end in ends.items()}}))
+            .option("failOnDataLoss", "true").load())
+
+
+def run_unguarded(bench: Bench, topic: str, ends: dict[int, int]) -> Timed:
+    """Spark alone: a batch read of the same offsets written as Avro (no log, no commit); output checked."""
+    out = bench.fresh("unguarded") / "out"
+    timed: list[Timed] = []
+    with timing(timed):
+        kafka_batch(bench, topic, ends).selectExpr(*KAFKA_COLUMNS).write.format(AVRO).option(
+            "compression", CODEC).save(str(out))
+    check_kafka_output(sorted(out.glob("part-*.avro")), ends)
+    shutil.rmtree(out.parent)
+    return timed[0]
+
+
+def start_sss(bench: Bench, topic: str, out: Path, checkpoint: Path) -> Timed:
+    """Start (or restart, from its checkpoint) the Structured Streaming query over `topic`, availableNow; timed from
+    start() to its end."""
     stream = (bench.spark.readStream.format("kafka").option("kafka.bootstrap.servers", bench.bootstrap)
               .option("subscribe", topic).option("startingOffsets", "earliest").load())
-    shaped = stream.selectExpr("topic", "partition", "offset", "unix_millis(timestamp) AS timestamp", "key", "value")
-    writer = (shaped.writeStream.format(bench.connectors.avro_format).option("compression", CODEC)
+    writer = (stream.selectExpr(*KAFKA_COLUMNS).writeStream.format(AVRO).option("compression", CODEC)
               .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True))
     timed: list[Timed] = []
     with timing(timed):
@@ -390,12 +394,79 @@ def run_sss(bench: Bench, topic: str, ends: dict[int, int]) -> Timed:
         query.awaitTermination()
     if query.exception() is not None:
         raise AssertionError(f"Structured Streaming query failed: {query.exception()}")
-    counted = bench.spark.read.format(bench.connectors.avro_format).load(str(out)).count()
-    if counted != sum(ends.values()):
-        raise AssertionError(f"Structured Streaming wrote {counted} records, expected {sum(ends.values())}")
-    check_kafka_output(sorted(out.glob("part-*.avro")), ends)
-    shutil.rmtree(base)
     return timed[0]
+
+
+def run_sss(bench: Bench, topic: str, ends: dict[int, int]) -> Timed:
+    """A Structured Streaming query over the whole topic (availableNow), timed from start() to its end; output checked."""
+    base = bench.fresh("sss")
+    timed = start_sss(bench, topic, base / "out", base / "checkpoint")
+    check_kafka_output(sorted((base / "out").glob("part-*.avro")), ends)
+    shutil.rmtree(base)
+    return timed
+
+
+def check_offsets(df: DataFrame, ends: dict[int, int]) -> None:
+    """Every offset of every partition exactly once in `df` (Spark aggregates: for formats fastavro cannot read)."""
+    counts = df.groupBy("partition").agg(functions.count("offset").alias("records"),
+                                         functions.countDistinct("offset").alias("distinct"),
+                                         functions.min("offset").alias("low"), functions.max("offset").alias("high"))
+    found = {row["partition"]: (row["records"], row["distinct"], row["low"], row["high"]) for row in counts.collect()}
+    expected = {p: (end, end, 0, end - 1) for p, end in ends.items() if end}
+    if found != expected:
+        raise AssertionError(f"(records, distinct offsets, lowest, highest) per partition {found}, expected {expected}")
+
+
+# --- small increments -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Increments:
+    """Small increments: the seconds of each timed round, for oncelog's run and the restarted streaming query."""
+
+    oncelog: tuple[Timed, ...]
+    sss: tuple[Timed, ...]
+
+
+def run_increments(bench: Bench, rounds: int, records: int, partitions: int) -> Increments:
+    """`rounds` timed rounds (after an untimed first one) of `records` new records each: the same oncelog job run
+    again, the same streaming query restarted from its checkpoint; the alternating order; every output checked."""
+    topic = new_topic(bench, partitions)
+    base = bench.fresh("increments")
+    log_url = bench.log_url()
+    config = job_config(base / "oncelog", log_url, topic_source(bench, topic, bench.primary))
+    out, checkpoint = base / "sss" / "out", base / "sss" / "checkpoint"
+    oncelog: list[Timed] = []
+    sss: list[Timed] = []
+
+    def run_job() -> Timed:
+        launcher = JobLauncher(config, spark=bench.spark)
+        timed: list[Timed] = []
+        with timing(timed):
+            result = launcher.run()
+        if result.status is not RunStatus.COMMITTED:
+            raise AssertionError(f"oncelog increment run ended {result.status}: {result.error}")
+        return timed[0]
+
+    for i in range(rounds + 1):
+        produce(bench.bootstrap, topic, records, first=i * records)
+        sides: list[Callable[[], None]] = [lambda: oncelog.append(run_job()),
+                                           lambda: sss.append(start_sss(bench, topic, out, checkpoint))]
+        for side in sides if i % 2 == 0 else reversed(sides):
+            side()
+        if i:
+            note(f"increment {i}/{rounds}: oncelog {oncelog[-1].seconds:.2f}s, Structured Streaming "
+                 f"{sss[-1].seconds:.2f}s")
+    ends = end_offsets(bench.bootstrap, topic, partitions)
+    check_kafka_output(sorted(out.glob("part-*.avro")), ends)
+    published = base / "oncelog" / "published"
+    check_kafka_output(sorted(published.rglob("*.avro")), ends)
+    with open_log(log_url) as log:
+        report = verify(log, published)
+    if not report.ok or report.pending:
+        raise AssertionError(f"the increments' log fails verification: {report.violations[:3]} {report.pending[:3]}")
+    shutil.rmtree(base)
+    return Increments(tuple(oncelog[1:]), tuple(sss[1:]))
 
 
 # --- the commit phase -----------------------------------------------------------------------------------------------
@@ -443,7 +514,8 @@ def run_commit_job(bench: Bench, datasets: int, records_per_dataset: int) -> dic
     config = job_config(base, log_url, {
         "source.class": "spark_pipeline.sources.synthetic.SyntheticSource", "dataset.urn": "bench",
         "source.synthetic.datasets": str(datasets), "source.synthetic.partitions": "1",
-        "source.synthetic.records.per.run": str(records_per_dataset), "source.synthetic.payload.bytes": "100"})
+        "source.synthetic.records.per.run": str(records_per_dataset), "source.synthetic.payload.bytes": "100",
+        **(bench.keys.get(bench.primary) or {})})
     launcher = JobLauncher(config, spark=bench.spark)
     launched = time.time()
     result = launcher.run()
@@ -465,34 +537,46 @@ def run_commit_job(bench: Bench, datasets: int, records_per_dataset: int) -> dic
 
 @dataclass
 class Samples:
-    """Each side's timed seconds, and the machine's 1-minute load average after each timed run."""
+    """Each side's timed runs, the increments, the commit job's phases, and the 1-minute load after each run."""
 
-    oncelog: list[Timed] = field(default_factory=list)
-    sss: list[Timed] = field(default_factory=list)
+    sides: dict[Side, list[Timed]] = field(default_factory=dict)
+    increments: Increments | None = None
     commit: list[dict[str, float]] = field(default_factory=list)
     load: list[float] = field(default_factory=list)
     oncelog_phases: list[dict[str, float]] = field(default_factory=list)
 
 
-def timed_runs(bench: Bench, topic: str, ends: dict[int, int], repeats: int, samples: Samples) -> None:
-    """Each side `repeats` times, alternating which goes first, so that neither is favoured by caches or load."""
-    def oncelog() -> None:
-        timed, spans = run_oncelog(bench, topic, ends)
-        samples.oncelog.append(timed)
-        samples.oncelog_phases.append(spans)
-        samples.load.append(os.getloadavg()[0])
-        note(f"oncelog: {sum(ends.values()) / timed.seconds:,.0f} records/s ({timed.seconds:.2f}s, {timed.cpu:.1f} CPU s)")
-
-    def sss() -> None:
+def run_side(bench: Bench, side: Side, topic: str, ends: dict[int, int], samples: Samples | None) -> None:
+    """One run of `side` over the topic; recorded into `samples` (None: a warm-up, not recorded)."""
+    spans: dict[str, float] | None = None
+    if side is Side.UNGUARDED:
+        timed = run_unguarded(bench, topic, ends)
+    elif side is Side.SSS:
         timed = run_sss(bench, topic, ends)
-        samples.sss.append(timed)
-        samples.load.append(os.getloadavg()[0])
-        note(f"Structured Streaming: {sum(ends.values()) / timed.seconds:,.0f} records/s ({timed.seconds:.2f}s, "
-             f"{timed.cpu:.1f} CPU s)")
+    else:
+        timed, spans = run_oncelog(bench, topic, ends, side)
+    if samples is None:
+        return
+    samples.sides.setdefault(side, []).append(timed)
+    samples.load.append(os.getloadavg()[0])
+    if spans is not None and side is bench.primary:
+        samples.oncelog_phases.append(spans)
+    note(f"{side}: {sum(ends.values()) / timed.seconds:,.0f} records/s ({timed.seconds:.2f}s, {timed.cpu:.1f} CPU s)")
 
+
+def big_batch_sides(bench: Bench) -> list[Side]:
+    """The sides timed on the big topic each repeat: every engine the job config accepts, unguarded, streaming."""
+    engines = [side for side in (Side.RECORDS, Side.DATAFRAME) if bench.keys.get(side) is not None]
+    return [*engines, Side.UNGUARDED, Side.SSS]
+
+
+def timed_runs(bench: Bench, topic: str, ends: dict[int, int], repeats: int, samples: Samples) -> None:
+    """Each side `repeats` times, rotating which goes first, so that neither is favoured by caches or load."""
+    sides = big_batch_sides(bench)
     for i in range(repeats):
-        for side in ((oncelog, sss) if i % 2 == 0 else (sss, oncelog)):
-            side()
+        shift = i % len(sides)
+        for side in sides[shift:] + sides[:shift]:
+            run_side(bench, side, topic, ends, samples)
 
 
 def median_phases(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -500,9 +584,9 @@ def median_phases(runs: list[dict[str, float]]) -> dict[str, float]:
     return {name: statistics.median(r[name] for r in runs) for name in runs[0]}
 
 
-def print_phases(oncelog: dict[str, float], commit: dict[str, float], datasets: int) -> None:
+def print_phases(oncelog: dict[str, float], commit: dict[str, float], datasets: int, side: Side) -> None:
     """The phase breakdown of both oncelog jobs, seconds and share of the job's wall time."""
-    table = Table(title="oncelog phases (median seconds, share of the job)")
+    table = Table(title=f"oncelog phases ({side} engine; median seconds, share of the job)")
     table.add_column("phase")
     table.add_column(f"Kafka topic job ({PARTITIONS} datasets)", justify="right")
     table.add_column(f"synthetic job ({datasets:,} datasets)", justify="right")
@@ -512,43 +596,108 @@ def print_phases(oncelog: dict[str, float], commit: dict[str, float], datasets: 
     Console(file=sys.stdout).print(table)
 
 
-def throughput(records: int, oncelog: list[Timed], sss: list[Timed]) -> dict[str, Any]:
-    """Records/s of each side at its median repeat and its best, their ratio, and CPU µs per record (median)."""
-    oncelog_s, sss_s = statistics.median(t.seconds for t in oncelog), statistics.median(t.seconds for t in sss)
-    oncelog_cpu, sss_cpu = statistics.median(t.cpu for t in oncelog), statistics.median(t.cpu for t in sss)
+def median_seconds(runs: list[Timed] | None) -> float | None:
+    """The median wall seconds of a side's runs; None for a side that did not run."""
+    return statistics.median(t.seconds for t in runs) if runs else None
+
+
+def median_cpu(runs: list[Timed] | None) -> float | None:
+    """The median CPU seconds of a side's runs; None for a side that did not run."""
+    return statistics.median(t.cpu for t in runs) if runs else None
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """numerator / denominator to 3 places; None when either is missing (a side that did not run) or zero."""
+    return round(numerator / denominator, 3) if numerator and denominator else None
+
+
+def side_figures(records: int, samples: Samples) -> dict[str, Any]:
+    """Per side: records/s at the median repeat, every repeat's, and CPU µs per record (median); None where a side
+    did not run."""
+    result: dict[str, Any] = {}
+    for side in Side:
+        runs = samples.sides.get(side)
+        seconds, cpu = median_seconds(runs), median_cpu(runs)
+        result[f"{side}_rps"] = round(records / seconds) if seconds else None
+        result[f"{side}_seconds"] = round(seconds, 3) if seconds else None
+        result[f"{side}_cpu_us"] = round(cpu / records * 1e6, 2) if cpu is not None else None
+        result[f"{side}_rps_each"] = [round(records / t.seconds) for t in runs] if runs else None
+    return result
+
+
+def comparisons(samples: Samples, primary: Side) -> dict[str, Any]:
+    """The ratios the targets are set on (the faster side's seconds over the slower's: above 1 is ahead)."""
+    seconds = {side: median_seconds(samples.sides.get(side)) for side in Side}
+    cpu = {side: median_cpu(samples.sides.get(side)) for side in Side}
+    runs, sss = samples.sides[primary], samples.sides[Side.SSS]
+    inc = samples.increments
+    inc_oncelog = statistics.median(t.seconds for t in inc.oncelog) if inc and inc.oncelog else None
+    inc_sss = statistics.median(t.seconds for t in inc.sss) if inc and inc.sss else None
     return {
-        "oncelog_rps": round(records / oncelog_s), "sss_rps": round(records / sss_s),
-        "ratio": round(sss_s / oncelog_s, 3),
-        "oncelog_rps_best": round(records / min(t.seconds for t in oncelog)),
-        "sss_rps_best": round(records / min(t.seconds for t in sss)),
-        "ratio_best": round(min(t.seconds for t in sss) / min(t.seconds for t in oncelog), 3),
-        "oncelog_rps_each": [round(records / t.seconds) for t in oncelog],
-        "sss_rps_each": [round(records / t.seconds) for t in sss],
-        "oncelog_seconds": round(oncelog_s, 3), "sss_seconds": round(sss_s, 3),
-        "oncelog_cpu_us": round(oncelog_cpu / records * 1e6, 2), "sss_cpu_us": round(sss_cpu / records * 1e6, 2),
-        "cpu_ratio": round(sss_cpu / oncelog_cpu, 3) if oncelog_cpu else None,
+        "ratio": ratio(seconds[Side.SSS], seconds[primary]),
+        "ratio_best": ratio(min(t.seconds for t in sss), min(t.seconds for t in runs)),
+        "ratio_dataframe_sss": ratio(seconds[Side.SSS], seconds[Side.DATAFRAME]),
+        "ratio_dataframe_unguarded": ratio(seconds[Side.UNGUARDED], seconds[Side.DATAFRAME]),
+        "ratio_records_sss": ratio(seconds[Side.SSS], seconds[Side.RECORDS]),
+        "ratio_records_unguarded": ratio(seconds[Side.UNGUARDED], seconds[Side.RECORDS]),
+        "ratio_unguarded_sss": ratio(seconds[Side.SSS], seconds[Side.UNGUARDED]),
+        "cpu_ratio": ratio(cpu[Side.SSS], cpu[primary]),
+        "cpu_dataframe_over_sss": ratio(cpu[Side.DATAFRAME], cpu[Side.SSS]),
+        "increment_s_oncelog": round(inc_oncelog, 3) if inc_oncelog else None,
+        "increment_s_sss": round(inc_sss, 3) if inc_sss else None,
+        "increment_ratio": ratio(inc_oncelog, inc_sss),
+        "increment_s_oncelog_each": [round(t.seconds, 3) for t in inc.oncelog] if inc else None,
+        "increment_s_sss_each": [round(t.seconds, 3) for t in inc.sss] if inc else None,
     }
 
 
-def figures(args: argparse.Namespace, samples: Samples, connectors: Connectors) -> dict[str, Any]:
-    """What the benchmark reports: throughput, the commit share at 1,000 datasets, the load, the set-up."""
+def targets_met(result: Mapping[str, Any]) -> dict[str, bool | None]:
+    """Each target met or not; None when its figure is missing (the DataFrame engine not there yet)."""
+    def at_least(name: str, target: str) -> bool | None:
+        return None if result[name] is None else result[name] >= TARGETS[target]
+
+    def at_most(name: str, target: str) -> bool | None:
+        return None if result[name] is None else result[name] <= TARGETS[target]
+
+    return {
+        "ratio_target_met": at_least("ratio", "ratio"),
+        "commit_target_met": at_most("commit_share_1000", "commit_share_1000"),
+        "dataframe_unguarded_target_met": at_least("ratio_dataframe_unguarded", "ratio_dataframe_unguarded"),
+        "dataframe_sss_target_met": at_least("ratio_dataframe_sss", "ratio_dataframe_sss"),
+        "dataframe_cpu_target_met": at_most("cpu_dataframe_over_sss", "cpu_dataframe_over_sss"),
+        "increment_target_met": at_most("increment_ratio", "increment_ratio"),
+    }
+
+
+def figures(args: argparse.Namespace, samples: Samples, primary: Side) -> dict[str, Any]:
+    """What the benchmark reports: each side's throughput, the ratios, the increments, the commit share at 1,000
+    datasets, the load, the set-up."""
     commit = median_phases(samples.commit)
     share = statistics.median(r["commit"] / r["job"] for r in samples.commit)
-    rates = throughput(args.records, samples.oncelog, samples.sss)
+    sides = side_figures(args.records, samples)
+    compared = comparisons(samples, primary)
     result: dict[str, Any] = {
-        **{k: rates.pop(k) for k in ("oncelog_rps", "sss_rps", "ratio")}, "commit_share_1000": round(share, 4),
-        "records": args.records, **rates,
+        "oncelog_rps": sides[f"{primary}_rps"], "sss_rps": sides["sss_rps"], "ratio": compared.pop("ratio"),
+        "dataframe_rps": sides["dataframe_rps"], "records_rps": sides["records_rps"],
+        "unguarded_rps": sides["unguarded_rps"], "parquet_rps": sides["parquet_rps"],
+        **{k: compared.pop(k) for k in ("ratio_dataframe_sss", "ratio_dataframe_unguarded")},
+        "dataframe_cpu_us": sides["dataframe_cpu_us"],
+        **{k: compared.pop(k) for k in ("increment_s_oncelog", "increment_s_sss", "increment_ratio")},
+        "commit_share_1000": round(share, 4), "oncelog_engine": primary.value, "records": args.records,
+        "oncelog_rps_best": round(args.records / min(t.seconds for t in samples.sides[primary])),
+        "sss_rps_best": round(args.records / min(t.seconds for t in samples.sides[Side.SSS])),
+        "oncelog_seconds": sides[f"{primary}_seconds"], "oncelog_cpu_us": sides[f"{primary}_cpu_us"],
+        "oncelog_rps_each": sides[f"{primary}_rps_each"], **compared, **sides,
         "commit_seconds_1000": round(commit["commit"], 3), "job_seconds_1000": round(commit["job"], 3),
         "commit_share_1000_each": [round(r["commit"] / r["job"], 4) for r in samples.commit],
         "datasets": args.datasets, "records_1000": args.datasets * args.records_per_dataset,
+        "increments": args.increments, "increment_records": args.increment_records,
         "codec": CODEC, "partitions": args.partitions, "repeats": args.repeats, "quick": args.quick,
         "cpus": os.cpu_count(), "load_avg_1m_median": round(statistics.median(samples.load), 2),
         "load_avg_1m_max": round(max(samples.load), 2), "spark": spark_version(),
-        "kafka_connector": connectors.kafka_version, "avro_writer": connectors.avro_source,
+        "kafka_connector": CONNECTORS.kafka, "avro_writer": f"spark-avro {CONNECTORS.avro}",
     }
-    result["ratio_target_met"] = result["ratio"] >= TARGETS["ratio"]
-    result["commit_target_met"] = share <= TARGETS["commit_share_1000"]
-    return result
+    return {**result, **targets_met(result)}
 
 
 def spark_version() -> str:
@@ -560,13 +709,16 @@ def parse_args() -> argparse.Namespace:
     """The command line, with --quick's or the full run's defaults filled in."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="100k records, one repeat (under two minutes)")
+    parser.add_argument("--quick", action="store_true",
+                        help="100k records, one repeat, 5 increments (about three minutes)")
     parser.add_argument("--records", type=int, help="records in the topic (1M; 100k with --quick)")
     parser.add_argument("--partitions", type=int, default=PARTITIONS, help="partitions of the topic")
     parser.add_argument("--repeats", type=int, help="timed runs of each side and of the commit job (5; 1 with --quick)")
     parser.add_argument("--datasets", type=int, default=DATASETS, help="datasets of the commit-phase job")
     parser.add_argument("--records-per-dataset", type=int, help="records per dataset there (1,000; 100 with --quick)")
     parser.add_argument("--warm-up", type=int, help="records of the untimed warm-up topic (200k; 20k with --quick)")
+    parser.add_argument("--increments", type=int, help="timed small-increment rounds (20; 5 with --quick)")
+    parser.add_argument("--increment-records", type=int, help="new records per increment (10,000)")
     args = parser.parse_args()
     defaults = QUICK if args.quick else FULL
     for name, value in defaults.items():
@@ -576,11 +728,11 @@ def parse_args() -> argparse.Namespace:
 
 
 @contextmanager
-def session(bootstrap: str, connectors: Connectors) -> Iterator[Bench]:
+def session(bootstrap: str) -> Iterator[Bench]:
     """The Spark session and a work folder; every topic the run created is deleted at the end."""
-    spark = start_spark(connectors)
     work = Path(tempfile.mkdtemp(prefix="oncelog-bench-pipeline-"))
-    bench = Bench(bootstrap, spark, connectors, work)
+    spark = start_spark(work)
+    bench = Bench(bootstrap, spark, work, side_keys(work))
     try:
         yield bench
     finally:
@@ -590,11 +742,17 @@ def session(bootstrap: str, connectors: Connectors) -> Iterator[Bench]:
             AdminClient({"bootstrap.servers": bootstrap}).delete_topics(bench.topics, operation_timeout=30)
 
 
-def prepare_topic(bench: Bench, records: int, partitions: int) -> tuple[str, dict[int, int]]:
-    """A new topic holding `records` records; its end offsets."""
+def new_topic(bench: Bench, partitions: int) -> str:
+    """A new, empty topic, deleted at the end of the run."""
     topic = f"bench-pipeline-{uuid.uuid4().hex[:8]}"
     create_topic(AdminClient({"bootstrap.servers": bench.bootstrap}), topic, partitions)
     bench.topics.append(topic)
+    return topic
+
+
+def prepare_topic(bench: Bench, records: int, partitions: int) -> tuple[str, dict[int, int]]:
+    """A new topic holding `records` records; its end offsets."""
+    topic = new_topic(bench, partitions)
     produce(bench.bootstrap, topic, records)
     ends = end_offsets(bench.bootstrap, topic, partitions)
     if sum(ends.values()) != records:
@@ -604,25 +762,32 @@ def prepare_topic(bench: Bench, records: int, partitions: int) -> tuple[str, dic
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Prepare, warm up, measure; returns the figures."""
-    connectors = connector_jars(spark_version(), Path(pyspark.__file__).parent / "jars")
+    fetch_connectors()  # Maven on the first run only; every later run reads the cache
     samples = Samples()
-    with kafka_bootstrap() as bootstrap, session(bootstrap, connectors) as bench:
+    with kafka_bootstrap() as bootstrap, session(bootstrap) as bench:
+        note(f"oncelog sides: {', '.join(f'{s} {k}' for s, k in bench.keys.items() if k is not None)}; "
+             f"headline engine: {bench.primary}")
         note(f"producing {args.records:,} records to a {args.partitions}-partition topic on {bootstrap}")
         topic, ends = prepare_topic(bench, args.records, args.partitions)
         warm_topic, warm_ends = prepare_topic(bench, args.warm_up, args.partitions)
         note("warming up (untimed): each side once on a small topic, and a small synthetic job")
-        run_oncelog(bench, warm_topic, warm_ends)
-        run_sss(bench, warm_topic, warm_ends)
+        for side in big_batch_sides(bench):
+            run_side(bench, side, warm_topic, warm_ends, None)
         run_commit_job(bench, 20, 100)
         timed_runs(bench, topic, ends, args.repeats, samples)
+        if bench.keys.get(Side.PARQUET) is not None:
+            run_side(bench, Side.PARQUET, topic, ends, samples)
+        note(f"small increments: {args.increments} rounds of {args.increment_records:,} new records")
+        samples.increments = run_increments(bench, args.increments, args.increment_records, args.partitions)
         for _ in range(args.repeats):
             spans = run_commit_job(bench, args.datasets, args.records_per_dataset)
             samples.commit.append(spans)
             samples.load.append(os.getloadavg()[0])
             note(f"{args.datasets:,} datasets: commit {spans['commit']:.2f}s of {spans['job']:.2f}s "
                  f"({spans['commit'] / spans['job']:.1%})")
-    print_phases(median_phases(samples.oncelog_phases), median_phases(samples.commit), args.datasets)
-    return figures(args, samples, connectors)
+        primary = bench.primary
+    print_phases(median_phases(samples.oncelog_phases), median_phases(samples.commit), args.datasets, primary)
+    return figures(args, samples, primary)
 
 
 def main() -> None:

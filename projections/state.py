@@ -182,12 +182,13 @@ class State:
         """The latest committed state of each of a job's datasets, by URN (Gobblin's state by dataset URN)."""
         return {urn: view for (j, urn), view in self.datasets.items() if j == job}
 
-    def previous_work_unit_states(self, job: str) -> list[WorkUnitView]:
-        """The work units of the job's latest run, with their states and actual high watermarks."""
-        last = self.jobs.get(job)
-        if last is None or last.last_run_id is None:
+    def previous_work_unit_states(self, job: str, current_run: str) -> list[WorkUnitView]:
+        """The work units of the job's latest run before `current_run` (whose own start is already folded), with
+        their states and actual high watermarks."""
+        earlier = [run for run in self.runs_of(job) if run.run_id != current_run]
+        if not earlier:
             return []
-        return list(self.work_units.get((job, last.last_run_id), {}).values())
+        return list(self.work_units.get((job, earlier[-1].run_id), {}).values())
 
     def runs_of(self, job: str) -> list[RunView]:
         """A job's runs, oldest first."""

@@ -35,7 +35,8 @@ LOG_PREFIX = "oncelog.log."
 
 __all__ = [
     "DEFAULT_PUBLISHER", "DEFAULT_WRITER_BUILDER", "BranchConfig", "JobCommitPolicy", "JobConfig",
-    "JobConfigError", "PolicyType", "Problem", "QualityPolicy", "WorkUnitRetryPolicy", "WriterOutputFormat",
+    "JobConfigError", "PolicyType", "Problem", "QualityPolicy", "TaskEngineKind", "WorkUnitRetryPolicy",
+    "WriterOutputFormat",
 ]
 
 
@@ -84,6 +85,14 @@ class WriterOutputFormat(StrEnum):
     CSV = "CSV"
     TXT = "TXT"
     PROTOBUF = "PROTOBUF"
+
+
+class TaskEngineKind(StrEnum):
+    """`task.engine`: where a task's records go — Spark DataFrames in the JVM, Python records, or chosen per job."""
+
+    DATAFRAME = "dataframe"
+    RECORDS = "records"
+    AUTO = "auto"  # dataframe when every construct of the job supports it, else records
 
 
 # --- value types shared by JobConfig and BranchConfig ------------------------------------------------------------
@@ -233,6 +242,8 @@ class JobConfig(BranchKeys):
         default=JobCommitPolicy.FULL, alias="job.commit.policy")
     task_max_retries: int = Field(default=5, ge=0, alias="task.maxretries")
     task_retry_interval_s: int = Field(default=300, ge=0, alias="task.retry.intervalinsec")
+    task_engine: Annotated[TaskEngineKind, BeforeValidator(_lower)] = Field(
+        default=TaskEngineKind.AUTO, alias="task.engine")
     workunit_retry_enabled: bool = Field(default=True, alias="workunit.retry.enabled")
     workunit_retry_policy: Annotated[WorkUnitRetryPolicy, BeforeValidator(_lower)] | None = Field(
         default=None, alias="workunit.retry.policy")
@@ -242,10 +253,8 @@ class JobConfig(BranchKeys):
     commit_parallelism: int = Field(default=32, ge=1, alias="commit.parallelism")
     commit_shards: int | None = Field(default=None, ge=1, alias="job.commit.shards")
     """How many shards datasets are committed in (default, and at most: the events topic's partitions)."""
-    commit_on_executors: bool = Field(default=False, alias="job.commit.on.executors")
-    """Shards plan, apply and recover their sequences in tasks of their own (false: the driver commits them all).
-    Off by default: on Kafka, the crash matrix sometimes finds a run after a shard's crash skipping a dataset its
-    recovery had just completed (docs/job-config.md)."""
+    commit_on_executors: bool = Field(default=True, alias="job.commit.on.executors")
+    """Shards plan, apply and recover their sequences in tasks of their own (false: the driver commits them all)."""
     spark_master: NonEmpty = Field(default=DEFAULT_SPARK_MASTER, alias="spark.master")
     properties: dict[str, str] = Field(default_factory=dict, repr=False)  # may hold secrets from ${env:...}
 

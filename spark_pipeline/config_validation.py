@@ -68,6 +68,7 @@ from spark_pipeline.config import (
     validation_messages,
 )
 from spark_pipeline.config_files import JOB_FILE_SUFFIXES, Entry, ParsedFile, Problem, parse_job_file, substitute
+from spark_pipeline.dataframe.choice import DATAFRAME_FORMATS, dataframe_blocker
 from spark_pipeline.paths import JobRoots, nested_pairs, overlaps, resolved_path
 
 _TRUE = ("true", "yes", "on", "1")
@@ -702,11 +703,16 @@ class _Checker:
         supported = getattr(builder, "SUPPORTED_OUTPUT_FORMATS", None)
         if supported is None and branch.writer_builder_class == DEFAULT_WRITER_BUILDER:
             supported = (WriterOutputFormat.AVRO,)
+        blocker = dataframe_blocker(core) if branch.writer_builder_class == DEFAULT_WRITER_BUILDER else None
+        if branch.writer_builder_class == DEFAULT_WRITER_BUILDER and blocker is None:
+            supported = tuple(sorted(DATAFRAME_FORMATS))  # Spark's writers: the job runs on the DataFrame engine
         if supported is not None and branch.writer_output_format not in {str(f).upper() for f in supported}:
             key = sources.get("writer.output.format", ("writer.output.format",))[0]
             formats = ", ".join(sorted(str(f).upper() for f in supported))
+            spark_only = (f"; the DataFrame engine (task.engine) writes it, but cannot run this job: {blocker}"
+                          if blocker and branch.writer_output_format in DATAFRAME_FORMATS else "")
             self.problem(key, f"{key!r}: {branch.writer_output_format.value} is not written by "
-                              f"{branch.writer_builder_class} (it writes {formats})")
+                              f"{branch.writer_builder_class} (it writes {formats}){spark_only}")
         self._check_default_dirs(core, branch)
 
 

@@ -5,6 +5,8 @@
 (atomically, see :mod:`localservers.maven`) and records which jars it got; :func:`connector_jars` then reads the
 cache only, never the network, and names any jar that is missing or damaged together with the command that fetches
 it (``oncelog spark jars``). Jars whose artifact Spark already ships are left out: Spark's own copy wins.
+:func:`with_connectors` puts them in ``spark.jars`` of every session oncelog starts, unless spark-submit or the
+job already gives them.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import importlib.util
 import re
 import shutil
 import zipfile
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from enum import Enum
 from importlib.metadata import PackageNotFoundError, version as package_version
 from pathlib import Path
 
@@ -31,6 +35,22 @@ MANIFEST = "jars.txt"
 _POM = Path(__file__).with_name("connectors") / "pom.xml"
 _VERSION_SUFFIX = re.compile(r"-\d+(?:\.\d+)+[\w.\-]*\.jar$")  # the first "-1.2…" starts it: not "-0-10_2.13"
 _UNRESOLVED = re.compile(r"(?:find|transfer|resolve) artifact ([\w.\-]+:[\w.\-]+:[\w.\-:]+)")
+
+
+JARS, PACKAGES = "spark.jars", "spark.jars.packages"
+
+
+class Connector(Enum):
+    """A connector oncelog puts on Spark's classpath, by the artifact id (Scala suffix left out) that names it."""
+
+    KAFKA = "spark-sql-kafka-0-10"
+    AVRO = "spark-avro"
+
+    @classmethod
+    def of_jar(cls, jar_name: str) -> Connector:
+        """The connector a resolved jar belongs to: spark-avro's own jar, else the Kafka connector's (its token
+        provider, kafka-clients and commons-pool2 come with it)."""
+        return cls.AVRO if artifact_of(jar_name).startswith(f"{cls.AVRO.value}_") else cls.KAFKA
 
 
 class SparkConnectorError(OncelogError):
@@ -100,6 +120,35 @@ def connector_jars(cache_dir: Path | None = None, versions: ConnectorVersions = 
                                       f"to fetch it again")
     shipped = spark_shipped_artifacts()
     return tuple(libs / name for name in names if artifact_of(name) not in shipped)
+
+
+def with_connectors(settings: Mapping[str, str], *, jvm_running: bool, cache_dir: Path | None = None
+                    ) -> dict[str, str]:
+    """A new session's Spark settings with the cached jars of every connector the job's `spark.jars` /
+    `spark.jars.packages` do not already give added to `spark.jars` (the job's own jars first).
+
+    When spark-submit started the JVM (`jvm_running`), a `spark.jars` set now would not reach the driver's
+    classpath: the connectors are then spark-submit's to give (``spark-submit $(oncelog spark jars) …``)."""
+    wanted = set() if jvm_running else set(Connector) - given_connectors(settings)
+    if not wanted:
+        return dict(settings)  # nothing to add: the cache is not read, so it need not exist
+    jars = [str(jar) for jar in connector_jars(cache_dir) if Connector.of_jar(jar.name) in wanted]
+    own = [jar.strip() for jar in settings.get(JARS, "").split(",") if jar.strip()]
+    return {**settings, JARS: ",".join([*own, *jars])}
+
+
+def given_connectors(settings: Mapping[str, str]) -> set[Connector]:
+    """The connectors that `spark.jars` (by file name) or `spark.jars.packages` (by Maven coordinate) give."""
+    artifacts = [artifact_of(Path(jar.strip()).name) for jar in settings.get(JARS, "").split(",")]
+    artifacts += [coordinate.split(":")[1] for coordinate in settings.get(PACKAGES, "").split(",")
+                  if coordinate.count(":") >= 2]
+    return {connector for connector in Connector if _names_any(connector, artifacts)}
+
+
+def _names_any(connector: Connector, artifacts: Iterable[str]) -> bool:
+    """Whether one of the artifact ids is the connector's (any Scala suffix: ``spark-avro_2.13``)."""
+    return any(artifact.strip() == connector.value or artifact.strip().startswith(f"{connector.value}_")
+               for artifact in artifacts)
 
 
 def check_spark_line(versions: ConnectorVersions) -> None:

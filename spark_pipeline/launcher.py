@@ -34,6 +34,7 @@ from events.job import (
     WorkUnitsPlanned,
 )
 from events.kafka_config import redact_settings
+from events.keys import partition_for
 from events.log import EventLog, open_log
 from events.model import RunFields
 from filesystems import urls
@@ -50,11 +51,12 @@ from spark_pipeline.commit.shards import ShardAction, ShardLostError, ShardWork,
 from spark_pipeline.commit.steps import PublishRoots
 from spark_pipeline.config import JobCommitPolicy, JobConfig
 from spark_pipeline.constructs import DataPublisher, DatasetOutput, MultiWorkUnit, SourceState
+from spark_pipeline.dataframe.engine import engine_for
 from spark_pipeline.lineage import RunLineage
 from spark_pipeline.paths import JobRoots, absolute_config, overlaps, run_dirs
 from spark_pipeline.planning import plan_work_units
 from spark_pipeline.progress import SILENT, Phase, RunObserver
-from spark_pipeline.task_engine import SparkTaskEngine, TaskEngine
+from spark_pipeline.task_engine import TaskEngine
 from spark_pipeline.task_flow import make_construct
 from spark_pipeline.task_runner import TaskOutcome
 
@@ -99,7 +101,8 @@ class JobLauncher:
         self.config = absolute_config(config)
         self.log = log
         """The log to use, left open; None: the job's log URL is opened, and closed after the run."""
-        self.engine = engine or SparkTaskEngine(self.config, spark)
+        self.engine = engine or engine_for(self.config, spark)
+        """Runs the tasks: the engine `task.engine` chooses (dataframe or records), unless one is given."""
         self.faults = faults
         self.fs = fs or FileSystems.of(self.config.properties)
         self.run_id = run_id or new_run_id(datetime.now(timezone.utc))
@@ -158,6 +161,8 @@ class JobLauncher:
         if warning:
             result.warnings.append(warning)
         try:
+            if config.job_lock_enabled:
+                session.fence_shards()
             self.observer.phase(Phase.RECOVER)
             result.recovered = self._recover(session)
             self._clean_stale(session)
@@ -182,8 +187,8 @@ class JobLauncher:
         unsettled = state.unsettled_datasets(config.job_name)
         result.skipped = {urn: skip_reason(sequence) for urn, sequence in sorted(unsettled.items())}
         datasets = state.dataset_states(config.job_name)
-        source_state = SourceState(config, self.run_id, datasets,
-                                   tuple(state.previous_work_unit_states(config.job_name)), frozenset(unsettled))
+        previous = tuple(state.previous_work_unit_states(config.job_name, self.run_id))
+        source_state = SourceState(config, self.run_id, datasets, previous, frozenset(unsettled))
         work_units, self._mwus = plan_work_units(config, source_state, self.engine.slots())
         skips = [DatasetSkipped(**run, dataset_urn=urn, sequence_id=unsettled[urn].sequence_id, reason=reason)
                  for urn, reason in result.skipped.items()]
@@ -265,8 +270,10 @@ class JobLauncher:
             assigned.setdefault(shard_of(output.dataset_urn, log.partitions, shards), []).append(output)
         if not assigned:
             return []
-        work = [ShardWork(self.config.job_name, self.run_id, shard, shards,
-                          shard_writer_name(self._writer_name(), shard), action, tuple(assigned[shard]))
+        job = self.config.job_name
+        newer_runs_from = session.state.offsets.get(partition_for(job, log.partitions), 0)
+        work = [ShardWork(job, self.run_id, shard, shards, shard_writer_name(self._writer_name(), shard), action,
+                          newer_runs_from, tuple(assigned[shard]))
                 for shard in sorted(assigned)]
         try:
             summaries = self.engine.commit_engine(log, self.fs).run(self.config, work, settings)

@@ -6,6 +6,7 @@ path), a HighWatermark per partition that moved, and the DatasetState with every
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 from events.commit import CommitSequencePlanned, CommitStepSpec, DatasetStateStep, FsRenameStep, HighWatermarkStep
@@ -19,9 +20,14 @@ class BaseDataPublisher(DataPublisher):
 
     def destination(self, run_id: str, path: str, branch: int) -> str:
         """Where a task output file is published: the same path under the branch's final directory."""
-        settings = self.config.branch(branch)
-        relative = urls.relative_to(path, urls.join(str(settings.writer_output_dir), run_id))
-        return urls.join(str(settings.publisher_final_dir), relative)
+        output_dir, final_dir = self._branch_folders[branch]
+        return urls.join(final_dir, urls.relative_to(path, urls.join(output_dir, run_id)))
+
+    @functools.cached_property
+    def _branch_folders(self) -> dict[int, tuple[str, str]]:
+        """Each branch's task output and final folders (its settings built once, not once per file)."""
+        branches = (self.config.branch(b) for b in range(self.config.fork_branches))
+        return {b: (str(s.writer_output_dir), str(s.publisher_final_dir)) for b, s in enumerate(branches)}
 
     def plan(self, run_id: str, outputs: list[DatasetOutput], dataset_states: Mapping[str, DatasetView]
              ) -> list[CommitSequencePlanned]:

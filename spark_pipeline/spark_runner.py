@@ -18,6 +18,7 @@ from spark_pipeline.commit.engine import CommitEngine, job_publisher
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.shards import ShardLostError, ShardSummary, ShardWork, commit_shard
 from spark_pipeline.config import SPECULATION, JobConfig
+from spark_pipeline.connectors import with_connectors
 from spark_pipeline.constructs import MultiWorkUnit
 from spark_pipeline.task_runner import TaskOutcome, run_task
 
@@ -41,7 +42,9 @@ def spark_session(config: JobConfig) -> SparkSession:
     builder = SparkSession.builder.appName(f"oncelog {config.job_name}")
     submitted = submitted_settings()
     check_speculation(submitted, "set by spark-submit (--conf or spark-defaults.conf)")
-    settings = {**SPARK_DEFAULTS, **config.spark_conf}
+    # Spark's Kafka and Avro connectors from the cache (spark.jars), unless the job or spark-submit gives them.
+    settings = with_connectors({**SPARK_DEFAULTS, **config.spark_conf},
+                               jvm_running="PYSPARK_GATEWAY_PORT" in os.environ)
     for key, value in settings.items():
         if key not in submitted:
             builder = builder.config(key, value)

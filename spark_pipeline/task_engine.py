@@ -17,6 +17,7 @@ from filesystems.base import FileSystem
 from spark_pipeline.commit.engine import CommitEngine, InProcessCommitEngine
 from spark_pipeline.config import JobConfig
 from spark_pipeline.constructs import MultiWorkUnit
+from spark_pipeline.dataframe.choice import EngineChoice
 from spark_pipeline.spark_runner import (
     SparkCommitEngine,
     TaskProgress,
@@ -63,11 +64,14 @@ class TaskEngine(ABC):
 
 
 class SparkTaskEngine(TaskEngine):
-    """One Spark task per MultiWorkUnit, on the cluster of the job's Spark session."""
+    """One Spark task per MultiWorkUnit, on the cluster of the job's Spark session; `choice` says why this engine
+    runs the job (`task.engine`), for the run's JobRunStarted."""
 
-    def __init__(self, config: JobConfig, spark: SparkSession | None = None) -> None:
+    def __init__(self, config: JobConfig, spark: SparkSession | None = None, choice: EngineChoice | None = None
+                 ) -> None:
         self.config = config
         self._spark = spark
+        self.choice = choice
 
     @property
     def spark(self) -> SparkSession:
@@ -76,8 +80,9 @@ class SparkTaskEngine(TaskEngine):
         return self._spark
 
     def identity(self) -> dict[str, str]:
-        """The Spark application's id (its name in Spark's UI and history server)."""
-        return {"spark.app.id": self.spark.sparkContext.applicationId}
+        """The Spark application's id (its name in Spark's UI and history server), and the engine chosen and why."""
+        chosen = self.choice.properties() if self.choice else {}
+        return {"spark.app.id": self.spark.sparkContext.applicationId, **chosen}
 
     def commit_engine(self, log: EventLog, fs: FileSystem) -> CommitEngine:
         """Shards commit on the executors (each opens the job's log and file systems there)."""

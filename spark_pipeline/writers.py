@@ -6,6 +6,7 @@ file: nothing is published twice under two names. The size and sha256 are taken 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from typing import IO, Any, Literal, cast
 from urllib.parse import quote
@@ -17,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from events.task import OutputFile
 from filesystems import urls
 from filesystems.base import WritableFile
-from spark_pipeline.constructs import DataWriter, DataWriterBuilder, Record, WriterDestination
+from spark_pipeline.config import JobConfig
+from spark_pipeline.constructs import DataWriter, DataWriterBuilder, Record, Schema, WriterDestination
 
 
 class AvroWriterSettings(BaseModel):
@@ -73,7 +75,8 @@ class _HashingFile:
 class AvroDataWriter(DataWriter):
     """Writes one work unit's branch to one Avro container file."""
 
-    def __init__(self, destination: WriterDestination, settings: AvroWriterSettings) -> None:
+    def __init__(self, destination: WriterDestination, settings: AvroWriterSettings,
+                 parsed_schema: Schema | None = None) -> None:
         self.destination = destination
         self.fs = destination.fs
         unit = destination.work_unit
@@ -81,7 +84,7 @@ class AvroDataWriter(DataWriter):
                                 f"attempt-{destination.attempt}")
         self.staging_path = urls.join(attempt_dir, f"{path_segment(unit.dataset_urn)}.{path_segment(unit.partition)}.avro.tmp")
         self._file = _HashingFile(self.fs.open_write(self.staging_path))
-        schema = fastavro.parse_schema(destination.schema)
+        schema = parsed_schema if parsed_schema is not None else fastavro.parse_schema(destination.schema)
         self._writer: Any = Writer(cast(IO[bytes], self._file), schema, codec=settings.codec,
                                    sync_interval=settings.sync_interval)
         self.records_written = 0
@@ -119,6 +122,23 @@ class AvroDataWriterBuilder(DataWriterBuilder):
     CONFIG_MODEL = AvroWriterSettings
     SUPPORTED_OUTPUT_FORMATS = ("AVRO",)
 
+    def __init__(self, config: JobConfig) -> None:
+        super().__init__(config)
+        self._settings: dict[int, AvroWriterSettings] = {}
+        self._schema: tuple[Schema, Schema] | None = None
+        """The last destination schema and its parsed form: a task's work units mostly share one."""
+
     def build(self, destination: WriterDestination) -> DataWriter:
-        return AvroDataWriter(destination, self.settings(destination.branch.index))
+        """A writer for one work unit's branch; settings and parsed schema are reused across a task's work units
+        (validating and parsing them again cost as much as writing a few records)."""
+        branch = destination.branch.index
+        if branch not in self._settings:
+            self._settings[branch] = self.settings(branch)
+        return AvroDataWriter(destination, self._settings[branch], self._parsed(destination.schema))
+
+    def _parsed(self, schema: Schema) -> Schema:
+        """fastavro's parsed form of a schema, parsed once while the schema stays the same."""
+        if self._schema is None or schema != self._schema[0]:
+            self._schema = (copy.deepcopy(schema), fastavro.parse_schema(schema))  # a copy: a converter may mutate
+        return self._schema[1]
 

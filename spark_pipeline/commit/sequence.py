@@ -42,6 +42,9 @@ from spark_pipeline.commit.steps import (
     step_for,
 )
 
+SYNC_CHUNK = 16
+"""Folders per sync_folders call when the renames of many sequences are made durable together."""
+
 Record = Callable[[Sequence[Event]], None]
 """Where a sequence records its events: the sink (at once), or a list the committer appends in one batch."""
 
@@ -154,23 +157,26 @@ class CommitSequence:
 class Committer:
     """Commits sequences, datasets in parallel; shares one sink (one writer, group commits)."""
 
-    def __init__(self, sink: EventSink, settings: CommitSettings, fs: FileSystem) -> None:
+    def __init__(self, sink: EventSink, settings: CommitSettings, fs: FileSystem,
+                 batch_events: int = MAX_GROUP_EVENTS) -> None:
         self.sink = sink
         self.settings = settings
         self.fs = fs
+        self.batch_events = batch_events
+        """The most events recorded in one batch (a sequence's events are never split, so it may hold more)."""
 
     def sequence(self, view: SequenceView) -> CommitSequence:
         return CommitSequence(view, self.sink, self.settings, self.fs)
 
     def commit_all(self, views: list[SequenceView], done: Callable[[int], None] = lambda _: None
                    ) -> list[CommitResult]:
-        """Commit every sequence (one dataset each): their steps in parallel, their records in as few batches as
-        fit (each sequence's events stay in one batch). Results in the order given; `done` hears how many
-        sequences have ended so far, as each does (progress only: their events are recorded at the end)."""
+        """Commit every sequence (one dataset each): their steps in parallel, their records in batches of up to
+        `batch_events` events as the sequences end, in the order given (each sequence's events in one batch, after
+        its renames are durable). Results in the order given; `done` hears how many sequences have ended so far."""
         if len(views) <= 1:
-            results = [self.sequence(v).commit() for v in views]
-            done(len(results))
-            return results
+            alone = [self.sequence(v).commit() for v in views]
+            done(len(alone))
+            return alone
         batches: list[list[Event]] = [[] for _ in views]
         sequences = [self.sequence(v) for v in views]
         ended = itertools.count(1)
@@ -182,18 +188,31 @@ class Committer:
                 done(next(ended))
             return result
 
-        with ThreadPoolExecutor(max_workers=max(1, min(self.settings.parallelism, len(views))),
-                                thread_name_prefix="commit") as pool:
-            results = list(pool.map(commit, range(len(views))))
-        self.fs.sync_folders({folder for s in sequences for folder in s.renamed_into})
-        pending: list[Event] = []
-        for batch in batches:
-            if pending and len(pending) + len(batch) > MAX_GROUP_EVENTS:
-                self.sink.emit(pending)
-                pending = []
-            pending += batch
-        self.sink.emit(pending)
+        workers = max(1, min(self.settings.parallelism, len(views)))
+        results: list[CommitResult] = []
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="commit") as pool, \
+                ThreadPoolExecutor(max_workers=workers, thread_name_prefix="commit-sync") as syncs:
+            events: list[Event] = []
+            folders: set[str] = set()
+            for index, result in enumerate(pool.map(commit, range(len(views)))):
+                results.append(result)
+                batch, batches[index] = batches[index], []  # recorded below: not kept twice
+                if events and len(events) + len(batch) > self.batch_events:
+                    self._record(events, folders, syncs)
+                    events, folders = [], set()
+                events += batch
+                folders |= sequences[index].renamed_into
+            self._record(events, folders, syncs)
         return results
+
+    def _record(self, events: list[Event], folders: set[str], syncs: ThreadPoolExecutor) -> None:
+        """Make the renames into `folders` durable, then append `events` (which record them) in one batch.
+
+        In parallel, a few folders per call: a file system's sync of many folders at once may flush far more than
+        ours (the local one's is os.sync, of every process's dirty data on the machine)."""
+        ordered = sorted(folders)
+        list(syncs.map(self.fs.sync_folders, [ordered[i:i + SYNC_CHUNK] for i in range(0, len(ordered), SYNC_CHUNK)]))
+        self.sink.emit(events)
 
     def release(self, job: str, dataset_urn: str, reason: str) -> str:
         """Free a dataset blocked by an abandoned sequence: first roll back what that sequence published (each file

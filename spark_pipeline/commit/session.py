@@ -47,6 +47,16 @@ class CommitSession(Closing):
         with self.sink.state_lock:
             return fold_strictly(self.log, self.state)
 
+    def fence_shards(self) -> None:
+        """Once the run's start is in the log: fence every commit shard writer again, then fold what they appended.
+
+        A shard task of an earlier run that opened its writer after the session's first fence (it was still
+        starting when its driver died) is fenced now; one that opens it later finds this run's start in the log
+        and refuses (shards.commit_shard). Whatever it appended before is folded here, before anything is planned.
+        """
+        fence_shard_writers(self.log, self.writer.name)
+        self.catch_up()
+
     def close(self) -> None:
         self.sink.close()
         self.writer.close()

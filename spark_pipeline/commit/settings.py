@@ -21,7 +21,7 @@ class CommitSettings:
     parallelism: int = DEFAULT_PARALLELISM
     shards: int | None = None
     """`job.commit.shards`: how many shards datasets are split into; None: one per partition of the events topic."""
-    on_executors: bool = False
+    on_executors: bool = True
     """`job.commit.on.executors`: shards plan, apply and recover on executors; False: the driver commits them all."""
     faults: FaultInjector = NO_FAULTS
 

@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from events.errors import FencedError, OncelogError
+from events.job import JobRunStarted
 from events.keys import partition_for
 from events.log import EventLog
 from filesystems.base import FileSystem
 from projections.state import State
+from projections.views import SequenceStatus
 from spark_pipeline.commit.faults import FaultPoint
-from spark_pipeline.commit.sequence import CommitResult, Committer
+from spark_pipeline.commit.sequence import CommitResult, Committer, Outcome
 from spark_pipeline.commit.session import fold_strictly
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.sink import EventSink
@@ -51,6 +53,9 @@ class ShardWork:
     shards: int
     writer_name: str
     action: ShardAction
+    newer_runs_from: int
+    """The offset in the job's partition from which another run's JobRunStarted means this run was superseded:
+    what the driver had folded of it when it assigned the shard (its own run's start is before it)."""
     outputs: tuple[DatasetOutput, ...] = ()
     """PUBLISH: the run's output of the shard's datasets (the commit policy and skips already applied)."""
 
@@ -85,6 +90,20 @@ def fold_shard(log: EventLog, partitions: frozenset[int]) -> State:
     return state
 
 
+def newer_run(log: EventLog, work: ShardWork) -> str | None:
+    """The run of the job that started after the shard's own run assigned it, if any (read after the shard's writer
+    is open: a newer run fences every shard writer once its start is in the log, so a shard task that opened its
+    writer later must find that start here)."""
+    job_partition = partition_for(work.job, log.partitions)
+    end = log.end_offsets()
+    start = {p: end[p] for p in end if p != job_partition} | {job_partition: work.newer_runs_from}
+    for logged in log.read(start, end):
+        event = logged.event
+        if isinstance(event, JobRunStarted) and event.job == work.job and event.run_id != work.run_id:
+            return event.run_id
+    return None
+
+
 def commit_shard(work: ShardWork, log: EventLog, fs: FileSystem, settings: CommitSettings,
                  publisher: DataPublisher) -> ShardSummary:
     """Recover, or plan and commit, one shard's sequences through the shard's own writer (opened first: it fences
@@ -92,6 +111,10 @@ def commit_shard(work: ShardWork, log: EventLog, fs: FileSystem, settings: Commi
     try:
         with log.writer(work.writer_name) as writer:
             state = fold_shard(log, shard_partitions(work.shard, log.partitions, work.shards))
+            newer = newer_run(log, work)
+            if newer is not None:
+                return ShardSummary(work.shard, error=f"run {newer} of job {work.job} started after run "
+                                    f"{work.run_id} assigned this shard: it publishes nothing", fenced=True)
             sink = EventSink(writer, state)
             try:
                 results = _commit(work, Committer(sink, settings, fs), publisher)
@@ -108,12 +131,37 @@ def _commit(work: ShardWork, committer: Committer, publisher: DataPublisher) -> 
     """The shard's pending sequences finished, or its datasets' new sequences planned (one batch) and applied."""
     if work.action is ShardAction.RECOVER:
         return committer.recover(work.job)
-    state = committer.sink.state
-    planned = publisher.plan(work.run_id, list(work.outputs), state.dataset_states(work.job))
-    committer.sink.emit(planned)  # the shard's point of no return
+    return _publish(work, committer, publisher)
+
+
+def _publish(work: ShardWork, committer: Committer, publisher: DataPublisher) -> list[CommitResult]:
+    """Plan the shard's datasets' sequences (one batch, the shard's point of no return) and apply them.
+
+    Spark runs a task again when its executor is lost, even after the task ended: what an earlier attempt planned is
+    finished if pending, reported if it ended (completed, or abandoned: never applied again), and nothing is planned
+    twice."""
+    state, job, run_id = committer.sink.state, work.job, work.run_id
+    ended = [_ended(state, job, o.dataset_urn, run_id) for o in work.outputs]
+    pending = [key for o in work.outputs if (key := (job, o.dataset_urn, run_id)) in state.sequences
+               and state.sequences[key].status is SequenceStatus.PLANNED]
+    fresh = [o for o, result in zip(work.outputs, ended) if result is None and (job, o.dataset_urn, run_id)
+             not in state.sequences]
+    planned = publisher.plan(run_id, fresh, state.dataset_states(job))
+    committer.sink.emit(planned)
     committer.settings.faults.reached(FaultPoint.AFTER_PLANNING)
-    keys = dict.fromkeys((p.job, p.dataset_urn, p.sequence_id) for p in planned)  # a sequence may span events
-    return committer.commit_all([state.sequences[key] for key in keys])
+    keys = dict.fromkeys([*pending, *((p.job, p.dataset_urn, p.sequence_id) for p in planned)])  # parts: key once
+    results = committer.commit_all([state.sequences[key] for key in keys])
+    return [result for result in ended if result is not None] + results
+
+
+def _ended(state: State, job: str, dataset_urn: str, run_id: str) -> CommitResult | None:
+    """How an earlier attempt's sequence of the run for the dataset ended (completed or abandoned), if it did."""
+    if run_id in state.completed.get((job, dataset_urn), ()):
+        return CommitResult(job, dataset_urn, run_id, Outcome.COMPLETED)
+    sequence = state.sequences.get((job, dataset_urn, run_id))
+    if sequence is not None and sequence.status is SequenceStatus.ABANDONED:
+        return CommitResult(job, dataset_urn, run_id, Outcome.ABANDONED, sequence.last_error)
+    return None
 
 
 def results_of(summaries: list[ShardSummary]) -> list[CommitResult]:

@@ -9,6 +9,7 @@ waiting together cost one probe of the writer at most.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -18,6 +19,11 @@ from events.model import Event
 from projections.state import State
 
 MAX_GROUP_EVENTS = 20_000
+CHECK_GATHER_S = 0.001
+"""How long a fence check waits for others to share its probe (sequences commit in parallel, each checking before
+its rename: one probe per check would cost a store round trip per dataset)."""
+CHECK_GATHER_MAX = 64
+"""Checks that, waiting together, are probed at once without waiting longer."""
 
 
 @dataclass
@@ -62,8 +68,20 @@ class EventSink:
                     self._cv.wait()
                 if not self._queue:
                     return
+                self._gather_checks()
                 group = self._take_group()
             self._commit(group)
+
+    def _gather_checks(self) -> None:
+        """When only fence checks wait, give the other committing threads a moment to queue theirs (each is answered
+        by a probe that begins after it was asked, so they can share one); an append ends the wait at once."""
+        deadline = time.monotonic() + CHECK_GATHER_S
+        while (not self._closed and len(self._queue) < CHECK_GATHER_MAX
+               and not any(request.events for request in self._queue)):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._cv.wait(remaining)
 
     def _take_group(self) -> list[_Request]:
         group: list[_Request] = []

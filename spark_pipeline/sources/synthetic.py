@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import zlib
+from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -83,7 +84,13 @@ class SyntheticSource(Source):
         return units
 
     def get_extractor(self, state: WorkUnitState) -> Extractor:
-        return SyntheticExtractor(state, self.settings())
+        return SyntheticExtractor(state, self.synthetic_settings)
+
+    @cached_property
+    def synthetic_settings(self) -> SyntheticSettings:
+        """The source's settings, validated once per source (a task builds one and runs many work units)."""
+        settings: SyntheticSettings = self.settings()
+        return settings
 
 
 class SyntheticExtractor(Extractor):

@@ -41,6 +41,7 @@ pytestmark = pytest.mark.kafka
 
 FENCED_EXIT = 3
 PAUSE_WAIT_S = 60.0
+NO_PAUSE = "-"
 
 
 class PausingInjector(FaultInjector):
@@ -59,29 +60,37 @@ class PausingInjector(FaultInjector):
 class DetachedShardEngine(CommitEngine):
     """Run A's commit engine: starts each shard task as a process, and gives it up as lost once it has paused."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, start: bool = True) -> None:
         self.base = base
+        self.start = start
+        self.assignments: list[Path] = []
         self.tasks: list[tuple[subprocess.Popen[str], Path]] = []
 
     def run(self, config: JobConfig, work: Sequence[ShardWork], settings: CommitSettings) -> list[ShardSummary]:
         for shard in work:
             assignment, pid_file = self.base / f"shard-{shard.shard}.pickle", self.base / f"shard-{shard.shard}.pid"
             assignment.write_bytes(pickle.dumps((config, shard, settings)))
-            task = subprocess.Popen([sys.executable, "-m", "tests.fault.test_shard_fencing", str(assignment),
-                                     str(pid_file)], cwd=Path(__file__).parents[2], text=True,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            self.tasks.append((task, pid_file))
+            self.assignments.append(assignment)
+            if self.start:
+                self.tasks.append((start_shard_task(assignment, pid_file), pid_file))
         for task, pid_file in self.tasks:
             wait_until_stopped(task, pid_file)
-        raise ShardLostError("run A's driver lost its shard tasks (paused)")
+        raise ShardLostError("run A's driver lost its shard tasks (paused, or not started yet)")
+
+
+def start_shard_task(assignment: Path, pid_file: Path | None) -> subprocess.Popen[str]:
+    """A shard task of run A in a process of its own (pausing after planning when given a pid file)."""
+    return subprocess.Popen([sys.executable, "-m", "tests.fault.test_shard_fencing", str(assignment),
+                             str(pid_file or NO_PAUSE)], cwd=Path(__file__).parents[2], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 class RunAEngine(InProcessTaskEngine):
     """Tasks in this process; commit shards in processes of their own (DetachedShardEngine)."""
 
-    def __init__(self, log: EventLog, base: Path) -> None:
+    def __init__(self, log: EventLog, base: Path, start_shards: bool = True) -> None:
         super().__init__(log.writer)
-        self.shards = DetachedShardEngine(base)
+        self.shards = DetachedShardEngine(base, start_shards)
 
     def commit_engine(self, log: EventLog, fs: FileSystem) -> CommitEngine:
         return self.shards
@@ -129,15 +138,41 @@ def test_a_paused_shard_of_a_superseded_run_publishes_nothing_and_cannot_append(
     assert_exactly_once(log.url, tmp_path)
 
 
-def shard_task(assignment: Path, pid_file: Path) -> int:
-    """Run A's shard task: the executors' per-shard function, pausing itself right after it planned."""
+def test_a_shard_of_a_superseded_run_that_starts_late_publishes_nothing(log_factory: LogFactory,
+                                                                        tmp_path: Path) -> None:
+    """Its driver died before the shard task opened its writer (an executor slow to start it): the newer run's
+    fences came first, so only the newer run's start in the log can stop it."""
+    log = log_factory(2)
+    config = load_job_config(write_job(tmp_path, log.url, "full", None, **{"job.commit.shards": 1,
+                                                                 "job.commit.on.executors": True}))
+    run_a = RunAEngine(log, tmp_path, start_shards=False)
+    with pytest.raises(ShardLostError):
+        JobLauncher(config, engine=run_a, log=log).run()
+    run_b = JobLauncher(config, engine=InProcessTaskEngine(log.writer), log=log).run()
+    assert run_b.status is RunStatus.COMMITTED, run_b.error
+    files, records = files_under(tmp_path), len(list(log.read()))
+
+    (assignment,) = run_a.shards.assignments
+    late = start_shard_task(assignment, None)
+    out, err = late.communicate(timeout=120)
+    assert late.returncode == FENCED_EXIT, f"exit {late.returncode}\n{out}\n{err[-3000:]}"
+    assert f"run {run_b.run_id} of job {config.job_name} started after run" in out
+    assert files_under(tmp_path) == files, "the superseded shard moved files"
+    assert len(list(log.read())) == records, "the superseded shard appended"
+    assert_exactly_once(log.url, tmp_path)
+
+
+def shard_task(assignment: Path, pid_file: str) -> int:
+    """Run A's shard task: the executors' per-shard function, pausing itself right after it planned (unless
+    `pid_file` is NO_PAUSE)."""
     config, work, settings = pickle.loads(assignment.read_bytes())
-    paused = replace(settings, faults=PausingInjector(FaultPoint.AFTER_PLANNING, pid_file))
+    if pid_file != NO_PAUSE:
+        settings = replace(settings, faults=PausingInjector(FaultPoint.AFTER_PLANNING, Path(pid_file)))
     with open_log(config.log_url, config.log_settings) as log:
-        summary = commit_shard(work, log, LOCAL, paused, job_publisher(config))
+        summary = commit_shard(work, log, LOCAL, settings, job_publisher(config))
     print(summary.error or f"committed {len(summary.results)} sequence(s)")
     return FENCED_EXIT if summary.fenced else (1 if summary.error else 0)
 
 
 if __name__ == "__main__":
-    sys.exit(shard_task(Path(sys.argv[1]), Path(sys.argv[2])))
+    sys.exit(shard_task(Path(sys.argv[1]), sys.argv[2]))

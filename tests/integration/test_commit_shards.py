@@ -1,25 +1,32 @@
 """The commit engine's shards and fences: a shard folds and commits only its datasets; a superseded writer can
-neither append nor move a file; fault points are an enum that refuses a misspelled name."""
+neither append nor move a file; a shard task run again (its executor lost) finishes what it planned; fault points
+are an enum that refuses a misspelled name."""
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from events.commit import CommitSequencePlanned, FsRenameStep
+from events.commit import CommitSequenceCompleted, CommitSequencePlanned, FsRenameStep
 from events.errors import FencedError
 from events.keys import partition_for
 from events.log import EventLog
-from filesystems.local import LOCAL
+from filesystems.base import FileSystem
+from filesystems.local import LOCAL, LocalFileSystem
 from projections.views import RunStatus
 from replay.verify import verify
+from spark_pipeline.commit.engine import CommitEngine, InProcessCommitEngine, job_publisher
 from spark_pipeline.commit.faults import CRASH_ENV, FaultInjector, FaultPoint
 from spark_pipeline.commit.session import open_session, shard_writer_name
 from spark_pipeline.commit.settings import CommitSettings
-from spark_pipeline.commit.shards import fold_shard, shard_of, shard_partitions
+from spark_pipeline.commit.sequence import Outcome
+from spark_pipeline.commit.shards import ShardSummary, ShardWork, commit_shard, fold_shard, shard_of, shard_partitions
 from spark_pipeline.commit.steps import PublishRoots
+from spark_pipeline.config import JobConfig
 from spark_pipeline.config_validation import load_job_config
 from spark_pipeline.launcher import JobLauncher
 from spark_pipeline.task_engine import InProcessTaskEngine
@@ -99,7 +106,101 @@ def test_a_job_commits_in_shards_or_on_the_driver_exactly_once(on_executors: boo
         assert len(result.commits) == 5
     if log.url.startswith("sqlite"):  # each run fences every shard writer (epoch +1); shard tasks open them again
         shard_epochs = [epoch for name, epoch in _writer_epochs(log).items() if ".commit-shard-" in name]
-        assert (max(shard_epochs) > 2) is on_executors
+        assert (max(shard_epochs) > 4) is on_executors  # twice per run: at its start, once its start is logged
+    assert_exactly_once(log.url, tmp_path)
+    assert verify(log).ok
+
+
+class ExecutorLost(Exception):
+    """The executor running a shard task died (raised at a fault point, in this process)."""
+
+
+class LosingInjector(FaultInjector):
+    """Loses the executor at its point and pass (raises ExecutorLost) instead of killing the process."""
+
+    @staticmethod
+    def crash(message: str) -> None:
+        raise ExecutorLost(message)
+
+
+class RetryingCommitEngine(InProcessCommitEngine):
+    """As Spark does when an executor is lost (which does not count as a task failure): the shard task runs again,
+    from the start, this time on an executor that stays."""
+
+    def __init__(self, log: EventLog, point: FaultPoint | None, nth: int, first_fs: FileSystem = LOCAL) -> None:
+        super().__init__(log, LOCAL)
+        self.point = point
+        self.nth = nth
+        self.first_fs = first_fs
+        self.lost = 0
+
+    def run(self, config: JobConfig, work: Sequence[ShardWork], settings: CommitSettings) -> list[ShardSummary]:
+        publisher = job_publisher(config)
+        summaries = []
+        for shard in work:
+            try:
+                losing = replace(settings, faults=LosingInjector(self.point, self.nth))
+                summary = commit_shard(shard, self.log, self.first_fs, losing, publisher)
+                if self.point is None:
+                    raise ExecutorLost("the task ended, but its result was lost with its executor")
+                summaries.append(summary)
+            except ExecutorLost:
+                self.lost += 1
+                summaries.append(commit_shard(shard, self.log, LOCAL, settings, publisher))
+        return summaries
+
+
+class RetryingTaskEngine(InProcessTaskEngine):
+    def __init__(self, log: EventLog, point: FaultPoint | None, nth: int) -> None:
+        super().__init__(log.writer)
+        self.shards = RetryingCommitEngine(log, point, nth)
+
+    def commit_engine(self, log: EventLog, fs: FileSystem) -> CommitEngine:
+        return self.shards
+
+
+class RenamesFail(LocalFileSystem):
+    """The local file system, whose renames fail (a disk error, say)."""
+
+    def rename(self, src: str, dst: str) -> None:
+        raise OSError(5, "rename failed", src)
+
+
+def test_a_shard_task_run_again_leaves_what_an_earlier_attempt_abandoned(log_factory: LogFactory,
+                                                                        tmp_path: Path) -> None:
+    """The first attempt's renames fail, its sequences are abandoned (max attempts 1), then its result is lost: the
+    second attempt reports them abandoned and applies nothing (the log never says completed and abandoned)."""
+    log: EventLog = log_factory(2)
+    extra = {"source.synthetic.datasets": 2, "job.commit.shards": 1, "job.commit.on.executors": True,
+             "commit.sequence.max.attempts": 1}
+    config = load_job_config(write_job(tmp_path, log.url, "full", None, **extra))
+    engine = RetryingTaskEngine(log, None, 1)
+    engine.shards.first_fs = RenamesFail()
+    result = JobLauncher(config, engine=engine, log=log).run()
+    assert engine.shards.lost == 1
+    assert result.status is RunStatus.FAILED
+    assert sorted((c.dataset_urn, c.outcome) for c in result.commits) == [("ds.0", Outcome.ABANDONED),
+                                                                          ("ds.1", Outcome.ABANDONED)]
+    assert not [e for e in log.read() if isinstance(e.event, CommitSequenceCompleted)]
+    assert not (tmp_path / "published").exists() or not any((tmp_path / "published").rglob("*.avro"))
+    assert verify(log).ok
+
+
+@pytest.mark.parametrize(("point", "nth"), [(FaultPoint.AFTER_PLANNING, 1), (FaultPoint.AFTER_RENAME, 2),
+                                           (None, 1)])
+def test_a_shard_task_run_again_after_its_executor_was_lost_finishes_what_it_planned(
+        point: FaultPoint | None, nth: int, log_factory: LogFactory, tmp_path: Path) -> None:
+    """Lost mid-commit (its sequences pending), or after it completed them (point None: its result lost): the
+    second attempt finishes what is pending and leaves what is completed alone, planning nothing twice."""
+    log: EventLog = log_factory(2)
+    extra = {"source.synthetic.datasets": 3, "job.commit.shards": 1, "job.commit.on.executors": True,
+             "commit.parallelism": 1}
+    config = load_job_config(write_job(tmp_path, log.url, "full", None, **extra))
+    engine = RetryingTaskEngine(log, point, nth)
+    result = JobLauncher(config, engine=engine, log=log).run()
+    assert engine.shards.lost == 1
+    assert result.status is RunStatus.COMMITTED, result.error
+    assert sorted(c.dataset_urn for c in result.commits) == ["ds.0", "ds.1", "ds.2"]
     assert_exactly_once(log.url, tmp_path)
     assert verify(log).ok
 

@@ -16,11 +16,15 @@ from events.log import open_log
 from events.model import Event
 from events.task import TaskFailed, TaskRetried, TaskStarted, TaskSucceeded
 from spark_pipeline.config import JobConfig
-from spark_pipeline.constructs import Extractor, MultiWorkUnit, Record, WorkUnitState
+from projections.views import RunStatus
+from spark_pipeline.config_validation import load_job_config
+from spark_pipeline.constructs import Extractor, MultiWorkUnit, Record, SourceState, WorkUnitState
+from spark_pipeline.launcher import JobLauncher
+from spark_pipeline.task_engine import InProcessTaskEngine
 from spark_pipeline.sources.synthetic import SyntheticExtractor, SyntheticSource
 from spark_pipeline.task_runner import run_task
 from spark_pipeline.writers import path_segment
-from tests.fault.pipeline_checks import write_job
+from tests.fault.pipeline_checks import RECORDS, assert_exactly_once, write_job
 
 ROOT = Path(__file__).parents[2]
 RUN_ID = "20261121T120000123Z-abcdef"
@@ -134,3 +138,30 @@ def test_spark_submit_with_speculation_on_is_refused_before_any_task(tmp_path: P
         events = [i.event for i in log.read()]
     assert not any(isinstance(e, TaskStarted | TaskSucceeded | TaskRetried) for e in events)
     assert not (tmp_path / "published").exists()
+
+
+class FirstRunOnlySource(SyntheticSource):
+    """Plans work units on a job's first run only: a later run pulls only what the retry policy re-plans."""
+
+    def get_work_units(self, state: SourceState) -> list[WorkUnitSpec]:
+        return [] if state.dataset_states else super().get_work_units(state)
+
+
+def test_the_next_run_retries_the_work_units_the_previous_run_failed(tmp_path: Path) -> None:
+    """workunit.retry.policy=always: the failed work units of run 1, which run 2's own plan does not cover, are
+    planned again by run 2 from their committed watermarks (the previous run is the one before, not run 2 itself)."""
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    keys = {"source.class": f"{__name__}.FirstRunOnlySource", "source.synthetic.datasets": 2,
+            "source.synthetic.fail.datasets": "ds.1", "source.synthetic.fail.after.records": FAIL_AFTER,
+            "workunit.retry.policy": "always"}
+    failing = load_job_config(write_job(tmp_path, url, "partial", None, **keys,
+                                        **{"source.synthetic.fail.attempts": 2}))
+    fixed = load_job_config(write_job(tmp_path, url, "partial", None, **keys))
+    with open_log(url) as log:
+        first = JobLauncher(failing, engine=InProcessTaskEngine(log.writer), log=log).run()
+        assert first.status is RunStatus.FAILED and {c.dataset_urn for c in first.commits} == {"ds.0", "ds.1"}
+        second = JobLauncher(fixed, engine=InProcessTaskEngine(log.writer), log=log).run()
+    assert second.status is RunStatus.COMMITTED, second.error
+    watermarks = assert_exactly_once(url, tmp_path)
+    # The range run 1 planned, [0, RECORDS), finished from where it stopped (FAIL_AFTER).
+    assert {p: w for (urn, p), w in watermarks.items() if urn == "ds.1"} == {"ds.1:0": RECORDS, "ds.1:1": RECORDS}

@@ -3,7 +3,9 @@
 A scenario drives many runs of two jobs against one log and one set of folders, in this process (tasks run
 in-process, no Spark), while a seeded plan fails file operations and log appends and kills the driver between
 any two I/O calls. Between runs the source grows (the synthetic source pulls new records each run), operators
-run `recover` and `recover --release`, and an event of an unknown newer version may appear in the log.
+run `recover` and `recover --release`, an event of an unknown newer version may appear in the log, and a commit
+shard task of a run whose driver was killed may run later (an executor slow to start it, or Spark running it again
+after an executor was lost), after newer runs.
 After every step: no source record is published twice. Once faults stop and runs go on: every record up to each
 watermark is published exactly once, nothing else is, and `verify` passes.
 
@@ -21,7 +23,7 @@ import sys
 import tempfile
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,7 +36,11 @@ from events.sqlite_store import SqliteLog
 from filesystems.local import LOCAL
 from projections.projector import Projector
 from replay.verify import verify
+from filesystems.base import FileSystem
+from spark_pipeline.commit.engine import InProcessCommitEngine, job_publisher
 from spark_pipeline.commit.session import IncompleteHistoryError, open_session
+from spark_pipeline.commit.settings import CommitSettings
+from spark_pipeline.commit.shards import ShardSummary, ShardWork, commit_shard
 from spark_pipeline.config import JobConfig
 from spark_pipeline.config_validation import load_job_config
 from spark_pipeline.launcher import JobLauncher, commit_settings
@@ -49,6 +55,38 @@ SETTLE_RUNS = 8
 NEWER_VERSION = 9999
 
 OpenLog = Callable[[Path], EventLog]
+Assignment = tuple[JobConfig, ShardWork, CommitSettings]
+
+
+class RecordingCommitEngine(InProcessCommitEngine):
+    """Commits shards in this process; when the driver is killed meanwhile, keeps the shards it had not heard back
+    from: their tasks may still run (or start) after it died."""
+
+    def __init__(self, log: EventLog, fs: FileSystem, in_flight: list[Assignment]) -> None:
+        super().__init__(log, fs)
+        self.in_flight = in_flight
+
+    def run(self, config: JobConfig, work: Sequence[ShardWork], settings: CommitSettings) -> list[ShardSummary]:
+        publisher = job_publisher(config)
+        summaries = []
+        for index, shard in enumerate(work):
+            try:
+                summaries.append(commit_shard(shard, self.log, self.fs, settings, publisher))
+            except SimulatedCrash:
+                self.in_flight.extend((config, unheard, settings) for unheard in work[index:])
+                raise
+        return summaries
+
+
+class SimTaskEngine(InProcessTaskEngine):
+    """Tasks in this process without retry pauses; shards through a RecordingCommitEngine."""
+
+    def __init__(self, log: EventLog, in_flight: list[Assignment]) -> None:
+        super().__init__(log.writer, slots=2, sleep=lambda _: None)
+        self.in_flight = in_flight
+
+    def commit_engine(self, log: EventLog, fs: FileSystem) -> RecordingCommitEngine:
+        return RecordingCommitEngine(log, fs, self.in_flight)
 
 
 class ScenarioFailed(AssertionError):
@@ -112,6 +150,8 @@ class Scenario:
         self.configs = {name: write_job(base, name, self.inner.url, self.rng) for name in JOBS}
         self.outcome = Outcome(seed)
         self.outcome.steps["object-store" if self.object_store else "rename-store"] += 1
+        self.late_shards: list[Assignment] = []
+        """Shard tasks in flight when their driver was killed: they may run after it."""
 
     def play(self) -> Outcome:
         """Faulty steps, then settling runs without faults; checks after each."""
@@ -129,7 +169,9 @@ class Scenario:
 
     def _step(self) -> None:
         newer = 1 if isinstance(self.inner, SqliteLog) else 0  # removing a record to "upgrade" needs SQLite
-        action = self.rng.choices(["run", "recover", "release", "newer-event"], weights=[10, 2, 2, newer])[0]
+        late = 3 if self.late_shards else 0
+        action = self.rng.choices(["run", "recover", "release", "newer-event", "late-shard"],
+                                  weights=[10, 2, 2, newer, late])[0]
         config = self.configs[self.rng.choice(JOBS)]
         self.plan.armed = True
         self.outcome.steps[action] += 1
@@ -140,6 +182,8 @@ class Scenario:
                 self._recover(config, release=False)
             elif action == "release":
                 self._recover(config, release=True)
+            elif action == "late-shard":
+                self._late_shard()
             else:
                 self._newer_event(config)
         except SimulatedCrash:
@@ -148,8 +192,12 @@ class Scenario:
             self.outcome.steps["step-failed"] += 1
 
     def _run(self, config: JobConfig) -> None:
-        engine = InProcessTaskEngine(self.log.writer, slots=2, sleep=lambda _: None)
-        JobLauncher(config, engine=engine, fs=self.fs, log=self.log).run()
+        JobLauncher(config, engine=SimTaskEngine(self.log, self.late_shards), fs=self.fs, log=self.log).run()
+
+    def _late_shard(self) -> None:
+        """A shard task of a killed run runs now, from the start (whatever newer runs did since)."""
+        config, work, settings = self.late_shards.pop(self.rng.randrange(len(self.late_shards)))
+        commit_shard(work, self.log, self.fs, settings, job_publisher(config))
 
     def _recover(self, config: JobConfig, release: bool) -> None:
         with open_session(self.log, config.job_name, commit_settings(config), self.fs) as session:

@@ -1,0 +1,111 @@
+"""`task.engine`: which engine runs a job's tasks, and why (recorded in the run's JobRunStarted properties).
+
+Pure: reads the job's configuration only, so validation can ask it too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from events.errors import ConfigError
+from spark_pipeline.config import (
+    DEFAULT_WRITER_BUILDER,
+    JobCommitPolicy,
+    JobConfig,
+    JobConfigError,
+    TaskEngineKind,
+    WriterOutputFormat,
+)
+
+ENGINE_PROPERTY = "oncelog.task.engine"
+REASON_PROPERTY = "oncelog.task.engine.reason"
+SYNTHETIC_SOURCE = "spark_pipeline.sources.synthetic.SyntheticSource"
+KAFKA_SOURCE = "spark_pipeline.sources.kafka_topic.KafkaTopicSource"
+DATAFRAME_FORMATS = frozenset({WriterOutputFormat.AVRO, WriterOutputFormat.PARQUET, WriterOutputFormat.ORC,
+                               WriterOutputFormat.JSON})
+
+
+class SourceKind(StrEnum):
+    """The sources the DataFrame engine reads as one DataFrame."""
+
+    SYNTHETIC = SYNTHETIC_SOURCE
+    KAFKA = KAFKA_SOURCE
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """The engine a run uses and why: `kind` is dataframe or records, never auto."""
+
+    kind: TaskEngineKind
+    reason: str
+
+    def properties(self) -> dict[str, str]:
+        """What JobRunStarted records about the choice."""
+        return {ENGINE_PROPERTY: self.kind.value, REASON_PROPERTY: self.reason}
+
+
+def unsupported(config: JobConfig) -> list[str]:
+    """What in the job the DataFrame engine cannot run yet, one line per construct (empty: it runs the job)."""
+    reasons = []
+    if config.source_class not in {k.value for k in SourceKind}:
+        reasons.append(f"source.class={config.source_class} has no DataFrame reader (it has: "
+                       f"{', '.join(k.value for k in SourceKind)})")
+    elif config.source_class == SYNTHETIC_SOURCE and config.properties.get("source.synthetic.records.per.second",
+                                                                           "0") not in ("", "0"):
+        reasons.append("source.synthetic.records.per.second throttles record by record")
+    if config.fork_branches != 1 or config.fork_operator_class is not None:
+        reasons.append("fork.branches / fork.operator.class: forks are not DataFrame stages yet")
+    for branch in config.branches:
+        where = f" (branch {branch.index})" if config.fork_branches > 1 else ""
+        for key, value in (("converter.classes", branch.converter_classes),
+                           ("qualitychecker.row.policies", branch.row_policy_classes),
+                           ("qualitychecker.task.policies", branch.task_policy_classes)):
+            if value:
+                reasons.append(f"{key}{where} names record constructs ({', '.join(value)})")
+        if branch.writer_builder_class != DEFAULT_WRITER_BUILDER:
+            reasons.append(f"writer.builder.class{where}={branch.writer_builder_class} is a record writer")
+        if branch.writer_output_format not in DATAFRAME_FORMATS:
+            reasons.append(f"writer.output.format{where}={branch.writer_output_format.value} is not a format of "
+                           f"Spark's writers here ({', '.join(sorted(DATAFRAME_FORMATS))})")
+    for key, value in (("converter.classes", config.converter_classes),
+                       ("qualitychecker.row.policies", config.row_policy_classes)):
+        if value:
+            reasons.append(f"{key} names record constructs ({', '.join(value)})")
+    return list(dict.fromkeys(reasons))
+
+
+def dataframe_blocker(config: JobConfig) -> str | None:
+    """Why the job will not run on the DataFrame engine (None: it may); for validating Spark-only output formats."""
+    if config.task_engine is TaskEngineKind.RECORDS:
+        return "task.engine=records"
+    try:
+        reasons = unsupported(config)
+    except JobConfigError as e:
+        return f"its branch settings are invalid ({e})"
+    return "; ".join(reasons) or None
+
+
+def choose(config: JobConfig) -> EngineChoice:
+    """The engine `task.engine` asks for; a ConfigError naming the key when `dataframe` is asked for a job it cannot
+    run, or when the records engine would have to write a format only Spark's writers write."""
+    kind = config.task_engine
+    if kind is TaskEngineKind.RECORDS:
+        return EngineChoice(TaskEngineKind.RECORDS, "task.engine=records")
+    reasons = unsupported(config)
+    formats = {b.writer_output_format for b in config.branches} - {WriterOutputFormat.AVRO}
+    if reasons and kind is TaskEngineKind.DATAFRAME:
+        raise ConfigError(f"task.engine=dataframe: job {config.job_name!r} cannot run on the DataFrame engine: "
+                          f"{'; '.join(reasons)} (set task.engine to auto or records)")
+    if reasons and formats:
+        raise ConfigError(f"task.engine=auto: writer.output.format={', '.join(sorted(formats))} is written by the "
+                          f"DataFrame engine only, but job {config.job_name!r} cannot run on it: {'; '.join(reasons)}")
+    if reasons:
+        return EngineChoice(TaskEngineKind.RECORDS, f"task.engine=auto chose records: {'; '.join(reasons)}")
+    if kind is TaskEngineKind.AUTO and config.job_commit_policy is JobCommitPolicy.PARTIAL and not formats:
+        return EngineChoice(TaskEngineKind.RECORDS, "task.engine=auto chose records: job.commit.policy=partial, and "
+                                                    "a failed Spark job keeps no partial output to publish (set "
+                                                    "task.engine=dataframe to run it anyway: a failed task then "
+                                                    "publishes nothing)")
+    return EngineChoice(TaskEngineKind.DATAFRAME, f"task.engine={kind.value}: every construct of the job has a "
+                                                  f"DataFrame stage")

@@ -1,0 +1,164 @@
+"""The DataFrame task engine: each task (MultiWorkUnit) is one Spark job reading its work units as one DataFrame and
+writing them with Spark's writers, its attempts recorded by the driver through the task's own log writer.
+
+A task's TaskStarted is appended before its Spark job, its TaskSucceeded / TaskFailed after; `task.maxretries`
+retries an attempt in a fresh attempt folder. Tasks run concurrently (one driver thread each, in the run's Spark job
+group, so a cancellation cancels them). A failed attempt leaves no output: Spark's commit protocol is all or nothing
+per job, so there is no partial result for the `partial` commit policy to publish.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from pyspark.sql import Observation, SparkSession
+
+from events.log import open_log
+from events.model import Event, TaskFields
+from events.task import TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
+from filesystems import urls
+from filesystems.router import FileSystems
+from spark_pipeline.config import JobConfig, TaskEngineKind
+from spark_pipeline.constructs import MultiWorkUnit
+from spark_pipeline.dataframe.choice import EngineChoice, SourceKind, choose
+from spark_pipeline.dataframe.results import move_files, observed, staged_files, unit_metrics, unit_results
+from spark_pipeline.dataframe.sources import read_units, record_schema, source_kind
+from spark_pipeline.dataframe.writers import WriterSettings, write_attempt
+from spark_pipeline.spark_runner import TaskProgress, task_writer_name
+from spark_pipeline.task_engine import SparkTaskEngine, TaskEngine, job_group
+from spark_pipeline.task_runner import TaskOutcome, executor_name
+from spark_pipeline.writers import path_segment
+
+Emit = Callable[[Sequence[Event]], object]
+ERROR_CHARS = 4000
+
+
+def engine_for(config: JobConfig, spark: SparkSession | None = None) -> TaskEngine:
+    """The engine `task.engine` chooses for the job (auto: dataframe when it can run every construct); its writer
+    settings checked before anything runs (a ConfigError naming the key)."""
+    choice = choose(config)
+    if choice.kind is TaskEngineKind.DATAFRAME:
+        WriterSettings.of(config, record_schema(source_kind(config)))
+        return DataFrameTaskEngine(config, spark, choice)
+    return SparkTaskEngine(config, spark, choice)
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """What every task of a run shares: its job, run, writer settings and retry count."""
+
+    config: JobConfig
+    run_id: str
+    writer: WriterSettings
+
+    @property
+    def attempts(self) -> int:
+        """Attempts per task: the first and `task.maxretries` retries."""
+        return 1 + self.config.task_max_retries
+
+
+class DataFrameTaskEngine(SparkTaskEngine):
+    """Runs each task as one Spark DataFrame job (same events and staged output as the record engine)."""
+
+    def __init__(self, config: JobConfig, spark: SparkSession | None = None, choice: EngineChoice | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        super().__init__(config, spark, choice or EngineChoice(TaskEngineKind.DATAFRAME, "given by the caller"))
+        self.sleep = sleep
+
+    def run(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], progress: TaskProgress
+            ) -> list[TaskOutcome]:
+        plan = TaskPlan(config, run_id, WriterSettings.of(config, record_schema(source_kind(config))))
+        lock = threading.Lock()
+        done = [0, 0]
+
+        def task(mwu: MultiWorkUnit) -> TaskOutcome:
+            outcome = self._task(plan, mwu)
+            with lock:
+                done[0] += 1
+                done[1] += sum(r.records_written for r in outcome.results)
+                progress(done[0], done[1])
+            return outcome
+
+        with ThreadPoolExecutor(max_workers=max(1, len(mwus)), thread_name_prefix="oncelog-df-task") as pool:
+            return list(pool.map(task, mwus))
+
+    def _task(self, plan: TaskPlan, mwu: MultiWorkUnit) -> TaskOutcome:
+        """One task with its retries, recorded through its own writer (pinned threads: its own Spark job group)."""
+        config, run_id = plan.config, plan.run_id
+        self.spark.sparkContext.setJobGroup(job_group(run_id), f"{config.job_name} run {run_id} task "
+                                            f"{mwu.multi_work_unit_id}", interruptOnCancel=True)
+        with open_log(config.log_url, config.log_settings) as log, \
+                log.writer(task_writer_name(config, run_id, mwu)) as writer:
+            return run_task(self.spark, plan, mwu, writer.append, self.sleep)
+
+
+def run_task(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, emit: Emit,
+             sleep: Callable[[float], None]) -> TaskOutcome:
+    """A task's attempts: TaskStarted, the Spark job, then TaskSucceeded, or TaskFailed (and TaskRetried)."""
+    config = plan.config
+    task: TaskFields = {"job": config.job_name, "run_id": plan.run_id, "task_id": mwu.multi_work_unit_id}
+    unit_ids = tuple(u.work_unit_id for u in mwu.work_units)
+    for attempt in range(1, plan.attempts + 1):
+        started = time.perf_counter()
+        emit(TaskStarted(**task, attempt=attempt, work_unit_ids=unit_ids, executor=executor_name()).in_parts())
+        try:
+            results = run_attempt(spark, plan, mwu, attempt)
+        except Exception as e:
+            error = attempt_error(e)
+            emit(TaskFailed(**task, attempt=attempt, error=error, results=(),
+                            duration_ms=_since(started)).in_parts())
+            if attempt == plan.attempts:
+                return TaskOutcome(mwu.multi_work_unit_id, False, attempt, (), error.splitlines()[0])
+            delay = float(config.task_retry_interval_s)
+            emit([TaskRetried(**task, attempt=attempt, next_attempt=attempt + 1, delay_s=delay,
+                              reason=error.splitlines()[0])])
+            sleep(delay)
+            continue
+        except BaseException as stopped:  # interrupted: the attempt still ends in the log
+            emit([TaskFailed(**task, attempt=attempt, error=attempt_error(stopped), results=(),
+                             duration_ms=_since(started))])
+            raise
+        emit(TaskSucceeded(**task, attempt=attempt, results=results, duration_ms=_since(started)).in_parts())
+        return TaskOutcome(mwu.multi_work_unit_id, True, attempt, results)
+    raise AssertionError("unreachable: the last attempt returns")
+
+
+def run_attempt(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, attempt: int
+                ) -> tuple[WorkUnitResult, ...]:
+    """Read, write (Spark's commit protocol) into a fresh attempt folder, then move each file to the task output."""
+    config, units = plan.config, mwu.work_units
+    branch = config.branch(0)
+    folder = urls.join(str(branch.writer_staging_dir), plan.run_id, path_segment(mwu.multi_work_unit_id),
+                       f"attempt-{attempt}")
+    frame = read_units(spark, config, units, attempt)
+    if frame is None:
+        return unit_results(units, [0] * len(units), [None] * len(units), [])
+    if source_kind(config) is SourceKind.SYNTHETIC:  # one record per offset: the plan gives the counts
+        write_attempt(frame, plan.writer, folder)
+        records = [u.expected_high_watermark - u.low_watermark for u in units]
+        last_offsets: list[int | None] = [u.expected_high_watermark - 1 if n else None for u, n in zip(units, records)]
+    else:  # Kafka: transaction markers and aborted records take offsets, so Spark counts while it writes
+        observation = Observation()
+        write_attempt(frame.observe(observation, *unit_metrics(units)), plan.writer, folder)
+        records, last_offsets = observed(observation, units)
+    output_root = urls.join(str(branch.writer_output_dir), plan.run_id)
+    staged = staged_files(FileSystems.of(config.properties), folder, units, output_root)
+    return unit_results(units, records, last_offsets, move_files(spark, config.properties, staged))
+
+
+def attempt_error(error: BaseException) -> str:
+    """An attempt's error for its TaskFailed: type and message first (Spark's Java trace cut), then where."""
+    message = str(error).strip()
+    first = message.split("\n\tat ", 1)[0][:2000]
+    where = "".join(traceback.format_exception(error)[-3:]).strip()[-1500:]
+    return f"{type(error).__name__}: {first}\n{where}"[:ERROR_CHARS]
+
+
+def _since(started: float) -> int:
+    """Milliseconds since a perf_counter reading."""
+    return int((time.perf_counter() - started) * 1000)

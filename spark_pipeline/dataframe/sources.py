@@ -1,0 +1,97 @@
+"""A task's work units as one DataFrame: the source's record columns plus `_wu`, the work unit's index in the task.
+
+Synthetic: one `spark.range` per work unit, computing in Spark SQL exactly the records `synthetic_record` gives.
+Kafka: one read of Spark's Kafka batch reader with `assign` and exact starting / ending offsets per partition from
+each work unit's low and expected high watermark, `failOnDataLoss` on, security from spark_kafka.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from functools import reduce
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from events.errors import ConfigError
+from events.job import WorkUnitSpec
+from spark_pipeline.config import JobConfig
+from spark_pipeline.dataframe.choice import SourceKind
+from spark_pipeline.sources import kafka_topic, synthetic
+from spark_pipeline.sources.synthetic import SyntheticSettings, SyntheticSource
+from spark_pipeline.spark_kafka import job_kafka_options
+
+UNIT = "_wu"
+"""The column holding a row's work unit index in its task (a folder of the staged write, never in the files)."""
+
+
+def source_kind(config: JobConfig) -> SourceKind:
+    """The job's source as one the engine reads; a ConfigError naming source.class otherwise."""
+    try:
+        return SourceKind(config.source_class)
+    except ValueError as e:
+        raise ConfigError(f"source.class={config.source_class} has no DataFrame reader") from e
+
+
+def record_schema(kind: SourceKind) -> dict[str, Any]:
+    """The Avro schema of the source's records (the record engine's)."""
+    return synthetic.SCHEMA if kind is SourceKind.SYNTHETIC else kafka_topic.SCHEMA
+
+
+def read_units(spark: SparkSession, config: JobConfig, units: Sequence[WorkUnitSpec], attempt: int
+               ) -> DataFrame | None:
+    """The records of `units` (non-empty ranges only) as one DataFrame with a `_wu` column; None if none has any."""
+    live = [(i, u) for i, u in enumerate(units) if u.expected_high_watermark > u.low_watermark]
+    if not live:
+        return None
+    if source_kind(config) is SourceKind.SYNTHETIC:
+        settings: SyntheticSettings = SyntheticSource(config).settings()
+        frames = [synthetic_frame(spark, settings, u, i, attempt) for i, u in live]
+        return reduce(DataFrame.unionByName, frames)
+    return kafka_frame(spark, config, live)
+
+
+def synthetic_frame(spark: SparkSession, settings: SyntheticSettings, unit: WorkUnitSpec, index: int,
+                    attempt: int) -> DataFrame:
+    """One work unit's synthetic records in one Spark partition, with the source's failure hook as raise_error."""
+    partition = int(unit.properties["synthetic.partition"])
+    offset: Column = F.col("id")
+    fails = settings.fail_attempts >= attempt and (
+        not settings.fail_datasets or unit.dataset_urn in settings.fail_datasets)
+    fail_at = unit.low_watermark + settings.fail_after
+    if fails and fail_at < unit.expected_high_watermark:
+        message = (f"injected failure at offset {fail_at} of {unit.partition} (attempt {attempt})")
+        offset = F.when(offset == F.lit(fail_at), F.raise_error(F.lit(message)).cast("long")).otherwise(offset)
+    coordinates = F.concat_ws("/", F.lit(str(settings.seed)), F.lit(unit.dataset_urn), F.lit(str(partition)),
+                              offset.cast("string"))
+    checksum = F.crc32(coordinates.cast("binary"))
+    hex8 = F.lpad(F.lower(F.hex(checksum)), 8, "0")
+    payload = F.substring(F.repeat(hex8, settings.payload_bytes // 8 + 1), 1, settings.payload_bytes)
+    return (spark.range(unit.low_watermark, unit.expected_high_watermark, 1, numPartitions=1)
+            .select(F.lit(unit.dataset_urn).alias("dataset"), F.lit(partition).cast("int").alias("partition"),
+                    offset.alias("offset"), (checksum % 100_000).cast("long").alias("amount"),
+                    payload.alias("payload"), F.lit(index).alias(UNIT)))
+
+
+def kafka_frame(spark: SparkSession, config: JobConfig, live: Sequence[tuple[int, WorkUnitSpec]]) -> DataFrame:
+    """One Kafka batch read of exactly the planned offsets of every work unit, as the record engine's records."""
+    assign: dict[str, list[int]] = {}
+    starting: dict[str, dict[str, int]] = {}
+    ending: dict[str, dict[str, int]] = {}
+    indexes: list[Column] = []
+    for index, unit in live:
+        topic, partition = unit.properties[kafka_topic.TOPIC], int(unit.properties[kafka_topic.PARTITION])
+        assign.setdefault(topic, []).append(partition)
+        starting.setdefault(topic, {})[str(partition)] = unit.low_watermark
+        ending.setdefault(topic, {})[str(partition)] = unit.expected_high_watermark
+        indexes += [F.lit(f"{topic}:{partition}"), F.lit(index)]
+    reader = (spark.read.format("kafka").options(**job_kafka_options(config))
+              .option("assign", json.dumps(assign)).option("startingOffsets", json.dumps(starting))
+              .option("endingOffsets", json.dumps(ending)).option("failOnDataLoss", "true"))
+    key = F.concat(F.col("topic"), F.lit(":"), F.col("partition").cast("string"))
+    return reader.load().select(
+        "topic", F.col("partition").cast("int").alias("partition"), F.col("offset").cast("long").alias("offset"),
+        F.unix_millis(F.col("timestamp")).alias("timestamp"), "key", "value",
+        F.element_at(F.create_map(*indexes), key).alias(UNIT))

@@ -1,0 +1,66 @@
+"""Spark's file writers for a task attempt: one write of the task's DataFrame, through Spark's commit protocol.
+
+The attempt's folder gets one `_wu=<index>` folder per work unit (Spark's `partitionBy`), whose files appear only
+when Spark commits the job: a failed attempt leaves nothing there. results.py then moves each file to the run's task
+output as `<dataset>/<partition>_<low>-<high>.<ext>`, the record engine's name for a watermark range.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+from events.errors import ConfigError
+from spark_pipeline.config import JobConfig, WriterOutputFormat
+from spark_pipeline.dataframe.sources import UNIT
+
+CODEC_KEY = "writer.codec.type"
+CODECS: dict[WriterOutputFormat, dict[str, str]] = {
+    # Gobblin's names (and Spark's) → Spark's `compression` option; the first is the default.
+    WriterOutputFormat.AVRO: {"snappy": "snappy", "deflate": "deflate", "null": "uncompressed",
+                              "uncompressed": "uncompressed", "bzip2": "bzip2", "xz": "xz", "zstandard": "zstandard"},
+    WriterOutputFormat.PARQUET: {"snappy": "snappy", "gzip": "gzip", "zstd": "zstd", "lz4": "lz4",
+                                 "none": "none", "null": "none", "uncompressed": "uncompressed"},
+    WriterOutputFormat.ORC: {"snappy": "snappy", "zlib": "zlib", "zstd": "zstd", "lz4": "lz4", "none": "none",
+                             "null": "none"},
+    WriterOutputFormat.JSON: {"none": "none", "null": "none", "gzip": "gzip", "bzip2": "bzip2", "deflate": "deflate",
+                              "snappy": "snappy", "lz4": "lz4"},
+}
+SPARK_FORMATS = {WriterOutputFormat.AVRO: "avro", WriterOutputFormat.PARQUET: "parquet",
+                 WriterOutputFormat.ORC: "orc", WriterOutputFormat.JSON: "json"}
+
+
+@dataclass(frozen=True)
+class WriterSettings:
+    """How a job's output is written: Spark's format, its compression, and the Avro schema of the records."""
+
+    output_format: WriterOutputFormat
+    compression: str
+    avro_schema: str
+
+    @classmethod
+    def of(cls, config: JobConfig, schema: dict[str, Any]) -> WriterSettings:
+        """The job's writer.output.format and writer.codec.type; a ConfigError naming the key if not written here."""
+        output_format = config.writer_output_format
+        codecs = CODECS.get(output_format)
+        if codecs is None:
+            raise ConfigError(f"writer.output.format={output_format.value} is not written by the DataFrame engine "
+                              f"({', '.join(f.value for f in CODECS)})")
+        given = config.properties.get(CODEC_KEY, "").strip().lower()
+        codec = given or next(iter(codecs))
+        if codec not in codecs:
+            raise ConfigError(f"{CODEC_KEY}={given!r} is not a codec of {output_format.value} output (one of "
+                              f"{', '.join(codecs)})")
+        return cls(output_format, codecs[codec], json.dumps(schema))
+
+
+def write_attempt(frame: DataFrame, settings: WriterSettings, folder: str) -> None:
+    """Write the attempt's records under `folder`, one `_wu=<index>` folder per work unit (Spark's commit protocol)."""
+    writer = (frame.write.format(SPARK_FORMATS[settings.output_format]).mode("errorifexists")
+              .option("compression", settings.compression).partitionBy(UNIT))
+    if settings.output_format is WriterOutputFormat.AVRO:
+        writer = writer.option("avroSchema", settings.avro_schema)
+    writer.save(folder)

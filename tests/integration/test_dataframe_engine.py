@@ -1,0 +1,198 @@
+"""The DataFrame task engine: Spark reads and writes the records, the events and the publish protocol stay the same.
+
+Real Spark (the session fixture, with the connector jars from the cache), real Kafka, real files, a SQLite log.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any, cast
+
+import fastavro
+import pytest
+import yaml
+from confluent_kafka import Producer
+from pyspark.sql import SparkSession
+
+from events.errors import ConfigError
+from events.job import JobRunStarted
+from events.log import open_log
+from events.task import TaskFailed, TaskRetried, TaskSucceeded
+from projections.projector import Projector
+from projections.views import RunStatus
+from replay.verify import verify
+from spark_pipeline.config import JobConfig
+from spark_pipeline.config_validation import load_job_config
+from spark_pipeline.dataframe.choice import ENGINE_PROPERTY, REASON_PROPERTY, SYNTHETIC_SOURCE, choose
+from spark_pipeline.dataframe.engine import DataFrameTaskEngine, engine_for
+from spark_pipeline.launcher import JobLauncher, RunResult
+from spark_pipeline.sources.synthetic import synthetic_record
+from tests.fault.pipeline_checks import DATASETS, PARTITIONS, RECORDS, assert_exactly_once, write_job
+from tests.kafka_plugin import create_topic
+
+pytestmark = [pytest.mark.spark]
+
+KAFKA_SOURCE = "spark_pipeline.sources.kafka_topic.KafkaTopicSource"
+PAYLOAD = 20
+
+
+def run(job: Path, spark: SparkSession) -> RunResult:
+    """One run of the job, which must commit."""
+    result = JobLauncher(load_job_config(job), spark=spark).run()
+    assert result.status is RunStatus.COMMITTED, result.error
+    return result
+
+
+def avro_records(folder: Path) -> list[dict[str, Any]]:
+    """Every record of every Avro file under `folder`."""
+    records = []
+    for path in sorted(folder.rglob("*.avro")):
+        with path.open("rb") as stream:
+            records += [cast(dict[str, Any], r) for r in fastavro.reader(stream)]
+    return records
+
+
+def started_properties(log_url: str) -> list[dict[str, str]]:
+    """The JobRunStarted properties of every run in the log."""
+    with open_log(log_url) as log:
+        return [e.event.properties for e in log.read() if isinstance(e.event, JobRunStarted)]
+
+
+def test_synthetic_job_publishes_the_record_engines_records_exactly_once_with_a_retry(
+        tmp_path: Path, spark: SparkSession) -> None:
+    log_url = f"sqlite:///{tmp_path / 'events.db'}"
+    keys: dict[str, Any] = {"task.engine": "dataframe", "source.synthetic.payload.bytes": PAYLOAD,
+                            "source.synthetic.fail.attempts": 1, "source.synthetic.fail.after.records": 10}
+    job = write_job(tmp_path, log_url, **keys)
+    first = run(job, spark)
+    run(job, spark)
+
+    watermarks = assert_exactly_once(log_url, tmp_path)
+    assert set(watermarks.values()) == {2 * RECORDS} and len(watermarks) == DATASETS * PARTITIONS
+    published = avro_records(tmp_path / "published")
+    assert len(published) == 2 * RECORDS * DATASETS * PARTITIONS
+    for record in published:  # field for field what the record engine's extractor produces
+        assert record == synthetic_record(0, record["dataset"], record["partition"], record["offset"], PAYLOAD)
+    assert [t.attempts for t in first.tasks] == [2] * len(first.tasks), "attempt 1 failed by the hook, 2 succeeded"
+    with open_log(log_url) as log:
+        events = [e.event for e in log.read() if e.event.run_id == first.run_id]
+    failed = [e for e in events if isinstance(e, TaskFailed)]
+    assert {e.attempt for e in failed} == {1} and all("injected failure at offset" in e.error for e in failed)
+    assert len([e for e in events if isinstance(e, TaskRetried)]) == len(first.tasks)
+    succeeded = [e for e in events if isinstance(e, TaskSucceeded)]
+    files = [f for e in succeeded for r in e.results for f in r.output_files]
+    assert sorted(Path(f.path).name for f in files) == sorted(
+        f"ds.{d}%3A{p}_0-{RECORDS}.snappy.avro" for d in range(DATASETS) for p in range(PARTITIONS))
+    assert all(f.records == RECORDS and len(f.checksum) == 64 for f in files)
+    assert {p[ENGINE_PROPERTY] for p in started_properties(log_url)} == {"dataframe"}
+
+
+def produce(bootstrap: str, topic: str, partition: int, values: list[str], transactional: bool = False,
+            commit: bool = True) -> None:
+    """Produce values to one partition, plain or in one transaction (committed or aborted: a control record)."""
+    settings = {"bootstrap.servers": bootstrap}
+    if transactional:
+        settings["transactional.id"] = f"tx-{topic}-{partition}-{len(values)}-{commit}"
+    producer = Producer(settings)
+    if transactional:
+        producer.init_transactions(30)
+        producer.begin_transaction()
+    for value in values:
+        producer.produce(topic, value=value.encode(), key=value.encode(), partition=partition)
+    if not transactional:
+        assert producer.flush(30) == 0
+    elif commit:
+        producer.commit_transaction(30)
+    else:
+        producer.flush(30)
+        producer.abort_transaction(30)
+
+
+def kafka_job(job: Path) -> Path:
+    """The job file without the synthetic source's keys (a Kafka job must not name them)."""
+    keys = yaml.safe_load(job.read_text())
+    job.write_text(yaml.safe_dump({k: v for k, v in keys.items() if not k.startswith("source.synthetic.")}))
+    return job
+
+
+@pytest.mark.kafka
+def test_kafka_job_reads_exact_offsets_and_skips_an_aborted_batch(kafka_bootstrap: str, tmp_path: Path,
+                                                                   spark: SparkSession) -> None:
+    topic = create_topic(kafka_bootstrap, 2, "dataframe")
+    produce(kafka_bootstrap, topic, 0, ["p0-a", "p0-b", "p0-c"])  # offsets 0-2
+    produce(kafka_bootstrap, topic, 1, ["c0", "c1"], transactional=True)  # 0-1, commit marker 2
+    produce(kafka_bootstrap, topic, 1, ["aborted"], transactional=True, commit=False)  # 3, abort marker 4
+    produce(kafka_bootstrap, topic, 1, ["c2"], transactional=True)  # 5, commit marker 6
+    log_url = f"sqlite:///{tmp_path / 'events.db'}"
+    job = kafka_job(write_job(tmp_path, log_url, **{"job.name": "kafka-df", "source.class": KAFKA_SOURCE,
+                                                    "kafka.brokers": kafka_bootstrap, "topic.whitelist": topic,
+                                                    "task.engine": "dataframe"}))
+    run(job, spark)
+    produce(kafka_bootstrap, topic, 0, ["p0-d", "p0-e"])  # 3-4: the second run reads only these
+    run(job, spark)
+
+    records = avro_records(tmp_path / "published")
+    assert Counter((r["partition"], r["offset"]) for r in records) == Counter(
+        [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (1, 0), (1, 1), (1, 5)]), "exact offsets, each once"
+    assert sorted(r["value"].decode() for r in records) == ["c0", "c1", "c2", "p0-a", "p0-b", "p0-c", "p0-d", "p0-e"]
+    assert all(r["topic"] == topic and r["key"] == r["value"] and r["timestamp"] > 1e12 for r in records)
+    with open_log(log_url) as log:
+        report = verify(log, tmp_path / "published")
+        state, _ = Projector(log).rebuild(use_snapshot=False)
+    assert report.ok, report.violations
+    # Partition 0: the last offset written + 1; partition 1: past its trailing commit marker, as the record engine.
+    assert {urn: view.watermarks for urn, view in state.dataset_states("kafka-df").items()} == {
+        f"{topic}.0": {f"{topic}:0": 5}, f"{topic}.1": {f"{topic}:1": 7}}
+
+
+def test_parquet_output_job(tmp_path: Path, spark: SparkSession) -> None:
+    log_url = f"sqlite:///{tmp_path / 'events.db'}"
+    job = write_job(tmp_path, log_url, **{"writer.output.format": "parquet", "writer.codec.type": "snappy"})
+    run(job, spark)
+
+    files = sorted((tmp_path / "published").rglob("*.parquet"))
+    assert [f.name for f in files] == sorted(
+        f"ds.{d}%3A{p}_0-{RECORDS}.snappy.parquet" for d in range(DATASETS) for p in range(PARTITIONS))
+    rows = spark.read.parquet(*map(str, files)).collect()
+    assert sorted((r.dataset, r.partition, r.offset) for r in rows) == sorted(
+        (f"ds.{d}", p, o) for d in range(DATASETS) for p in range(PARTITIONS) for o in range(RECORDS))
+    assert all(r.asDict() == synthetic_record(0, r.dataset, r.partition, r.offset, 32) for r in rows)
+    with open_log(log_url) as log:
+        assert verify(log, tmp_path / "published").ok
+    (properties,) = started_properties(log_url)
+    assert properties[ENGINE_PROPERTY] == "dataframe" and "task.engine=auto" in properties[REASON_PROPERTY]
+
+
+def test_auto_runs_a_job_with_a_record_converter_on_the_records_engine_and_says_why(
+        tmp_path: Path, spark: SparkSession) -> None:
+    log_url = f"sqlite:///{tmp_path / 'events.db'}"
+    converter = "spark_pipeline.examples.converters.AmountInCents"
+    keys: dict[str, Any] = {"converter.classes": converter, "source.synthetic.records.per.run": 5}
+    job = write_job(tmp_path, log_url, **keys)
+    launcher = JobLauncher(load_job_config(job), spark=spark)
+    assert not isinstance(launcher.engine, DataFrameTaskEngine)
+    launcher.run()
+
+    (properties,) = started_properties(log_url)
+    assert properties[ENGINE_PROPERTY] == "records"
+    assert properties[REASON_PROPERTY].startswith("task.engine=auto chose records: converter.classes")
+    assert converter in properties[REASON_PROPERTY]
+    assert {r["amount_cents"] for r in avro_records(tmp_path / "published")} != set()
+
+
+def test_asking_for_what_the_dataframe_engine_cannot_do_names_the_key(tmp_path: Path) -> None:
+    config = JobConfig.from_properties({
+        "job.name": "j", "source.class": "spark_pipeline.sources.directory.DirectorySource",
+        "source.filebased.data.directory": str(tmp_path), "writer.staging.dir": str(tmp_path / "s"),
+        "writer.output.dir": str(tmp_path / "o"), "data.publisher.final.dir": str(tmp_path / "f"),
+        "task.engine": "DataFrame"})
+    with pytest.raises(ConfigError, match=r"task.engine=dataframe: .*source.class=spark_pipeline.sources.directory"):
+        choose(config)
+    with pytest.raises(ConfigError, match="task.engine"):
+        JobConfig.from_properties({**config.properties, "task.engine": "spark"})
+    synthetic = {k: v for k, v in config.properties.items() if not k.startswith("source.")}
+    parquet = JobConfig.from_properties({**synthetic, "source.class": SYNTHETIC_SOURCE,
+                                         "writer.output.format": "parquet", "writer.codec.type": "deflate"})
+    with pytest.raises(ConfigError, match="writer.codec.type='deflate' is not a codec of PARQUET output"):
+        engine_for(parquet)

@@ -1,0 +1,128 @@
+"""The commit's cheap paths keep the protocol: sequences recorded in bounded batches as they end, each whole, after
+their renames into new folders; fence checks of parallel sequences share probes and still see a newer writer."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import pytest
+
+from events.commit import CommitSequencePlanned, FsRenameStep, HighWatermarkStep
+from events.errors import FencedError
+from events.log import EventLog, LogWriter, open_log
+from events.model import Event
+from events.codec import Record
+from filesystems.local import LOCAL
+from projections.state import State
+from replay.verify import verify
+from spark_pipeline.commit.sequence import Committer, Outcome
+from spark_pipeline.commit.session import open_session, strict_state
+from spark_pipeline.commit.settings import CommitSettings
+from spark_pipeline.commit.sink import EventSink
+from spark_pipeline.commit.steps import PublishRoots
+
+SEQUENCES = 40
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Iterator[EventLog]:
+    with open_log(f"sqlite:///{tmp_path}/events.db?partitions=3") as opened:
+        opened.ensure_topic()
+        yield opened
+
+
+def planned(base: Path, index: int) -> CommitSequencePlanned:
+    """A sequence that publishes one file into a folder of its own (made by the rename) and moves a watermark."""
+    src = base / "task-output" / f"part-{index}.avro"
+    src.parent.mkdir(parents=True, exist_ok=True)
+    src.write_bytes(f"records of dataset {index}".encode())
+    rename = FsRenameStep(src=str(src), dst=str(base / "published" / f"ds-{index}" / "part.avro"),
+                          size=src.stat().st_size, checksum=LOCAL.checksum(str(src)), records=1)
+    return CommitSequencePlanned(job="job", run_id="r1", dataset_urn=f"ds-{index}", sequence_id="r1",
+                                 steps=(rename, HighWatermarkStep(partition=f"ds-{index}:0", low_watermark=0,
+                                                                  value=index + 1)))
+
+
+class CountingWriter(LogWriter):
+    """A real writer that counts its appends and fence probes."""
+
+    def __init__(self, inner: LogWriter) -> None:
+        super().__init__(inner.name, inner.codec, inner.partitions)
+        self.inner = inner
+        self.appends = 0
+        self.probes = 0
+
+    def append_records(self, records: Iterable[Record]) -> int:
+        self.appends += 1
+        return self.inner.append_records(records)
+
+    def check_fenced(self) -> None:
+        self.probes += 1
+        self.inner.check_fenced()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_sequences_are_recorded_in_bounded_batches_each_whole(log: EventLog, tmp_path: Path) -> None:
+    settings = CommitSettings(PublishRoots.of([tmp_path / "task-output"], [tmp_path / "published"]), parallelism=8)
+    with open_session(log, "job", settings, LOCAL) as session:
+        session.sink.emit([planned(tmp_path, i) for i in range(SEQUENCES)])
+    writer = CountingWriter(log.writer("job"))
+    state = strict_state(log)
+    sink = EventSink(writer, state)
+    try:
+        results = Committer(sink, settings, LOCAL, batch_events=20).recover("job")
+    finally:
+        sink.close()
+        writer.close()
+    assert [r.outcome for r in results] == [Outcome.COMPLETED] * SEQUENCES
+    assert sorted(r.dataset_urn for r in results) == sorted(f"ds-{i}" for i in range(SEQUENCES))
+    # Each sequence records 5 events (2 steps applied, its watermark, its completion, its publication): 4 fit in 20.
+    assert writer.appends == SEQUENCES // 4
+    replayed = State()
+    for logged in log.read():
+        replayed.apply(logged)
+    assert replayed.pending_sequences("job") == [] and not replayed.problems
+    for i in range(SEQUENCES):
+        assert (tmp_path / "published" / f"ds-{i}" / "part.avro").read_bytes() == f"records of dataset {i}".encode()
+        assert replayed.datasets[("job", f"ds-{i}")].watermarks == {f"ds-{i}:0": i + 1}
+    assert verify(log).ok
+
+
+def test_parallel_fence_checks_share_probes_and_a_newer_writer_fences_them_all(log: EventLog) -> None:
+    writer = CountingWriter(log.writer("job"))
+    sink = EventSink(writer, State())
+    threads = 32
+    errors: list[BaseException] = []
+
+    def check() -> None:
+        try:
+            sink.check_fenced()
+        except FencedError as e:
+            errors.append(e)
+
+    def all_check() -> None:
+        workers = [threading.Thread(target=check) for _ in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+
+    try:
+        all_check()
+        assert errors == [] and writer.probes < threads
+        log.writer("job").close()  # a newer holder of the name fences ours
+        all_check()
+        assert len(errors) == threads
+        with pytest.raises(FencedError):
+            sink.emit([_any_event()])
+    finally:
+        sink.close()
+        writer.close()
+
+
+def _any_event() -> Event:
+    return CommitSequencePlanned(job="job", run_id="r2", dataset_urn="ds", sequence_id="r2", steps=())

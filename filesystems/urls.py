@@ -121,6 +121,13 @@ def is_within(location: str, folder: str) -> bool:
                                          or inner.path.startswith(outer.path.rstrip("/") + "/"))
 
 
+def hadoop_uri(location: str) -> str:
+    """A location as Hadoop (and so Spark) must be given it: a local one as a file: URI, since a bare path would be
+    taken on the cluster's default file system (fs.defaultFS, HDFS on most clusters)."""
+    parsed = parse(location)
+    return f"file://{parsed.path}" if parsed.scheme is Scheme.FILE else str(parsed)
+
+
 def resolve_folder(value: str) -> str:
     """A configured folder as recorded: local ones absolute with symlinks resolved, remote ones normalized."""
     parsed = parse(value)

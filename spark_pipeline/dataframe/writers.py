@@ -14,6 +14,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 
 from events.errors import ConfigError
+from filesystems import urls
 from spark_pipeline.config import JobConfig, WriterOutputFormat
 from spark_pipeline.dataframe.sources import UNIT
 
@@ -63,4 +64,4 @@ def write_attempt(frame: DataFrame, settings: WriterSettings, folder: str) -> No
               .option("compression", settings.compression).partitionBy(UNIT))
     if settings.output_format is WriterOutputFormat.AVRO:
         writer = writer.option("avroSchema", settings.avro_schema)
-    writer.save(folder)
+    writer.save(urls.hadoop_uri(folder))

@@ -43,9 +43,10 @@ def write_job(base: Path, log_url: str, policy: str = "full", root: str | None =
     return path
 
 
-def run_cli(job: Path, crash_at: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """`oncelog run job` in a process of its own (the crash kills it), from the repo root."""
-    env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
+def run_cli(job: Path, crash_at: str | None = None, timeout: float = 300, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess[str]:
+    """`oncelog run job` in a process of its own (the crash kills it), from the repo root; `env` adds variables."""
+    env = {**{k: v for k, v in os.environ.items() if k != CRASH_ENV}, **(env or {})}
     if crash_at:
         env[CRASH_ENV] = crash_at
     return subprocess.run([sys.executable, "-m", "oncelog", "run", str(job), "--json"], env=env, capture_output=True,

@@ -28,7 +28,7 @@ from spark_pipeline.dataframe.choice import ENGINE_PROPERTY, REASON_PROPERTY, SY
 from spark_pipeline.dataframe.engine import DataFrameTaskEngine, engine_for
 from spark_pipeline.launcher import JobLauncher, RunResult
 from spark_pipeline.sources.synthetic import synthetic_record
-from tests.fault.pipeline_checks import DATASETS, PARTITIONS, RECORDS, assert_exactly_once, write_job
+from tests.fault.pipeline_checks import DATASETS, PARTITIONS, RECORDS, assert_exactly_once, run_cli, write_job
 from tests.kafka_plugin import create_topic
 
 pytestmark = [pytest.mark.spark]
@@ -196,3 +196,18 @@ def test_asking_for_what_the_dataframe_engine_cannot_do_names_the_key(tmp_path: 
                                          "writer.output.format": "parquet", "writer.codec.type": "deflate"})
     with pytest.raises(ConfigError, match="writer.codec.type='deflate' is not a codec of PARQUET output"):
         engine_for(parquet)
+
+
+def test_local_folders_stay_local_when_the_default_file_system_is_hdfs(tmp_path: Path) -> None:
+    """A cluster's Hadoop configuration names HDFS as the default file system: Spark must still write the attempt to
+    the job's local staging folder (given as a file: URI), not to the same path on HDFS."""
+    conf = tmp_path / "hadoop-conf"
+    conf.mkdir()
+    (conf / "core-site.xml").write_text(
+        "<configuration><property><name>fs.defaultFS</name><value>hdfs://127.0.0.1:9</value></property>"
+        "</configuration>")
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    job = write_job(tmp_path, url, "full", None, **{"task.engine": "dataframe", "task.maxretries": 0})
+    ran = run_cli(job, env={"HADOOP_CONF_DIR": str(conf)})
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert_exactly_once(url, tmp_path)

@@ -12,24 +12,26 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pyspark.sql import Observation, SparkSession
 
+from events.errors import ConfigError
 from events.log import open_log
 from events.model import Event, TaskFields
 from events.task import TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
 from filesystems import urls
 from filesystems.router import FileSystems
-from spark_pipeline.config import JobConfig, TaskEngineKind
+from spark_pipeline.config import JobConfig, TaskEngineKind, WriterOutputFormat
+from spark_pipeline.connectors import Connector, given_connectors
 from spark_pipeline.constructs import MultiWorkUnit
 from spark_pipeline.dataframe.choice import EngineChoice, SourceKind, choose
 from spark_pipeline.dataframe.results import move_files, observed, staged_files, unit_metrics, unit_results
 from spark_pipeline.dataframe.sources import read_units, record_schema, source_kind
 from spark_pipeline.dataframe.writers import WriterSettings, write_attempt
-from spark_pipeline.spark_runner import TaskProgress, task_writer_name
+from spark_pipeline.spark_runner import TaskProgress, submitted_settings, task_writer_name
 from spark_pipeline.task_engine import SparkTaskEngine, TaskEngine, job_group
 from spark_pipeline.task_runner import TaskOutcome, executor_name
 from spark_pipeline.writers import path_segment
@@ -42,10 +44,28 @@ def engine_for(config: JobConfig, spark: SparkSession | None = None) -> TaskEngi
     """The engine `task.engine` chooses for the job (auto: dataframe when it can run every construct); its writer
     settings checked before anything runs (a ConfigError naming the key)."""
     choice = choose(config)
+    missing = missing_connectors(config, submitted_settings()) if choice.kind is TaskEngineKind.DATAFRAME else []
+    if missing:
+        what = (f"spark-submit was not given Spark's {' and '.join(missing)} connector(s): pass "
+                f"`spark-submit $(oncelog spark jars) …`")
+        if config.task_engine is TaskEngineKind.DATAFRAME:
+            raise ConfigError(f"task.engine=dataframe: {what}")
+        choice = EngineChoice(TaskEngineKind.RECORDS, f"task.engine=auto chose records: {what}")
     if choice.kind is TaskEngineKind.DATAFRAME:
         WriterSettings.of(config, record_schema(source_kind(config)))
         return DataFrameTaskEngine(config, spark, choice)
     return SparkTaskEngine(config, spark, choice)
+
+
+def missing_connectors(config: JobConfig, submitted: Mapping[str, str]) -> list[str]:
+    """The connectors the job's DataFrame stages need that spark-submit did not give (none when oncelog started
+    Spark itself: spark_session puts them on the classpath)."""
+    if not submitted:
+        return []
+    needed = {Connector.KAFKA} if source_kind(config) is SourceKind.KAFKA else set()
+    if config.writer_output_format is WriterOutputFormat.AVRO:
+        needed.add(Connector.AVRO)
+    return sorted(c.value for c in needed - given_connectors(submitted))
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from events.errors import ConfigError
 from events.job import JobRunStarted
 from events.log import open_log
 from events.task import TaskFailed, TaskRetried, TaskSucceeded
+from filesystems import urls
 from projections.projector import Projector
 from projections.views import RunStatus
 from replay.verify import verify
@@ -154,7 +155,7 @@ def test_parquet_output_job(tmp_path: Path, spark: SparkSession) -> None:
     files = sorted((tmp_path / "published").rglob("*.parquet"))
     assert [f.name for f in files] == sorted(
         f"ds.{d}%3A{p}_0-{RECORDS}.snappy.parquet" for d in range(DATASETS) for p in range(PARTITIONS))
-    rows = spark.read.parquet(*map(str, files)).collect()
+    rows = spark.read.parquet(*(urls.hadoop_uri(str(f)) for f in files)).collect()  # not on fs.defaultFS
     assert sorted((r.dataset, r.partition, r.offset) for r in rows) == sorted(
         (f"ds.{d}", p, o) for d in range(DATASETS) for p in range(PARTITIONS) for o in range(RECORDS))
     assert all(r.asDict() == synthetic_record(0, r.dataset, r.partition, r.offset, 32) for r in rows)

@@ -141,27 +141,25 @@ def _publish(work: ShardWork, committer: Committer, publisher: DataPublisher) ->
     finished if pending, reported if it ended (completed, or abandoned: never applied again), and nothing is planned
     twice."""
     state, job, run_id = committer.sink.state, work.job, work.run_id
-    ended = [_ended(state, job, o.dataset_urn, run_id) for o in work.outputs]
-    pending = [key for o in work.outputs if (key := (job, o.dataset_urn, run_id)) in state.sequences
-               and state.sequences[key].status is SequenceStatus.PLANNED]
-    fresh = [o for o, result in zip(work.outputs, ended) if result is None and (job, o.dataset_urn, run_id)
-             not in state.sequences]
+    ended: list[CommitResult] = []
+    pending: list[tuple[str, str, str]] = []
+    fresh: list[DatasetOutput] = []
+    for output in work.outputs:
+        key = (job, output.dataset_urn, run_id)
+        earlier = state.sequences.get(key)
+        if run_id in state.completed.get((job, output.dataset_urn), ()):
+            ended.append(CommitResult(*key, Outcome.COMPLETED))
+        elif earlier is None:
+            fresh.append(output)
+        elif earlier.status is SequenceStatus.ABANDONED:
+            ended.append(CommitResult(*key, Outcome.ABANDONED, earlier.last_error))
+        else:
+            pending.append(key)
     planned = publisher.plan(run_id, fresh, state.dataset_states(job))
     committer.sink.emit(planned)
     committer.settings.faults.reached(FaultPoint.AFTER_PLANNING)
     keys = dict.fromkeys([*pending, *((p.job, p.dataset_urn, p.sequence_id) for p in planned)])  # parts: key once
-    results = committer.commit_all([state.sequences[key] for key in keys])
-    return [result for result in ended if result is not None] + results
-
-
-def _ended(state: State, job: str, dataset_urn: str, run_id: str) -> CommitResult | None:
-    """How an earlier attempt's sequence of the run for the dataset ended (completed or abandoned), if it did."""
-    if run_id in state.completed.get((job, dataset_urn), ()):
-        return CommitResult(job, dataset_urn, run_id, Outcome.COMPLETED)
-    sequence = state.sequences.get((job, dataset_urn, run_id))
-    if sequence is not None and sequence.status is SequenceStatus.ABANDONED:
-        return CommitResult(job, dataset_urn, run_id, Outcome.ABANDONED, sequence.last_error)
-    return None
+    return ended + committer.commit_all([state.sequences[key] for key in keys])
 
 
 def results_of(summaries: list[ShardSummary]) -> list[CommitResult]:

@@ -37,7 +37,7 @@ from events.dataset import WatermarkAdvanced
 from events.kafka_store import BOUNDED_READ_SETTINGS, CONSUME_BATCH, CONSUME_WAIT_S, READER_SETTINGS, KafkaLog
 from events.kafka_writer import PRODUCER_TUNING
 from events.log import EventLog, LogWriter, open_log
-from events.model import Event
+from events.model import Event, RunFields, SequenceFields
 from events.sqlite_store import SqliteLog
 from events.task import OutputFile, TaskSucceeded, WorkUnitResult
 
@@ -67,8 +67,8 @@ def dataset_events(i: int) -> list[Event]:
         HighWatermarkStep(partition=partition, low_watermark=1000 * i, value=1000 * i + 998),
         DatasetStateStep(watermarks={partition: 1000 * i + 998}, records_published=998, files_published=1),
     )
-    scope = {"job": job, "run_id": run_id}
-    dataset = {**scope, "dataset_urn": urn, "sequence_id": run_id}
+    scope: RunFields = {"job": job, "run_id": run_id}
+    dataset: SequenceFields = {**scope, "dataset_urn": urn, "sequence_id": run_id}
     return [
         TaskSucceeded(**scope, task_id=f"task-{i}", attempt=1, results=(result,), duration_ms=1234, emitted_at=at),
         CommitSequencePlanned(**dataset, steps=steps, emitted_at=at),

@@ -28,7 +28,7 @@ from events.job import (
     WorkUnitSpec,
     WorkUnitsPlanned,
 )
-from events.model import Event
+from events.model import Event, RunFields, SequenceFields
 from events.published import DatasetPublished, PublishedFile, WatermarkRange
 from events.task import OutputFile, TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
 
@@ -42,7 +42,7 @@ def at(seconds: float) -> datetime:
 
 def one_of_each(job: str = "MyJob", run_id: str = "run-1", urn: str = "MyTopic") -> list[Event]:
     """One event of every type, with every kind of field filled in."""
-    common = {"job": job, "run_id": run_id}
+    common: RunFields = {"job": job, "run_id": run_id}
     work_unit = WorkUnitSpec(
         work_unit_id="wu-0", dataset_urn=urn, partition=f"{urn}:0", low_watermark=0, expected_high_watermark=100,
         multi_work_unit_id="mwu-0", estimated_records=100, properties={"topic.name": urn},
@@ -57,7 +57,8 @@ def one_of_each(job: str = "MyJob", run_id: str = "run-1", urn: str = "MyTopic")
         HighWatermarkStep(partition=f"{urn}:0", low_watermark=0, value=100),
         DatasetStateStep(watermarks={f"{urn}:0": 100}, records_published=100, files_published=1, properties={"a": "b"}),
     )
-    dataset = {**common, "dataset_urn": urn, "sequence_id": run_id}
+    dataset: SequenceFields = {**common, "dataset_urn": urn, "sequence_id": run_id}
+    earlier: SequenceFields = {**dataset, "sequence_id": "run-0"}
     return [
         JobLockAcquired(**common, holder="host:1234", emitted_at=at(0)),
         JobRunStarted(**common, job_group="g", properties={"job.name": job}, emitted_at=at(1)),
@@ -79,13 +80,13 @@ def one_of_each(job: str = "MyJob", run_id: str = "run-1", urn: str = "MyTopic")
                                                          records=100),),
                          watermarks=(WatermarkRange(partition=f"{urn}:0", low_watermark=0, high_watermark=100),),
                          files_published=1, records_published=100, bytes_published=4096, emitted_at=at(13.5)),
-        CommitSequenceAbandoned(**{**dataset, "sequence_id": "run-0"}, attempts=3, error="gone", emitted_at=at(14)),
-        CommitStepRolledBack(**{**dataset, "sequence_id": "run-0"}, step_index=0, outcome="moved_back",
+        CommitSequenceAbandoned(**earlier, attempts=3, error="gone", emitted_at=at(14)),
+        CommitStepRolledBack(**earlier, step_index=0, outcome="moved_back",
                              emitted_at=at(14.2)),
-        DatasetReleased(**{**dataset, "sequence_id": "run-0"}, reason="operator", emitted_at=at(14.5)),
+        DatasetReleased(**earlier, reason="operator", emitted_at=at(14.5)),
         JobRunCommitted(**common, datasets_committed=(urn,), datasets_skipped=(f"{urn}.other",), emitted_at=at(15)),
-        JobRunFailed(**{**common, "run_id": "run-0"}, error="x", failed_tasks=("task-9",), emitted_at=at(16)),
-        JobRunCancelled(**{**common, "run_id": "run-00"}, reason="SIGTERM", emitted_at=at(17)),
+        JobRunFailed(job=job, run_id="run-0", error="x", failed_tasks=("task-9",), emitted_at=at(16)),
+        JobRunCancelled(job=job, run_id="run-00", reason="SIGTERM", emitted_at=at(17)),
         JobLockReleased(**common, emitted_at=at(18)),
     ]
 

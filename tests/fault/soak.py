@@ -330,6 +330,13 @@ def published_files(published: str | Path) -> list[str]:
     return [f.path for f in FileSystems.of({}).list_files(str(published)) if f.path.endswith(".avro")]
 
 
+def record_value(record: object) -> str:
+    """A published Kafka record's value (the source's id), from its Avro record."""
+    if not isinstance(record, dict) or not isinstance(record.get("value"), bytes):
+        raise SoakFailure(f"a published record is not a Kafka record with a bytes value: {record!r:.200}")
+    return record["value"].decode()
+
+
 def published_ids(published: str | Path) -> Counter[str]:
     """Every record id in every published Avro file, counted."""
     fs = FileSystems.of({})
@@ -337,7 +344,7 @@ def published_ids(published: str | Path) -> Counter[str]:
     for path in published_files(published):
         try:
             with fs.open_read(path) as f:
-                seen.update(bytes(record["value"]).decode() for record in fastavro.reader(f))
+                seen.update(record_value(record) for record in fastavro.reader(f))
         except (OSError, ValueError, EOFError, FileSystemError) as e:
             raise SoakFailure(f"published file {path} cannot be read: {type(e).__name__}: {e}") from e
     return seen
@@ -370,7 +377,7 @@ def files_of(published: str | Path, ids: Sequence[str]) -> dict[str, list[str]]:
     for path in published_files(published):
         with fs.open_read(path) as f:
             for record in fastavro.reader(f):
-                value = bytes(record["value"]).decode()
+                value = record_value(record)
                 if value in where:
                     where[value].append(urls.relative_to(path, str(published)))
     return where

@@ -45,7 +45,7 @@ def wait_for_planned_run(url: str, timeout: float = 120) -> None:
 
 def test_a_second_run_of_a_running_job_is_refused_on_sqlite(tmp_path: Path, spark: SparkSession) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
-    job = write_job(tmp_path, url, **SLOW)
+    job = write_job(tmp_path, url, "full", None, **SLOW)
     first = start_cli(job)
     wait_for_planned_run(url)
     with pytest.raises(JobLockedError, match="already running"):
@@ -62,7 +62,7 @@ def test_a_second_run_fences_the_first_on_kafka(kafka_bootstrap: str, tmp_path: 
     url = f"kafka://{kafka_bootstrap}?topic=oncelog.fence.{uuid.uuid4().hex[:12]}&partitions=3"
     with open_log(url) as log:
         log.ensure_topic()
-    job = write_job(tmp_path, url, **SLOW)
+    job = write_job(tmp_path, url, "full", None, **SLOW)
     first = start_cli(job)
     wait_for_planned_run(url)
     second = JobLauncher(load_job_config(job), spark=spark).run()
@@ -82,7 +82,7 @@ def test_a_broker_stopped_mid_run_then_the_next_run_publishes_exactly_once(
            f"&write_timeout_s=20&read_timeout_s=20")
     with open_log(url) as log:
         log.ensure_topic()
-    job = write_job(tmp_path, url, **SLOW)
+    job = write_job(tmp_path, url, "full", None, **SLOW)
     run = start_cli(job)
     wait_for_planned_run(url)
     restartable_kafka.stop()

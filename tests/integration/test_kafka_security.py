@@ -12,6 +12,7 @@ from confluent_kafka import Producer
 from events.errors import KafkaSecurityError
 from events.kafka_local import SecureEndpoints
 from events.log import Snapshot, open_log
+from events.model import LoggedEvent
 from spark_pipeline.config import JobConfig
 from spark_pipeline.constructs import SourceState, WorkUnitState
 from spark_pipeline.sources.kafka_topic import KafkaTopicSource
@@ -43,7 +44,7 @@ def test_the_event_store_appends_reads_snapshots_and_subscribes_over_sasl(
         log.save_snapshot(Snapshot("p", b"state", log.end_offsets(), 1))
         assert (loaded := log.load_snapshot("p")) is not None and loaded.data == b"state"
         with log.subscribe(f"tail-{uuid.uuid4().hex[:6]}") as group:  # what `oncelog tail` follows
-            seen = []
+            seen: list[LoggedEvent] = []
             deadline = time.monotonic() + 20
             while len(seen) < len(events) and time.monotonic() < deadline:
                 seen += group.poll(1.0)

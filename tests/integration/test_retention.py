@@ -24,7 +24,7 @@ from events.commit import (
 from events.dataset import DatasetStateCommitted, WatermarkAdvanced
 from events.job import JobLockAcquired, JobLockReleased, JobRunCommitted, JobRunStarted, JobRunSucceeded
 from events.log import EventLog
-from events.model import Event, RunEvent, SequenceFields
+from events.model import Event, RunEvent, RunFields, SequenceFields
 from oncelog.cli import app
 from projections.synthetic import HistoryShape, synthetic_history
 from tests.factories import at
@@ -113,7 +113,7 @@ def test_gc_keeps_every_published_fact_so_state_and_verify_answer_the_same(log_f
 
 def finished_run(job: str, run_id: str, t: float, middle: Sequence[Event] = ()) -> list[Event]:
     """A run's transitions around `middle`: lock, start, success, commit, release."""
-    common = {"job": job, "run_id": run_id}
+    common: RunFields = {"job": job, "run_id": run_id}
     return [JobLockAcquired(**common, holder="host:1", emitted_at=at(t)),
             JobRunStarted(**common, emitted_at=at(t + 1)), JobRunSucceeded(**common, tasks=1, emitted_at=at(t + 2)),
             *middle,

@@ -52,9 +52,6 @@ def unsupported(config: JobConfig) -> list[str]:
     if config.source_class not in {k.value for k in SourceKind}:
         reasons.append(f"source.class={config.source_class} has no DataFrame reader (it has: "
                        f"{', '.join(k.value for k in SourceKind)})")
-    elif config.source_class == SYNTHETIC_SOURCE and config.properties.get("source.synthetic.records.per.second",
-                                                                           "0") not in ("", "0"):
-        reasons.append("source.synthetic.records.per.second throttles record by record")
     if config.fork_branches != 1 or config.fork_operator_class is not None:
         reasons.append("fork.branches / fork.operator.class: forks are not DataFrame stages yet")
     for branch in config.branches:

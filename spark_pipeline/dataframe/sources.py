@@ -64,6 +64,8 @@ def synthetic_frame(spark: SparkSession, settings: SyntheticSettings, unit: Work
     if fails and fail_at < unit.expected_high_watermark:
         message = (f"injected failure at offset {fail_at} of {unit.partition} (attempt {attempt})")
         offset = F.when(offset == F.lit(fail_at), F.raise_error(F.lit(message)).cast("long")).otherwise(offset)
+    if settings.records_per_second:
+        offset = paced(offset, unit.low_watermark, settings.records_per_second)
     coordinates = F.concat_ws("/", F.lit(str(settings.seed)), F.lit(unit.dataset_urn), F.lit(str(partition)),
                               offset.cast("string"))
     checksum = F.crc32(coordinates.cast("binary"))
@@ -73,6 +75,16 @@ def synthetic_frame(spark: SparkSession, settings: SyntheticSettings, unit: Work
             .select(F.lit(unit.dataset_urn).alias("dataset"), F.lit(partition).cast("int").alias("partition"),
                     offset.alias("offset"), (checksum % 100_000).cast("long").alias("amount"),
                     payload.alias("payload"), F.lit(index).alias(UNIT)))
+
+
+def paced(offset: Column, low_watermark: int, records_per_second: int) -> Column:
+    """`offset`, its row held back so that a work unit yields `records_per_second` (the record engine's throttle:
+    a pause every 100 records). The pause is the JVM's Thread.sleep through `reflect`, so no row enters Python."""
+    pause_ms = max(1, round(100_000 / records_per_second))
+    sleep = F.expr(f"reflect('java.lang.Thread', 'sleep', CAST({pause_ms} AS BIGINT))")
+    due = (offset % 100 == 0) & (offset > F.lit(low_watermark))
+    # Thread.sleep returns nothing (reflect gives 'null'): the comparison is never true, but keeps the call in the plan.
+    return F.when(due & (sleep == F.lit("never")), F.lit(-1)).otherwise(offset)
 
 
 def kafka_frame(spark: SparkSession, config: JobConfig, live: Sequence[tuple[int, WorkUnitSpec]]) -> DataFrame:

@@ -18,6 +18,7 @@ from events.kafka_local import LocalKafkaBroker
 from events.log import open_log
 from projections.views import RunStatus
 from spark_pipeline.config_validation import load_job_config
+from spark_pipeline.dataframe.choice import ENGINE_PROPERTY
 from events.job_lock import JobLockedError
 from spark_pipeline.launcher import JobLauncher
 from tests.fault.pipeline_checks import assert_exactly_once, write_job
@@ -25,11 +26,19 @@ from tests.fault.pipeline_checks import assert_exactly_once, write_job
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 SLOW = {"source.synthetic.records.per.second": 40}  # 200 records per partition: about 5 s of tasks
+ENGINES = ["records", "dataframe"]
+"""Each test runs on both task engines: the DataFrame engine paces the synthetic source in the JVM."""
 
 
 def start_cli(job: Path) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "oncelog", "run", str(job), "--json"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+
+
+def engines_run(url: str) -> set[str]:
+    """The task engines the job's runs recorded in their JobRunStarted."""
+    with open_log(url) as log:
+        return {i.event.properties[ENGINE_PROPERTY] for i in log.read() if isinstance(i.event, JobRunStarted)}
 
 
 def wait_for_planned_run(url: str, timeout: float = 120) -> None:
@@ -43,9 +52,10 @@ def wait_for_planned_run(url: str, timeout: float = 120) -> None:
     raise AssertionError(f"no run planned its work units within {timeout}s")
 
 
-def test_a_second_run_of_a_running_job_is_refused_on_sqlite(tmp_path: Path, spark: SparkSession) -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_second_run_of_a_running_job_is_refused_on_sqlite(engine: str, tmp_path: Path, spark: SparkSession) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
-    job = write_job(tmp_path, url, "full", None, **SLOW)
+    job = write_job(tmp_path, url, "full", None, **SLOW, **{"task.engine": engine})
     first = start_cli(job)
     wait_for_planned_run(url)
     with pytest.raises(JobLockedError, match="already running"):
@@ -55,14 +65,16 @@ def test_a_second_run_of_a_running_job_is_refused_on_sqlite(tmp_path: Path, spar
     assert json.loads(out)["status"] == "COMMITTED"
     assert JobLauncher(load_job_config(job), spark=spark).run().status is RunStatus.COMMITTED
     marks = assert_exactly_once(url, tmp_path)
-    assert set(marks.values()) == {400}
+    assert set(marks.values()) == {400} and engines_run(url) == {engine}
 
 
-def test_a_second_run_fences_the_first_on_kafka(kafka_bootstrap: str, tmp_path: Path, spark: SparkSession) -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_second_run_fences_the_first_on_kafka(engine: str, kafka_bootstrap: str, tmp_path: Path,
+                                                 spark: SparkSession) -> None:
     url = f"kafka://{kafka_bootstrap}?topic=oncelog.fence.{uuid.uuid4().hex[:12]}&partitions=3"
     with open_log(url) as log:
         log.ensure_topic()
-    job = write_job(tmp_path, url, "full", None, **SLOW)
+    job = write_job(tmp_path, url, "full", None, **SLOW, **{"task.engine": engine})
     first = start_cli(job)
     wait_for_planned_run(url)
     second = JobLauncher(load_job_config(job), spark=spark).run()
@@ -73,16 +85,17 @@ def test_a_second_run_fences_the_first_on_kafka(kafka_bootstrap: str, tmp_path: 
     marks = assert_exactly_once(url, tmp_path)
     with open_log(url) as log:
         runs = [i.event.run_id for i in log.read() if isinstance(i.event, JobRunStarted)]
-    assert len(runs) == 3 and set(marks.values()) == {400}
+    assert len(runs) == 3 and set(marks.values()) == {400} and engines_run(url) == {engine}
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 def test_a_broker_stopped_mid_run_then_the_next_run_publishes_exactly_once(
-        restartable_kafka: LocalKafkaBroker, tmp_path: Path, spark: SparkSession) -> None:
+        engine: str, restartable_kafka: LocalKafkaBroker, tmp_path: Path, spark: SparkSession) -> None:
     url = (f"kafka://{restartable_kafka.bootstrap}?topic=oncelog.outage.{uuid.uuid4().hex[:12]}&partitions=3"
            f"&write_timeout_s=20&read_timeout_s=20")
     with open_log(url) as log:
         log.ensure_topic()
-    job = write_job(tmp_path, url, "full", None, **SLOW)
+    job = write_job(tmp_path, url, "full", None, **SLOW, **{"task.engine": engine})
     run = start_cli(job)
     wait_for_planned_run(url)
     restartable_kafka.stop()
@@ -97,5 +110,6 @@ def test_a_broker_stopped_mid_run_then_the_next_run_publishes_exactly_once(
     after = JobLauncher(load_job_config(job), spark=spark).run()
     assert after.status is RunStatus.COMMITTED, after.error
     assert_exactly_once(url, tmp_path)
+    assert engines_run(url) == {engine}
 
 

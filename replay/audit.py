@@ -41,6 +41,7 @@ from events.model import DatasetEvent, Event, LoggedEvent, RunEvent
 from events.task import TaskFailed, TaskStarted, TaskSucceeded, WorkUnitResult
 from projections.state import State
 from projections.views import AttemptStatus, AttemptView, RunView, TaskView, WorkUnitView
+from spark_pipeline.dataframe.choice import ENGINE_PROPERTY, REASON_PROPERTY
 
 Progress = Callable[[int], None]
 E = TypeVar("E", bound=Event)
@@ -207,6 +208,13 @@ class AuditTimeline:
     def spark_app_id(self) -> str | None:
         """The Spark application the run's tasks ran in, when the launcher recorded it."""
         return self.properties.get(SPARK_APP_ID)
+
+    @property
+    def engine(self) -> tuple[str, str] | None:
+        """The task engine the run ran on and why (dataframe or records), when the launcher recorded it."""
+        properties = self.properties
+        kind = properties.get(ENGINE_PROPERTY)
+        return None if kind is None else (kind, properties.get(REASON_PROPERTY, ""))
 
     def axis(self) -> tuple[datetime, datetime]:
         """The run's time span: from JobRunStarted to its end (its ending event, or releasing the lock after

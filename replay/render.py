@@ -117,6 +117,7 @@ def audit_json(timeline: AuditTimeline) -> dict[str, Any]:
                           "failures": list(s.failures)} for s in timeline.steps],
         "watermarks": [{"dataset_urn": m.dataset_urn, "partition": m.partition, "from": m.low, "to": m.value,
                         "at": when(m.at)} for m in timeline.watermarks],
+        "engine": None if timeline.engine is None else {"kind": timeline.engine[0], "reason": timeline.engine[1]},
         "skipped": [{"dataset_urn": e.dataset_urn, "reason": e.reason} for e in
                     (logged.event for logged in timeline.events) if isinstance(e, DatasetSkipped)],
         "events": len(timeline.events),
@@ -129,6 +130,9 @@ def audit_blocks(document: dict[str, Any]) -> list[Block]:
     header: list[Block] = [Text.assemble((run["job"], "bold"), " run ", (run["run_id"], "bold"),
                                          f": {run['status']}  {run['started_at'] or '?'} → {run['ended_at'] or '…'}  "
                                          f"({document['events']} events)")]
+    if document["engine"]:
+        header.append(Text.assemble("task engine ", (document["engine"]["kind"], "bold"),
+                                    f": {document['engine']['reason']}"))
     if run["error"]:
         header.append(Text(run["error"], style="red"))
     header += [Text.assemble((f"skipped {s['dataset_urn']}", "yellow"), f": {s['reason']}") for s in document["skipped"]]

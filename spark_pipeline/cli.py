@@ -80,6 +80,7 @@ def result_json(result: RunResult, seconds: float, log_file: Path | None = None)
                     for c in result.commits],
         "skipped": [{"dataset_urn": urn, "reason": reason} for urn, reason in result.skipped.items()],
         "warnings": result.warnings,
+        "engine": None if result.engine is None else {"kind": result.engine[0], "reason": result.engine[1]},
         "log_file": str(log_file) if log_file else None,
     }
 
@@ -98,6 +99,8 @@ def show(result: RunResult, seconds: float, as_json: bool, log_file: Path | None
               + (f", {len(result.recovered)} unfinished commit(s) of an earlier run recovered" if result.recovered
                  else "")
               + (f", [yellow]{len(result.skipped)} dataset(s) skipped[/]" if result.skipped else ""), highlight=False)
+    if result.engine:
+        out.print(f"task engine [bold]{escape(result.engine[0])}[/]: {escape(result.engine[1])}", highlight=False)
     for urn, reason in result.skipped.items():
         out.print(f"[yellow]skipped {escape(urn)}[/]: {escape(reason)}", highlight=False)
     for warning in result.warnings:

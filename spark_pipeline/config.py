@@ -244,6 +244,10 @@ class JobConfig(BranchKeys):
     task_retry_interval_s: int = Field(default=300, ge=0, alias="task.retry.intervalinsec")
     task_engine: Annotated[TaskEngineKind, BeforeValidator(_lower)] = Field(
         default=TaskEngineKind.AUTO, alias="task.engine")
+    converter_sql_select: NonEmpty | None = Field(default=None, alias="converter.sql.select")
+    """A Spark SQL select list applied to every record (the DataFrame engine's converter): the output columns."""
+    row_policy_sql: NonEmpty | None = Field(default=None, alias="qualitychecker.row.sql")
+    """A Spark SQL condition every record must meet (MANDATORY: a record that fails it fails its task)."""
     workunit_retry_enabled: bool = Field(default=True, alias="workunit.retry.enabled")
     workunit_retry_policy: Annotated[WorkUnitRetryPolicy, BeforeValidator(_lower)] | None = Field(
         default=None, alias="workunit.retry.policy")

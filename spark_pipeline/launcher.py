@@ -51,6 +51,7 @@ from spark_pipeline.commit.shards import ShardAction, ShardLostError, ShardWork,
 from spark_pipeline.commit.steps import PublishRoots
 from spark_pipeline.config import JobCommitPolicy, JobConfig
 from spark_pipeline.constructs import DataPublisher, DatasetOutput, MultiWorkUnit, SourceState
+from spark_pipeline.dataframe.choice import ENGINE_PROPERTY, REASON_PROPERTY
 from spark_pipeline.dataframe.engine import engine_for
 from spark_pipeline.lineage import RunLineage
 from spark_pipeline.paths import JobRoots, absolute_config, overlaps, run_dirs
@@ -79,6 +80,8 @@ class RunResult:
     skipped: dict[str, str] = field(default_factory=dict)
     """Datasets not pulled because their history was not settled, with the reason."""
     warnings: list[str] = field(default_factory=list)
+    engine: tuple[str, str] | None = None
+    """The task engine the run's tasks ran on and why (None: an engine that does not say)."""
 
     @property
     def records_written(self) -> int:
@@ -156,7 +159,10 @@ class JobLauncher:
         emit([JobLockAcquired(**run, holder=holder),
               JobRunStarted(**run, job_group=config.job_group,
                             properties={**public_properties(config), **self.engine.identity()})])
-        result = RunResult(config.job_name, self.run_id, RunStatus.RUNNING)
+        identity = self.engine.identity()
+        result = RunResult(config.job_name, self.run_id, RunStatus.RUNNING,
+                           engine=(identity[ENGINE_PROPERTY], identity.get(REASON_PROPERTY, ""))
+                           if ENGINE_PROPERTY in identity else None)
         warning = session.log.durability_warning
         if warning:
             result.warnings.append(warning)

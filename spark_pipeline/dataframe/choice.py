@@ -90,13 +90,25 @@ def dataframe_blocker(config: JobConfig) -> str | None:
     return "; ".join(reasons) or None
 
 
+def sql_stages_error(config: JobConfig, keys: list[str], why: str) -> ConfigError:
+    """The error for SQL stages in a job the DataFrame engine will not run."""
+    return ConfigError(f"{' and '.join(keys)}: Spark SQL stages run on the DataFrame engine only, but job "
+                       f"{config.job_name!r} cannot run on it: {why}")
+
+
 def choose(config: JobConfig) -> EngineChoice:
     """The engine `task.engine` asks for; a ConfigError naming the key when `dataframe` is asked for a job it cannot
     run, or when the records engine would have to write a format only Spark's writers write."""
     kind = config.task_engine
+    stages = [key for key, value in (("converter.sql.select", config.converter_sql_select),
+                                     ("qualitychecker.row.sql", config.row_policy_sql)) if value is not None]
     if kind is TaskEngineKind.RECORDS:
+        if stages:
+            raise sql_stages_error(config, stages, "task.engine=records")
         return EngineChoice(TaskEngineKind.RECORDS, "task.engine=records")
     reasons = unsupported(config)
+    if stages and reasons:
+        raise sql_stages_error(config, stages, "; ".join(reasons))
     formats = {b.writer_output_format for b in config.branches} - {WriterOutputFormat.AVRO}
     if reasons and kind is TaskEngineKind.DATAFRAME:
         raise ConfigError(f"task.engine=dataframe: job {config.job_name!r} cannot run on the DataFrame engine: "

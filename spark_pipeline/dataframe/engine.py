@@ -27,6 +27,7 @@ from filesystems.router import FileSystems
 from spark_pipeline.config import JobConfig, TaskEngineKind, WriterOutputFormat
 from spark_pipeline.connectors import Connector, given_connectors
 from spark_pipeline.constructs import MultiWorkUnit
+from spark_pipeline.dataframe import stages
 from spark_pipeline.dataframe.choice import EngineChoice, SourceKind, choose
 from spark_pipeline.dataframe.results import move_files, observed, staged_files, unit_metrics, unit_results
 from spark_pipeline.dataframe.sources import read_units, record_schema, source_kind
@@ -93,6 +94,7 @@ class DataFrameTaskEngine(SparkTaskEngine):
     def run(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], progress: TaskProgress
             ) -> list[TaskOutcome]:
         plan = TaskPlan(config, run_id, WriterSettings.of(config, record_schema(source_kind(config))))
+        check_stages(self.spark, config, mwus)
         lock = threading.Lock()
         done = [0, 0]
 
@@ -159,16 +161,25 @@ def run_attempt(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, attempt
     if frame is None:
         return unit_results(units, [0] * len(units), [None] * len(units), [])
     if source_kind(config) is SourceKind.SYNTHETIC:  # one record per offset: the plan gives the counts
-        write_attempt(frame, plan.writer, folder)
+        write_attempt(stages.transform(config, frame), plan.writer, folder)
         records = [u.expected_high_watermark - u.low_watermark for u in units]
         last_offsets: list[int | None] = [u.expected_high_watermark - 1 if n else None for u, n in zip(units, records)]
     else:  # Kafka: transaction markers and aborted records take offsets, so Spark counts while it writes
         observation = Observation()
-        write_attempt(frame.observe(observation, *unit_metrics(units)), plan.writer, folder)
+        write_attempt(stages.transform(config, frame.observe(observation, *unit_metrics(units))), plan.writer, folder)
         records, last_offsets = observed(observation, units)
     output_root = urls.join(str(branch.writer_output_dir), plan.run_id)
     staged = staged_files(FileSystems.of(config.properties), folder, units, output_root)
     return unit_results(units, records, last_offsets, move_files(spark, config.properties, staged))
+
+
+def check_stages(spark: SparkSession, config: JobConfig, mwus: Sequence[MultiWorkUnit]) -> None:
+    """The job's SQL stages analysed over the source's columns before any task starts (a ConfigError naming the key:
+    Spark analyses without reading a record)."""
+    units = [u for mwu in mwus for u in mwu.work_units if u.expected_high_watermark > u.low_watermark][:1]
+    frame = read_units(spark, config, units, 1) if units and stages.has_stages(config) else None
+    if frame is not None:
+        stages.transform(config, frame)
 
 
 def attempt_error(error: BaseException) -> str:

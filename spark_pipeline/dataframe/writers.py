@@ -40,7 +40,8 @@ class WriterSettings:
 
     output_format: WriterOutputFormat
     compression: str
-    avro_schema: str
+    avro_schema: str | None
+    """The records' Avro schema; None when SQL stages make the columns (Spark derives it from them)."""
 
     @classmethod
     def of(cls, config: JobConfig, schema: dict[str, Any]) -> WriterSettings:
@@ -55,13 +56,14 @@ class WriterSettings:
         if codec not in codecs:
             raise ConfigError(f"{CODEC_KEY}={given!r} is not a codec of {output_format.value} output (one of "
                               f"{', '.join(codecs)})")
-        return cls(output_format, codecs[codec], json.dumps(schema))
+        converted = config.converter_sql_select is not None
+        return cls(output_format, codecs[codec], None if converted else json.dumps(schema))
 
 
 def write_attempt(frame: DataFrame, settings: WriterSettings, folder: str) -> None:
     """Write the attempt's records under `folder`, one `_wu=<index>` folder per work unit (Spark's commit protocol)."""
     writer = (frame.write.format(SPARK_FORMATS[settings.output_format]).mode("errorifexists")
               .option("compression", settings.compression).partitionBy(UNIT))
-    if settings.output_format is WriterOutputFormat.AVRO:
+    if settings.output_format is WriterOutputFormat.AVRO and settings.avro_schema is not None:
         writer = writer.option("avroSchema", settings.avro_schema)
     writer.save(urls.hadoop_uri(folder))

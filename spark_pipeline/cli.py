@@ -37,6 +37,7 @@ from spark_pipeline.commit.session import open_session
 from spark_pipeline.config import JobConfig, JobConfigError
 from spark_pipeline.config_files import JOB_FILE_SUFFIXES, Entry, parse_job_file
 from spark_pipeline.config_validation import load_job_dir, migration_report, validate_parsed
+from spark_pipeline.explain import explain
 from spark_pipeline.launcher import JobLauncher, RunResult, check_own_folders, commit_settings, new_run_id
 from spark_pipeline.paths import JobRoots, absolute_config, overlaps
 from spark_pipeline.progress import LOGS_DIR, PlainProgress, RichProgress, RunObserver, quiet_native_output
@@ -208,9 +209,14 @@ def kept_log(path: Path | None) -> Path | None:
 
 
 def run(job_file: JobFile, conf: Conf = None, log_url: LogUrl = None, verbose: Verbose = False,
-        as_json: AsJson = False) -> None:
+        as_json: AsJson = False, explain_only: Annotated[bool, typer.Option(
+            "--explain", help="Print the plan (engine and why, tasks, work units, Spark's plan); run nothing.")] = False
+        ) -> None:
     """Run a job once: lock, recover, extract on Spark, publish exactly once, clean up, release."""
     config = job_for(job_file, conf, log_url, f"to run every job in it use `oncelog schedule {job_file}`")
+    if explain_only:
+        show_explanation(config, as_json)
+        return
     for note in migration_notes(job_file, os.environ):
         warn(note)
     try:
@@ -230,6 +236,33 @@ def run(job_file: JobFile, conf: Conf = None, log_url: LogUrl = None, verbose: V
         raise fail(with_log_hint(str(e), log_file), ExitCode.VERDICT) from e
     show(result, time.perf_counter() - started, as_json, kept_log(log_file))
     raise typer.Exit(exit_code(result))
+
+
+def show_explanation(config: JobConfig, as_json: bool) -> None:
+    """`run --explain`: the plan of the job's next run, Spark's own output kept out of the way."""
+    with quiet_native_output((LOGS_DIR / f"{config.job_name}-explain.log").absolute()):
+        try:
+            explained = explain(config)
+        except (ConfigError, ValueError) as e:
+            raise fail(str(e)) from e
+        except OncelogError as e:
+            raise fail(str(e), ExitCode.VERDICT) from e
+    out = stdout_console()
+    if as_json:
+        out.print_json(json.dumps(explained.as_json()))
+        return
+    document = explained.as_json()
+    out.print(f"[bold]{escape(explained.job)}[/]: task engine [bold]{explained.engine.value}[/] "
+              f"({escape(explained.reason)})", highlight=False)
+    out.print(f"{len(explained.tasks)} task(s), {len(explained.work_units)} work unit(s):", highlight=False)
+    for unit in document["work_units"]:
+        out.print(f"  {escape(unit['work_unit_id'])}  {escape(unit['partition'])}  "
+                  f"[{unit['low_watermark']}, {unit['expected_high_watermark']})", highlight=False)
+    for urn, reason in explained.skipped.items():
+        out.print(f"[yellow]skipped {escape(urn)}[/]: {escape(reason)}", highlight=False)
+    if explained.spark_plan:
+        out.print("Spark's plan of the first task:", highlight=False)
+        out.print(explained.spark_plan, markup=False, highlight=False)
 
 
 def run_shown(config: JobConfig, faults: FaultInjector, run_id: str, log_file: Path | None, verbose: bool,

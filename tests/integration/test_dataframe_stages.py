@@ -5,6 +5,9 @@ Real Spark (the session fixture), real files, a SQLite log.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -25,6 +28,8 @@ from spark_pipeline.sources.synthetic import synthetic_record
 from tests.fault.pipeline_checks import DATASETS, PARTITIONS, RECORDS, assert_exactly_once, write_job
 
 pytestmark = [pytest.mark.spark]
+
+ROOT = Path(__file__).parents[2]
 
 CENTS = {"task.engine": "dataframe", "source.synthetic.payload.bytes": 8,
          "converter.sql.select": "dataset, partition, offset, amount * 100 AS amount_cents, upper(payload) AS code",
@@ -99,3 +104,20 @@ def test_sql_stages_on_the_records_engine_are_refused_naming_the_key(tmp_path: P
     with pytest.raises(ConfigError, match="converter.sql.select and qualitychecker.row.sql: Spark SQL stages run on "
                                           "the DataFrame engine only.*task.engine=records"):
         JobLauncher(load_job_config(job))
+
+
+def test_run_explain_prints_the_engine_work_units_and_sparks_plan_and_runs_nothing(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    job = write_job(tmp_path, url, "full", None, **CENTS)
+    shown = subprocess.run([sys.executable, "-m", "oncelog", "run", str(job), "--explain", "--json"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    document = json.loads(shown.stdout)
+    assert document["engine"]["kind"] == "dataframe"
+    assert len(document["work_units"]) == DATASETS * PARTITIONS
+    assert {(u["low_watermark"], u["expected_high_watermark"]) for u in document["work_units"]} == {(0, RECORDS)}
+    assert "Range" in document["spark_plan"] and "amount_cents" in document["spark_plan"]
+    assert "qualitychecker.row.sql 'amount >= 0'" in document["spark_plan"]
+    with open_log(url) as log:
+        assert list(log.read()) == [], "explaining appended to the log"
+    assert not (tmp_path / "staging").exists() and not (tmp_path / "published").exists()

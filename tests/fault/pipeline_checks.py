@@ -64,6 +64,15 @@ def published_records(published: str | Path) -> Counter[tuple[str, int, int]]:
     return seen
 
 
+def avro_records(folder: Path) -> list[dict[str, Any]]:
+    """Every record of every Avro file under `folder`, in file order."""
+    records = []
+    for path in sorted(folder.rglob("*.avro")):
+        with path.open("rb") as stream:
+            records += [cast(dict[str, Any], r) for r in fastavro.reader(stream)]
+    return records
+
+
 def published_records_of(path: Path) -> Counter[tuple[str, int, int]]:
     """(dataset, partition, offset) of every record in one local Avro file; a ValueError if it is no whole one."""
     with path.open("rb") as stream:

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import fastavro
 import pytest
 import yaml
 from confluent_kafka import Producer
@@ -29,7 +28,8 @@ from spark_pipeline.dataframe.choice import ENGINE_PROPERTY, REASON_PROPERTY, SY
 from spark_pipeline.dataframe.engine import DataFrameTaskEngine, engine_for
 from spark_pipeline.launcher import JobLauncher, RunResult
 from spark_pipeline.sources.synthetic import synthetic_record
-from tests.fault.pipeline_checks import DATASETS, PARTITIONS, RECORDS, assert_exactly_once, run_cli, write_job
+from tests.fault.pipeline_checks import (DATASETS, PARTITIONS, RECORDS, assert_exactly_once, avro_records, run_cli,
+                                         write_job)
 from tests.kafka_plugin import create_topic
 
 pytestmark = [pytest.mark.spark]
@@ -43,15 +43,6 @@ def run(job: Path, spark: SparkSession) -> RunResult:
     result = JobLauncher(load_job_config(job), spark=spark).run()
     assert result.status is RunStatus.COMMITTED, result.error
     return result
-
-
-def avro_records(folder: Path) -> list[dict[str, Any]]:
-    """Every record of every Avro file under `folder`."""
-    records = []
-    for path in sorted(folder.rglob("*.avro")):
-        with path.open("rb") as stream:
-            records += [cast(dict[str, Any], r) for r in fastavro.reader(stream)]
-    return records
 
 
 def started_properties(log_url: str) -> list[dict[str, str]]:

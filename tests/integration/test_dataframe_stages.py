@@ -9,9 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, cast
 
-import fastavro
 import pytest
 from pyspark.sql import SparkSession
 
@@ -25,7 +23,7 @@ from replay.render import audit_json
 from spark_pipeline.config_validation import load_job_config
 from spark_pipeline.launcher import JobLauncher
 from spark_pipeline.sources.synthetic import synthetic_record
-from tests.fault.pipeline_checks import DATASETS, PARTITIONS, RECORDS, assert_exactly_once, write_job
+from tests.fault.pipeline_checks import DATASETS, PARTITIONS, RECORDS, assert_exactly_once, avro_records, write_job
 
 pytestmark = [pytest.mark.spark]
 
@@ -34,15 +32,6 @@ ROOT = Path(__file__).parents[2]
 CENTS = {"task.engine": "dataframe", "source.synthetic.payload.bytes": 8,
          "converter.sql.select": "dataset, partition, offset, amount * 100 AS amount_cents, upper(payload) AS code",
          "qualitychecker.row.sql": "amount >= 0"}
-
-
-def avro_records(folder: Path) -> list[dict[str, Any]]:
-    """Every record of every Avro file under `folder`."""
-    records = []
-    for path in sorted(folder.rglob("*.avro")):
-        with path.open("rb") as stream:
-            records += [cast(dict[str, Any], r) for r in fastavro.reader(stream)]
-    return records
 
 
 def test_a_sql_converter_and_row_policy_publish_the_converted_records_exactly_once(

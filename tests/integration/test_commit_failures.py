@@ -84,7 +84,7 @@ def test_a_step_that_keeps_failing_abandons_its_dataset_alone(event_log: EventLo
 @pytest.mark.spark
 def test_a_run_skips_a_blocked_dataset_and_keeps_its_watermark(tmp_path: Path, spark: SparkSession) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
-    job = write_job(tmp_path, url, **{"source.synthetic.partitions": 1})
+    job = write_job(tmp_path, url, "full", None, **{"source.synthetic.partitions": 1})
     assert JobLauncher(load_job_config(job), spark=spark).run().status is RunStatus.COMMITTED
     config = load_job_config(job)
 

@@ -16,6 +16,7 @@ from events.dataset import WatermarkAdvanced
 from events.keys import partition_for
 from events.log import EventLog
 from events.job import JobRunCommitted
+from events.model import SequenceFields
 from events.task import TaskStarted, TaskSucceeded
 from oncelog.cli import app
 from projections.projector import Projector, ProjectionStopped
@@ -130,7 +131,7 @@ def test_audit_shows_the_run_as_a_timeline(event_log: EventLog, tmp_path: Path) 
 def test_verify_passes_on_a_clean_history_and_lists_every_violation(event_log: EventLog) -> None:
     history(event_log)
     assert cli_json(event_log, "verify")["ok"]
-    bad_sequence = {"job": "job-0", "dataset_urn": "ds-0", "sequence_id": "rogue", "run_id": "rogue"}
+    bad_sequence: SequenceFields = {"job": "job-0", "dataset_urn": "ds-0", "sequence_id": "rogue", "run_id": "rogue"}
     event_log.append([
         CommitSequencePlanned(**bad_sequence, steps=(HighWatermarkStep(partition="ds-0:0", low_watermark=0, value=5),
                                                      HighWatermarkStep(partition="ds-0:1", low_watermark=0, value=5)),

@@ -11,7 +11,7 @@ import pytest
 from events.avro_schema import SCHEMA_DIR, payload_schema, schema_path
 from events.codec import CHECKSUM_SIZE, FRAME_MAGIC, UNCHECKED_FRAME_MAGIC, EventCodec, SchemaRegistry
 from events.errors import CorruptEventError, EventDecodeError, UnknownEventTypeError
-from events.model import RunEvent
+from events.model import Event, RunEvent
 from events.registry import EVENT_TYPES
 from tests.factories import one_of_each
 
@@ -34,7 +34,7 @@ def test_emitted_at_keeps_its_microseconds() -> None:
 
 
 @pytest.mark.parametrize("cls", EVENT_TYPES, ids=lambda c: c.__name__)
-def test_the_kept_schema_file_matches_the_model(cls: type) -> None:
+def test_the_kept_schema_file_matches_the_model(cls: type[Event]) -> None:
     kept = json.loads(schema_path(SCHEMA_DIR, cls.event_type(), cls.SCHEMA_VERSION).read_text())
     assert kept == payload_schema(cls), "run `python -m events.avro_schema` and commit the schema file"
 

@@ -98,7 +98,8 @@ def sql_stages_error(config: JobConfig, keys: list[str], why: str) -> ConfigErro
 
 def choose(config: JobConfig) -> EngineChoice:
     """The engine `task.engine` asks for; a ConfigError naming the key when `dataframe` is asked for a job it cannot
-    run, or when the records engine would have to write a format only Spark's writers write."""
+    run, or when the records engine would have to run Spark SQL stages or write a format only Spark's writers
+    write."""
     kind = config.task_engine
     stages = [key for key, value in (("converter.sql.select", config.converter_sql_select),
                                      ("qualitychecker.row.sql", config.row_policy_sql)) if value is not None]

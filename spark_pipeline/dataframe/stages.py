@@ -18,7 +18,6 @@ from spark_pipeline.dataframe.sources import UNIT
 
 SELECT_KEY = "converter.sql.select"
 POLICY_KEY = "qualitychecker.row.sql"
-STAGE_KEYS = (POLICY_KEY, SELECT_KEY)
 
 
 def has_stages(config: JobConfig) -> bool:

@@ -96,9 +96,20 @@ class CommitStepFailed(DatasetEvent):
 
 
 class CommitSequenceCompleted(DatasetEvent):
-    """Every step of the sequence is done: the dataset's output of the run is published exactly once."""
+    """Every step of the sequence is done: the dataset's output of the run is published exactly once.
+
+    v2: a step executed by the completing attempt has no CommitStepApplied of its own (one found done has one,
+    `verified`; one applied before a failed attempt has one too): this event says all `steps_applied` are done, and
+    how many the completing attempt executed and verified.
+    """
+
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     duration_ms: float = 0.0
+    steps_applied: Count | None = None
+    """The plan's step count; None in events of version 1, whose steps each had a CommitStepApplied."""
+    executed: Count = 0
+    verified: Count = 0
 
     @property
     def key(self) -> str:

@@ -157,11 +157,15 @@ def _publish_steps(results: list[WorkUnitResult]) -> list[CommitStepSpec]:
 
 def _apply(rng: random.Random, shape: HistoryShape, clock: _Clock, sequence: SequenceFields,
            steps: list[CommitStepSpec]) -> Iterator[Event]:
-    """The events of applying a sequence's steps, with a failed-then-retried step now and then."""
-    failures = 0
+    """The events of applying a sequence's steps, with a failed-then-retried step now and then: a failed attempt
+    records the steps it applied before failing; the completing attempt's steps are counted by the completion."""
+    failures, recorded = 0, 0
     for index, step in enumerate(steps):
         while failures < 2 and rng.random() < shape.step_failure:
             failures += 1
+            for done in range(recorded, index):
+                yield CommitStepApplied(**sequence, step_index=done, outcome="executed", emitted_at=clock.tick())
+            recorded = index
             yield CommitStepFailed(**sequence, step_index=index, attempt=failures, error=f"transient #{failures}",
                                    emitted_at=clock.tick())
         if isinstance(step, HighWatermarkStep):
@@ -170,5 +174,5 @@ def _apply(rng: random.Random, shape: HistoryShape, clock: _Clock, sequence: Seq
         elif isinstance(step, DatasetStateStep):
             yield DatasetStateCommitted(**sequence, watermarks=step.watermarks, records_published=step.records_published,
                                         files_published=step.files_published, emitted_at=clock.tick())
-        yield CommitStepApplied(**sequence, step_index=index, outcome="executed", emitted_at=clock.tick())
-    yield CommitSequenceCompleted(**sequence, emitted_at=clock.tick())
+    yield CommitSequenceCompleted(**sequence, steps_applied=len(steps), executed=len(steps) - recorded,
+                                  emitted_at=clock.tick())

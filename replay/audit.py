@@ -394,6 +394,7 @@ def _commit_rows(events: Iterable[Event]) -> tuple[list[SequenceRow], list[StepR
     applied: dict[tuple[str, str, int], CommitStepApplied] = {}
     failures: dict[tuple[str, str, int], list[str]] = {}
     ends: dict[tuple[str, str], tuple[str, datetime, str | None]] = {}
+    completions: dict[tuple[str, str], CommitSequenceCompleted] = {}
     watermarks: list[WatermarkMove] = []
     runs: dict[tuple[str, str], str] = {}
     for event in events:
@@ -414,6 +415,7 @@ def _commit_rows(events: Iterable[Event]) -> tuple[list[SequenceRow], list[StepR
                 failures.setdefault((*sequence, event.step_index), []).append(f"#{event.attempt}: {event.error}")
             case CommitSequenceCompleted():
                 ends.setdefault(sequence, ("completed", event.emitted_at, None))
+                completions.setdefault(sequence, event)
             case CommitSequenceAbandoned():
                 ends.setdefault(sequence, ("abandoned", event.emitted_at, event.error))
             case WatermarkAdvanced():
@@ -436,14 +438,22 @@ def _commit_rows(events: Iterable[Event]) -> tuple[list[SequenceRow], list[StepR
                 sum(s.size for s in plan.steps if isinstance(s, FsRenameStep)),
             ))
             specs = [(i, step.kind, describe_step(step)) for i, step in enumerate(plan.steps)]
+        completion = completions.get((urn, sequence_id))
         for index, kind, detail in specs:
             done = applied.get((urn, sequence_id, index))
-            steps.append(StepRow(
-                urn, index, kind, detail, done.outcome if done else "not applied",
-                done.emitted_at if done else None, done.duration_ms if done else 0.0,
-                tuple(failures.get((urn, sequence_id, index), [])),
-            ))
+            outcome, at, duration = ((done.outcome, done.emitted_at, done.duration_ms) if done
+                                     else _applied_by(completion, index))
+            steps.append(StepRow(urn, index, kind, detail, outcome, at, duration,
+                                 tuple(failures.get((urn, sequence_id, index), []))))
     return sequences, steps, watermarks
+
+
+def _applied_by(completion: CommitSequenceCompleted | None, index: int) -> tuple[str, datetime | None, float]:
+    """A step with no CommitStepApplied of its own: executed by the attempt that completed its sequence, if that
+    completion (v2) counts it; else not applied."""
+    if completion is None or completion.steps_applied is None or index >= completion.steps_applied:
+        return "not applied", None, 0.0
+    return "executed", completion.emitted_at, 0.0
 
 
 def _first(events: Iterable[Event], kind: type[E]) -> E | None:

@@ -198,7 +198,14 @@ class _Checker:
             sequence.applied.add(event.step_index)
         elif isinstance(event, CommitSequenceCompleted):
             sequence.completed = True
-            missing = set(range(len(sequence.planned.steps))) - sequence.applied
+            planned = len(sequence.planned.steps)
+            if event.steps_applied is not None:  # v2: the completion says every step is done
+                if event.steps_applied != planned:
+                    self.violate("completed-early", f"{sequence.describe()} completed with {event.steps_applied} "
+                                 f"steps applied of the {planned} planned", where)
+                sequence.applied |= set(range(min(event.steps_applied, planned)))
+                return
+            missing = set(range(planned)) - sequence.applied
             if missing:
                 self.violate("completed-early", f"{sequence.describe()} completed with steps {sorted(missing)} never "
                              f"applied", where)

@@ -1,8 +1,11 @@
 """CommitSequence: apply one dataset's planned steps in order, idempotently; the Committer runs many in parallel.
 
-Each step is verified (already done?) or else executed, and its effect is recorded with a CommitStepApplied
-event in the same atomic batch; last comes CommitSequenceCompleted. A failure is recorded; after `max_attempts`
-failures the sequence is abandoned for its dataset alone, and the error recorded.
+Each step is verified (already done?) or else executed; their effects (watermarks, dataset state) are recorded in
+one atomic batch with CommitSequenceCompleted. A step executed now is not recorded one by one (the completion says
+it); a step found done (a recovery) gets a CommitStepApplied `verified`. One done before a crash and not recorded is
+found done by verify() on recovery. A failure is recorded, with a CommitStepApplied for each step applied before it
+(what a rollback must undo); after `max_attempts` failures the sequence is abandoned for its dataset alone, and the
+error recorded.
 """
 
 from __future__ import annotations
@@ -101,7 +104,9 @@ class CommitSequence:
         except UnsafeCommitStepError as e:
             record([CommitSequenceAbandoned(**fields, attempts=self.view.attempts_failed, error=str(e))])
             return self._result(Outcome.ABANDONED, str(e))
+        effects_so_far: list[Event] = []
         applied: list[Event] = []
+        """Each step applied in this attempt: recorded only if a later step fails."""
         counts = {"executed": 0, "verified": 0}
         for index, spec in enumerate(self.view.steps):
             if index in self.view.applied:
@@ -116,12 +121,13 @@ class CommitSequence:
                     self.sink.check_fenced()  # a superseded writer must move nothing (FencedError, not caught)
                 effects: list[Event] = [] if done else step.execute()
             except (OSError, FileSystemError, CommitStepError) as e:
-                record([*applied, *self._failure(index, f"step {index} ({spec.kind}): {e}")])
+                record([*effects_so_far, *applied, *self._failure(index, f"step {index} ({spec.kind}): {e}")])
                 return self._result(self._after_failure(), f"step {index} ({spec.kind}): {e}")
             outcome: Literal["executed", "verified"] = "verified" if done else "executed"
             counts[outcome] += 1
-            applied += [*effects, CommitStepApplied(**fields, step_index=index, outcome=outcome,
-                                                    duration_ms=(time.perf_counter() - step_started) * 1000)]
+            effects_so_far += effects
+            applied.append(CommitStepApplied(**fields, step_index=index, outcome=outcome,
+                                             duration_ms=(time.perf_counter() - step_started) * 1000))
             if isinstance(spec, FsRenameStep):
                 if not done:
                     self.renamed_into.add(urls.parent(spec.dst))
@@ -129,8 +135,10 @@ class CommitSequence:
             elif isinstance(spec, HighWatermarkStep):
                 self.faults.reached(FaultPoint.AFTER_WATERMARK)
         self.faults.reached(FaultPoint.BEFORE_COMPLETION)
-        record([*applied, CommitSequenceCompleted(**fields, duration_ms=(time.perf_counter() - started) * 1000),
-                *published_events(fields, self.view.steps)])
+        completed = CommitSequenceCompleted(**fields, duration_ms=(time.perf_counter() - started) * 1000,
+                                            steps_applied=len(self.view.steps), **counts)
+        verified = [event for event in applied if isinstance(event, CommitStepApplied) and event.outcome == "verified"]
+        record([*effects_so_far, *verified, completed, *published_events(fields, self.view.steps)])
         return self._result(Outcome.COMPLETED, executed=counts["executed"], verified=counts["verified"])
 
     def record_now(self, events: Sequence[Event]) -> None:

@@ -80,10 +80,11 @@ def fold_strictly(log: EventLog, state: State, until: Offsets | None = None) -> 
 
 
 def strict_state(log: EventLog) -> State:
-    """The log's state from its snapshot (if usable) and the tail, folded strictly (see fold_strictly)."""
-    state = Projector(log).load_snapshot() or State()
+    """The state a run plans and commits from: the log's snapshot (if usable) and the tail, folded strictly (see
+    fold_strictly); without a snapshot, only what planning reads is kept (State.for_planning)."""
+    state = Projector(log).load_snapshot() or State.for_planning()
     if state.problem_count:
-        state = State()  # a snapshot that carries problems is not trusted: fold the whole history
+        state = State.for_planning()  # a snapshot that carries problems is not trusted: fold the whole history
     fold_strictly(log, state)
     return state
 

@@ -84,7 +84,7 @@ def fold_shard(log: EventLog, partitions: frozenset[int]) -> State:
     """The state of a shard's partitions only, folded strictly to the log's stable end (the others are not read)."""
     log.await_stable()
     end = log.end_offsets()
-    state = State()
+    state = State.for_planning()
     state.skip_to({p: offset for p, offset in end.items() if p not in partitions})
     fold_strictly(log, state, until=end)
     return state

@@ -138,3 +138,19 @@ def test_one_key_never_holds_two_payloads(sqlite_log: EventLog) -> None:
     [mismatch] = of_kind(report.violations, "key-mismatch")
     assert mismatch.position == f"{logged[-1].topic}[{logged[-1].partition}]@{logged[-1].offset}"
     assert "MyTopic:7" in mismatch.message and other.key in mismatch.message
+
+
+def test_a_completion_counts_the_steps_of_its_plan(sqlite_log: EventLog) -> None:
+    """Since CommitSequenceCompleted v2 the executed steps have no CommitStepApplied each: the completion's count
+    stands for them, and a count short of the plan is a sequence completed early."""
+    whole = [e for e in published("run-1", 0, 100, t=0) if not isinstance(e, CommitStepApplied)]
+    whole[-1] = CommitSequenceCompleted(**sequence("run-1"), steps_applied=2, executed=2, emitted_at=at(5))
+    sqlite_log.append(whole)
+    assert verify(sqlite_log).ok
+
+    short = [e for e in published("run-2", 100, 200, t=10) if not isinstance(e, CommitStepApplied)]
+    short[-1] = CommitSequenceCompleted(**sequence("run-2"), steps_applied=1, executed=1, emitted_at=at(15))
+    sqlite_log.append(short)
+    [early] = of_kind(verify(sqlite_log).violations, "completed-early")
+    assert early.position == where(sqlite_log, CommitSequenceCompleted, "run-2")
+    assert "1 steps applied of the 2 planned" in early.message

@@ -109,3 +109,25 @@ def test_watermarks_follow_the_last_commit_and_never_go_backwards(shape: History
                 assert value >= highest.get(key, value)
                 highest[key] = value
     assert state.problems == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(shape=shapes, seed=st.integers(0, 2**32), duplicates=st.integers(0, 20))
+def test_the_planning_fold_answers_what_planning_asks_as_the_full_fold_does(shape: HistoryShape, seed: int,
+                                                                          duplicates: int) -> None:
+    rng = random.Random(seed)
+    logged = as_logged(with_duplicates(rng, synthetic_history(rng, shape), duplicates))
+    full, lean = State(), State.for_planning()
+    for item in logged:
+        full.apply(item)
+        lean.apply(item)
+    assert lean.problems == full.problems and lean.offsets == full.offsets
+    assert lean.pending_sequences() == full.pending_sequences()
+    assert lean.sequences == full.sequences and lean.completed == full.completed
+    for job in full.jobs:
+        assert lean.unsettled_datasets(job) == full.unsettled_datasets(job)
+        assert lean.dataset_states(job) == full.dataset_states(job)
+        assert [r.run_id for r in lean.runs_of(job)] == [r.run_id for r in full.runs_of(job)]
+        for run in full.runs_of(job):
+            assert (lean.previous_work_unit_states(job, run.run_id)
+                    == full.previous_work_unit_states(job, run.run_id)), (job, run.run_id)

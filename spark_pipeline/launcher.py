@@ -252,7 +252,7 @@ class JobLauncher:
         session.sink.emit([JobRunCommitted(**run, datasets_committed=committed, datasets_abandoned=abandoned,
                                            datasets_skipped=tuple(result.skipped))])
         result.status = RunStatus.COMMITTED
-        self._clean_up(session)
+        self._clean_up(session, settled=True)
 
     def _recover(self, session: CommitSession) -> list[CommitResult]:
         """Finish every pending sequence of the job before anything is extracted: per shard, in the shards' tasks
@@ -265,7 +265,9 @@ class JobLauncher:
     def _commit_shards(self, session: CommitSession, action: ShardAction, outputs: list[DatasetOutput]
                        ) -> list[CommitResult]:
         """Assign the datasets (RECOVER: the pending sequences) to shards, run one task per shard that has any, and
-        fold what they appended. A shard lost is a crash of that shard (the next run recovers it): the run fails."""
+        (RECOVER) fold what they appended: the run plans from it. A published shard's events are not read back: its
+        summary says how each sequence ended. A shard lost is a crash of that shard (the next run recovers it): the
+        run fails."""
         settings, log = self.commit_settings(), session.log
         shards = settings.shard_count(log.partitions)
         assigned: dict[int, list[DatasetOutput]] = {}
@@ -286,7 +288,8 @@ class JobLauncher:
         except ShardLostError as e:
             self.faults.shard_lost(str(e))
             raise
-        session.catch_up()
+        if action is ShardAction.RECOVER:
+            session.catch_up()
         return results_of(summaries)
 
     def _finish(self, session: CommitSession, result: RunResult, status: RunStatus, error: str,
@@ -303,11 +306,14 @@ class JobLauncher:
         session.sink.emit([self._ending])
         self._clean_up(session)
 
-    def _clean_up(self, session: CommitSession) -> None:
-        """Remove the run's staging and, unless a sequence of the run still needs it, its task output."""
+    def _clean_up(self, session: CommitSession, settled: bool = False) -> None:
+        """Remove the run's staging and, unless a sequence of the run still needs it, its task output (`settled`:
+        every sequence of the run completed, as the commit's results say; else the log is read to know)."""
         self.observer.phase(Phase.CLEANUP)
-        session.catch_up()  # what this run appended before a failure may be in the log: never delete what it needs
-        keep_output = self.run_id in runs_holding_output(session, self.config.job_name)
+        keep_output = False
+        if not settled:
+            session.catch_up()  # what this run appended before a failure may be in the log: never delete what it needs
+            keep_output = self.run_id in runs_holding_output(session, self.config.job_name)
         for dirs in run_dirs(self.config, self.run_id):
             self.fs.remove_tree(dirs.staging)
             self.faults.reached(FaultPoint.DURING_CLEANUP)

@@ -1,10 +1,13 @@
 """The commit at scale: synthetic jobs of 1,000, 10,000 and 100,000 datasets, sharded commit beside the driver-only path.
 
     python -m benchmarks.commit_scale [--quick] [--sizes 1000,10000,100000] [--log sqlite|kafka]
-                                      [--paths both|sharded|driver-only] [--records-per-dataset 2]
+                                      [--paths both|sharded|driver-only] [--shards-on spark|in-process]
+                                      [--records-per-dataset 2]
 
 Each dataset has one partition and a few records (spark_pipeline/sources/synthetic.py); tasks run in the job's own
-process (InProcessTaskEngine), so that what is measured is the commit machinery, not Spark's scheduling. Every job runs
+process (InProcessTaskEngine), so that what is measured is the commit machinery, not Spark's scheduling of tasks.
+The sharded path's shards commit as Spark tasks on a local[*] session started before the run (`--shards-on spark`, as
+a cluster's executors commit them, in parallel), or one after another in the job's process (`in-process`). Every job runs
 in a fresh subprocess, so that its peak RSS (resource.getrusage) is its own: the driver's, with the tasks' small
 per-work-unit objects included (an upper bound of the driver's alone). For each size and each path
 (`job.commit.on.executors` true: commit shards; false: the driver-only path):
@@ -13,8 +16,10 @@ per-work-unit objects included (an upper bound of the driver's alone). For each 
   the planned batch appended, every step applied and recorded, every sequence completed), from the events' emitted_at;
 - commit_us_per_dataset: commit_s per dataset;
 - driver_peak_rss_mib: the job process's peak resident set;
-- recovery_s: a second job killed right after planning (ONCELOG_CRASH_AT=after-planning), then `recover` timed in a
-  fresh process (open the log, fold it strictly, finish every pending sequence); recovered: how many it finished;
+- recovery_s: a second job killed right after planning (ONCELOG_CRASH_AT=after-planning), then run again in a fresh
+  process: its recovery phase, from its JobRunStarted to its WorkUnitsPlanned (every pending sequence finished, by
+  the shards or by the driver as the path says, and the log folded again before planning); recovered: how many
+  sequences it finished;
 - max_event_bytes: the largest encoded value in the log (the codec refuses any over 256 KiB).
 
 The log is SQLite by default; `--log kafka` uses `$KAFKA_BOOTSTRAP` or a local broker started for the run (a topic per
@@ -76,8 +81,9 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def child_run(path: Path) -> dict[str, Any]:
-    """Run the job once, tasks in this process (ONCELOG_CRASH_AT may end the process on the way)."""
+def child_run(path: Path, shards_on: str = "in-process") -> dict[str, Any]:
+    """Run the job once, tasks in this process, shards where `shards_on` says (ONCELOG_CRASH_AT may end the process
+    on the way)."""
     from events.log import open_log
     from spark_pipeline.commit.faults import FaultInjector
     from spark_pipeline.config_validation import load_job_config
@@ -87,23 +93,33 @@ def child_run(path: Path) -> dict[str, Any]:
     config = load_job_config(path)
     with open_log(config.log_url, config.log_settings) as log:
         log.ensure_topic()
+        engine = (InProcessTaskEngine(log.writer) if shards_on == "in-process"
+                  else spark_shards_engine(log, config))
+        engine.start()
         started = time.perf_counter()
-        result = JobLauncher(config, engine=InProcessTaskEngine(log.writer), log=log,
-                             faults=FaultInjector.from_env(os.environ)).run()
+        result = JobLauncher(config, engine=engine, log=log, faults=FaultInjector.from_env(os.environ)).run()
         seconds = time.perf_counter() - started
     return {"status": result.status.name, "error": result.error, "run_id": result.run_id, "job_s": seconds,
-            "peak_rss_mib": peak_rss_mib()}
+            "peak_rss_mib": peak_rss_mib(), "recovered": len(result.recovered),
+            "recovered_completed": sum(1 for r in result.recovered if r.outcome.value == "completed")}
 
 
-def child_recover(path: Path) -> dict[str, Any]:
-    """Finish every pending sequence of the job (what `oncelog recover` does), timed."""
-    from oncelog.jobs import recover
+def spark_shards_engine(log: Any, config: Any) -> Any:
+    """Tasks in this process, commit shards as Spark tasks on the session's executors (local[*]: one Python worker
+    per core), as a cluster commits them; the session is started before the run's clock."""
+    from spark_pipeline.commit.engine import CommitEngine
+    from spark_pipeline.spark_runner import SparkCommitEngine, spark_session
+    from spark_pipeline.task_engine import InProcessTaskEngine
 
-    started = time.perf_counter()
-    results = recover(path)
-    seconds = time.perf_counter() - started
-    return {"recovery_s": seconds, "recovered": len(results),
-            "completed": sum(1 for r in results if r.outcome.value == "completed"), "peak_rss_mib": peak_rss_mib()}
+    class SparkShards(InProcessTaskEngine):
+        def __init__(self) -> None:
+            super().__init__(log.writer)
+            self.spark = spark_session(config)
+
+        def commit_engine(self, log: Any, fs: Any) -> CommitEngine:
+            return SparkCommitEngine(self.spark)
+
+    return SparkShards()
 
 
 def child_scan(path: Path, run_id: str) -> dict[str, Any]:
@@ -115,6 +131,7 @@ def child_scan(path: Path, run_id: str) -> dict[str, Any]:
     config = load_job_config(path)
     codec = EventCodec()
     largest, largest_type, last_task, committed, events = 0, "", 0.0, 0.0, 0
+    started, planned = 0.0, 0.0
     with open_log(config.log_url, config.log_settings) as log:
         for record in log.read_records():
             if record.value is None:
@@ -130,17 +147,19 @@ def child_scan(path: Path, run_id: str) -> dict[str, Any]:
                 last_task = max(last_task, at)
             elif event.event_type() == "JobRunCommitted":
                 committed = max(committed, at)
-    return {"commit_s": committed - last_task, "max_event_bytes": largest, "max_event_type": largest_type,
-            "events": events}
+            elif event.event_type() == "JobRunStarted":
+                started = at
+            elif event.event_type() == "WorkUnitsPlanned" and not planned:
+                planned = at
+    return {"commit_s": committed - last_task, "recovery_s": planned - started, "max_event_bytes": largest,
+            "max_event_type": largest_type, "events": events}
 
 
 def child_main(argv: list[str]) -> None:
-    """`--child run|recover|scan <job file> [run id]`: one step, its figures as JSON on stdout."""
+    """`--child run|scan <job file> [run id]`: one step, its figures as JSON on stdout."""
     step, path = argv[0], Path(argv[1])
     if step == "run":
-        figures = child_run(path)
-    elif step == "recover":
-        figures = child_recover(path)
+        figures = child_run(path, os.environ.get("ONCELOG_BENCH_SHARDS_ON", "in-process"))
     else:
         figures = child_scan(path, argv[2])
     sys.stdout.write(json.dumps(figures) + "\n")
@@ -165,25 +184,30 @@ def log_url(template: str, folder: Path) -> str:
     return template.format(folder=folder, topic=f"bench-commit-scale-{uuid.uuid4().hex[:8]}")
 
 
-def measure(base: Path, template: str, datasets: int, records: int, on_executors: str) -> dict[str, Any]:
+def measure(base: Path, template: str, datasets: int, records: int, on_executors: str, shards_on: str
+            ) -> dict[str, Any]:
     """One path at one size: a full run, then a run killed after planning and its recovery."""
+    where = {"ONCELOG_BENCH_SHARDS_ON": shards_on}
     path = job_file(base / "run", log_url(template, base / "run"), datasets, records, on_executors)
-    ran = child("run", str(path))
+    ran = child("run", str(path), env=where)
     if ran["status"] != "COMMITTED":
         raise RuntimeError(f"{datasets:,} datasets: the run ended {ran['status']}: {ran['error']}")
     scanned = child("scan", str(path), ran["run_id"])
     crash = job_file(base / "crash", log_url(template, base / "crash"), datasets, records, on_executors)
-    killed = child("run", str(crash), env={"ONCELOG_CRASH_AT": "after-planning"}, may_die=True)
-    recovered = child("recover", str(crash))
-    crash_scan = child("scan", str(crash), "")
+    killed = child("run", str(crash), env={**where, "ONCELOG_CRASH_AT": "after-planning"}, may_die=True)
+    recovered = child("run", str(crash), env=where)
+    if recovered["status"] != "COMMITTED":
+        raise RuntimeError(f"{datasets:,} datasets: the run after the crash ended {recovered['status']}: "
+                           f"{recovered['error']}")
+    crash_scan = child("scan", str(crash), recovered["run_id"])
     shutil.rmtree(base, ignore_errors=True)
     return {
         "commit_s": round(scanned["commit_s"], 3), "job_s": round(ran["job_s"], 3),
         "commit_us_per_dataset": round(scanned["commit_s"] / datasets * 1e6, 1),
         "driver_peak_rss_mib": round(ran["peak_rss_mib"], 1),
-        "recovery_s": round(recovered["recovery_s"], 3), "recovered": recovered["recovered"],
-        "recovered_completed": recovered["completed"], "crashed_as_asked": not killed,
-        "recovery_peak_rss_mib": round(recovered["peak_rss_mib"], 1),
+        "recovery_s": round(crash_scan["recovery_s"], 3), "recovered": recovered["recovered"],
+        "recovered_completed": recovered["recovered_completed"], "crashed_as_asked": not killed,
+        "recovery_run_peak_rss_mib": round(recovered["peak_rss_mib"], 1),
         "max_event_bytes": max(scanned["max_event_bytes"], crash_scan["max_event_bytes"]),
         "max_event_type": scanned["max_event_type"], "events": scanned["events"],
     }
@@ -217,7 +241,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 for prefix, on_executors in paths(args.paths).items():
                     note(f"{datasets:,} datasets, {'driver only' if prefix else 'commit shards'}: running")
                     found = measure(work / f"{prefix or 'sharded_'}{datasets}", template, datasets,
-                                    args.records_per_dataset, on_executors)
+                                    args.records_per_dataset, on_executors, args.shards_on)
                     note(f"  commit {found['commit_s']:.2f}s of {found['job_s']:.2f}s, "
                          f"{found['commit_us_per_dataset']:,.0f} µs/dataset, peak RSS "
                          f"{found['driver_peak_rss_mib']:,.0f} MiB, recovery of {found['recovered']:,} sequences "
@@ -231,7 +255,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     figures.update({"sizes": list(sizes), "paths": args.paths, "quick": args.quick, "log": args.log,
-                    "engine": "in-process",
+                    "engine": "in-process", "shards_on": args.shards_on,
                     "records_per_dataset": args.records_per_dataset, "cpus": os.cpu_count(),
                     "load_avg_1m": round(os.getloadavg()[0], 2)})
     for name, target in TARGETS.items():
@@ -248,6 +272,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--log", choices=("sqlite", "kafka"), default="sqlite", help="the log's store")
     parser.add_argument("--paths", choices=("both", "sharded", "driver-only"), default="both",
                         help="which commit paths to measure")
+    parser.add_argument("--shards-on", choices=("spark", "in-process"), default="spark",
+                        help="where the sharded path's shards commit: Spark tasks on local[*] executors (as on a "
+                             "cluster), or one after another in the job's process")
     parser.add_argument("--records-per-dataset", type=int, default=2, help="records per dataset and run")
     return parser.parse_args()
 

@@ -1,0 +1,187 @@
+"""The directory source and forks on the DataFrame engine: Spark's readers on exactly the planned files, the records
+engine's records and watermarks, a file published once; a forked job's records written once per branch.
+
+Real Spark (the session fixture), real files, a SQLite log.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+from events.errors import ConfigError
+from events.job import JobRunStarted, WorkUnitSpec, WorkUnitsPlanned
+from events.log import open_log
+from projections.projector import Projector
+from replay.verify import verify
+from spark_pipeline.config_validation import load_job_config
+from spark_pipeline.dataframe.choice import ENGINE_PROPERTY, choose, unsupported
+from spark_pipeline.launcher import JobLauncher
+from spark_pipeline.dataframe.files import directory_settings, file_frame
+from spark_pipeline.sources.directory import FILE, SPARK_SCHEMA_PROPERTY, complete, position
+from projections.views import RunStatus
+from tests.fault.pipeline_checks import avro_records
+
+pytestmark = [pytest.mark.spark]
+
+DIRECTORY_SOURCE = "spark_pipeline.sources.directory.DirectorySource"
+N_SCHEMA = json.dumps({"type": "record", "name": "N", "namespace": "test",
+                       "fields": [{"name": "n", "type": "long"}, {"name": "tag", "type": "string"}]})
+
+
+def write_job(base: Path, name: str, data: Path, **keys: Any) -> Path:
+    """A directory job reading `data`, writing under `base`, logging to a SQLite file there."""
+    job = {"job.name": name, "source.class": DIRECTORY_SOURCE, "source.filebased.data.directory": str(data),
+           "writer.staging.dir": str(base / "staging"), "writer.output.dir": str(base / "task-output"),
+           "data.publisher.final.dir": str(base / "publish"), "oncelog.log.url": f"sqlite:///{base / 'events.db'}",
+           "task.maxretries": 0, "task.retry.intervalinsec": 0, "task.engine": "dataframe",
+           "spark.master": "local[2]", "spark.ui.enabled": "false", **keys}
+    path = base / f"{name}.yaml"
+    path.write_text(json.dumps(job))
+    return path
+
+
+def run(job: Path, spark: SparkSession) -> list[int]:
+    """One committed run; the records each of its tasks wrote."""
+    result = JobLauncher(load_job_config(job), spark=spark).run()
+    assert result.status is RunStatus.COMMITTED, result.error
+    return [r.records_written for t in result.tasks for r in t.results]
+
+
+def state_of(base: Path, name: str) -> dict[str, dict[str, int]]:
+    """The job's committed watermarks by dataset, after verify passed over the log and the published files."""
+    with open_log(f"sqlite:///{base / 'events.db'}") as log:
+        report = verify(log, base / "publish")
+        state, _ = Projector(log).rebuild(use_snapshot=False)
+    assert report.ok, report.violations
+    assert state.pending_sequences(name) == []
+    return {urn: dict(view.watermarks) for urn, view in state.dataset_states(name).items()}
+
+
+def events_of(base: Path, kind: type) -> list[Any]:
+    with open_log(f"sqlite:///{base / 'events.db'}") as log:
+        return [e.event for e in log.read() if isinstance(e.event, kind)]
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def jsonl(path: Path, values: range, tag: str) -> Path:
+    """JSON lines with blank lines between some and after the last (the records engine's blank-line rule)."""
+    return write(path, "".join(json.dumps({"n": n, "tag": tag}) + ("\n\n" if n % 3 == 0 else "\n") for n in values))
+
+
+def test_json_files_are_read_by_spark_once_each_with_the_records_engines_watermarks(
+        tmp_path: Path, spark: SparkSession) -> None:
+    data = tmp_path / "in"
+    a, b = jsonl(data / "a.jsonl", range(0, 40), "a"), jsonl(data / "sub" / "b.jsonl", range(40, 50), "b")
+    write(data / "_hidden.jsonl", '{"n": -1, "tag": "x"}\n')
+    job = write_job(tmp_path, "dir-json", data, **{"source.filebased.format": "json", "source.filebased.recursive":
+                                                   True, "source.filebased.json.schema": N_SCHEMA})
+    assert sorted(run(job, spark)) == [10, 40]
+    c = jsonl(data / "c.jsonl", range(50, 55), "c")
+    assert sorted(run(job, spark)) == [5], "the second run reads the new file only"
+    assert run(job, spark) == [], "nothing new: nothing planned, nothing published"
+
+    records = avro_records(tmp_path / "publish")
+    assert Counter((r["n"], r["tag"]) for r in records) == Counter(
+        [(n, "a") for n in range(40)] + [(n, "b") for n in range(40, 50)] + [(n, "c") for n in range(50, 55)])
+    assert state_of(tmp_path, "dir-json") == {
+        "dir-json": {"a.jsonl": complete(a.stat().st_size), "c.jsonl": complete(c.stat().st_size)},
+        "dir-json/sub": {"sub/b.jsonl": complete(b.stat().st_size)}}
+    assert {p[ENGINE_PROPERTY] for p in (e.properties for e in events_of(tmp_path, JobRunStarted))} == {"dataframe"}
+
+
+def parquet_file(path: Path, values: range) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"id": pa.array(list(values), pa.int64()),
+                             "name": pa.array([f"n{v}" for v in values], pa.string())}), path)
+    return path
+
+
+@pytest.mark.parametrize("ddl", [None, "id BIGINT, name STRING"])
+def test_parquet_files_with_an_inferred_or_given_schema_recorded_in_the_work_units(
+        tmp_path: Path, spark: SparkSession, ddl: str | None) -> None:
+    data = tmp_path / "in"
+    first = [parquet_file(data / f"p{i}.parquet", range(i * 100, i * 100 + 100)) for i in range(3)]
+    keys: dict[str, Any] = {"source.filebased.format": "parquet", "source.filebased.files.pattern": "*.parquet"}
+    if ddl:
+        keys["source.filebased.schema"] = ddl
+    job = write_job(tmp_path, "dir-parquet", data, **keys)
+    assert sorted(run(job, spark)) == [100, 100, 100]
+    late = parquet_file(data / "p9.parquet", range(900, 950))
+    assert run(job, spark) == [50]
+    assert run(job, spark) == []
+
+    records = avro_records(tmp_path / "publish")
+    assert sorted((r["id"], r["name"]) for r in records) == [
+        (v, f"n{v}") for v in [*range(300), *range(900, 950)]]
+    assert state_of(tmp_path, "dir-parquet") == {"dir-parquet": {
+        p.name: complete(p.stat().st_size) for p in [*first, late]}}
+    planned = [u for e in events_of(tmp_path, WorkUnitsPlanned) for u in e.work_units]
+    assert len(planned) == 4
+    assert {u.properties[SPARK_SCHEMA_PROPERTY] for u in planned} == {"id BIGINT,name STRING"}
+
+
+def test_records_and_dataframe_engines_publish_the_same_records_and_watermarks(
+        tmp_path: Path, spark: SparkSession) -> None:
+    data = tmp_path / "in"
+    write(data / "a.log", "a1\r\na2\n\n  \na3")  # CRLF, blank lines, no final newline
+    write(data / "b.log", "".join(f"b{i} é\n" for i in range(30)))
+    write(data / "c.log", '{"k": 1}\n\n{"k": [2, 3]}\n\n\n')
+    results: dict[str, tuple[Counter[str], dict[str, dict[str, int]]]] = {}
+    for file_format in ("lines", "json"):
+        for engine in ("records", "dataframe"):
+            base = tmp_path / f"{file_format}-{engine}"
+            base.mkdir()
+            pattern = "*.log" if file_format == "lines" else "c.log"
+            job = write_job(base, "same", data, **{"task.engine": engine, "source.filebased.format": file_format,
+                                                   "source.filebased.files.pattern": pattern})
+            run(job, spark)
+            assert run(job, spark) == []
+            assert {e.properties[ENGINE_PROPERTY] for e in events_of(base, JobRunStarted)} == {engine}
+            records = Counter(json.dumps(r, sort_keys=True) for r in avro_records(base / "publish"))
+            results[f"{file_format}-{engine}"] = (records, state_of(base, "same"))
+        assert results[f"{file_format}-records"] == results[f"{file_format}-dataframe"]
+    lines = [json.loads(r) for r in results["lines-dataframe"][0]]
+    assert {(r["file"], r["line_number"], r["text"]) for r in lines if r["file"] == "a.log"} == {
+        ("a.log", 1, "a1"), ("a.log", 2, "a2"), ("a.log", 3, ""), ("a.log", 4, "  "), ("a.log", 5, "a3")}
+    assert sorted(json.loads(r)["line_number"] for r in results["json-dataframe"][0]) == [1, 3]
+
+
+def test_a_partly_read_file_resumes_at_its_watermark_and_bad_input_fails_naming_the_file(
+        tmp_path: Path, spark: SparkSession) -> None:
+    path = write(tmp_path / "partial.txt", "1\n2\n3\n")
+    config = load_job_config(write_job(tmp_path, "resume", tmp_path))
+    unit = WorkUnitSpec(work_unit_id="partial.txt@4", dataset_urn="resume", partition="partial.txt",
+                        low_watermark=position(4), expected_high_watermark=complete(6), properties={FILE: str(path)})
+    settings = directory_settings(config)
+    assert [r.asDict() for r in file_frame(spark, settings, unit).collect()] == [
+        {"file": "partial.txt", "line_number": 3, "text": "3"}], "the records engine's record for the same range"
+    longer = unit.model_copy(update={"low_watermark": 0, "expected_high_watermark": complete(9)})
+    with pytest.raises(Exception, match="ended at byte 6, before its size at planning"):
+        file_frame(spark, settings, longer).collect()
+    write(path, '{"ok": 1}\nnot json\n')
+    json_settings = settings.model_copy(update={"format": "json"})
+    bad = unit.model_copy(update={"low_watermark": 0, "expected_high_watermark": complete(19)})
+    with pytest.raises(Exception, match="partial.txt line 2 is not JSON"):
+        file_frame(spark, json_settings, bad).collect()
+
+
+def test_spark_only_formats_are_refused_on_the_records_engine(tmp_path: Path) -> None:
+    config = load_job_config(write_job(tmp_path, "pq", tmp_path, **{"task.engine": "records",
+                                                                    "source.filebased.format": "parquet"}))
+    with pytest.raises(ConfigError, match="source.filebased.format=parquet is read by the DataFrame engine only"):
+        choose(config)
+    auto = load_job_config(write_job(tmp_path, "lines", tmp_path, **{"task.engine": "auto"}))
+    assert unsupported(auto) == [] and choose(auto).kind.value == "dataframe"

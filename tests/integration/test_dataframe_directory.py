@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -19,6 +20,7 @@ from pyspark.sql import SparkSession
 from events.errors import ConfigError
 from events.job import JobRunStarted, WorkUnitSpec, WorkUnitsPlanned
 from events.log import open_log
+from events.task import TaskSucceeded
 from projections.projector import Projector
 from replay.verify import verify
 from spark_pipeline.config_validation import load_job_config
@@ -185,3 +187,59 @@ def test_spark_only_formats_are_refused_on_the_records_engine(tmp_path: Path) ->
         choose(config)
     auto = load_job_config(write_job(tmp_path, "lines", tmp_path, **{"task.engine": "auto"}))
     assert unsupported(auto) == [] and choose(auto).kind.value == "dataframe"
+
+
+# --- forks ---------------------------------------------------------------------------------------------------------
+
+R_SCHEMA: dict[str, Any] = {"type": "record", "name": "R", "namespace": "test",
+                            "fields": [{"name": "i", "type": "long"}, {"name": "s", "type": "string"}]}
+
+
+def avro_file(path: Path, values: range) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as stream:
+        fastavro.writer(stream, fastavro.parse_schema(R_SCHEMA), [{"i": v, "s": f"s{v}"} for v in values],
+                        sync_interval=200)
+    return path
+
+
+def parquet_rows(folder: Path) -> list[tuple[int, str]]:
+    """(i, s) of every row of every Parquet file under `folder`."""
+    return [(row["i"], row["s"]) for path in sorted(folder.rglob("*.parquet"))
+            for row in pq.read_table(path).to_pylist()]
+
+
+def test_two_branches_with_different_formats_write_the_cached_records_once_each(
+        tmp_path: Path, spark: SparkSession) -> None:
+    data = tmp_path / "in"
+    files = [avro_file(data / f"f{i}.avro", range(i * 500, i * 500 + 500)) for i in range(2)]
+    job = write_job(tmp_path, "forked", data, **{"source.filebased.format": "avro", "fork.branches": 2,
+                                                 "writer.output.format.1": "parquet", "writer.codec.type.0": "deflate"})
+    assert sorted(run(job, spark)) == [1000, 1000], "each work unit's records written once per branch"
+    files.append(avro_file(data / "f9.avro", range(9_000, 9_010)))
+    assert run(job, spark) == [20]
+    assert run(job, spark) == []
+
+    expected = [(v, f"s{v}") for v in [*range(1000), *range(9_000, 9_010)]]
+    assert sorted((r["i"], r["s"]) for r in avro_records(tmp_path / "publish" / "fork_0")) == expected
+    assert sorted(parquet_rows(tmp_path / "publish" / "fork_1")) == expected
+    assert not list((tmp_path / "publish" / "fork_0").rglob("*.parquet"))
+    assert not list((tmp_path / "publish" / "fork_1").rglob("*.avro"))
+    assert state_of(tmp_path, "forked") == {"forked": {p.name: complete(p.stat().st_size) for p in files}}
+    outputs = [f for e in events_of(tmp_path, TaskSucceeded) for r in e.results for f in r.output_files]
+    assert sorted((f.branch, Path(f.path).parent.parent.parent.name, Path(f.path).name.split("_")[0])
+                  for f in outputs) == sorted(
+        [(b, f"fork_{b}", name) for b in (0, 1) for name in ("f0.avro", "f1.avro", "f9.avro")]), \
+        "each branch's files in its own task output folder, named by the work unit's range"
+    assert all(Path(f.path).name.endswith(".deflate.avro" if f.branch == 0 else ".parquet") for f in outputs)
+
+
+def test_a_branch_the_dataframe_engine_cannot_run_keeps_the_job_on_records(tmp_path: Path) -> None:
+    keys = {"task.engine": "auto", "fork.branches": 2,
+            "converter.classes.1": "spark_pipeline.examples.converters.AmountInCents"}
+    config = load_job_config(write_job(tmp_path, "forked-records", tmp_path, **keys))
+    choice = choose(config)
+    assert choice.kind.value == "records"
+    assert "converter.classes (branch 1) names record constructs" in choice.reason
+    with pytest.raises(ConfigError, match=r"converter.classes \(branch 1\)"):
+        choose(load_job_config(write_job(tmp_path, "forked-df", tmp_path, **{**keys, "task.engine": "dataframe"})))

@@ -31,7 +31,7 @@ from spark_pipeline.constructs import MultiWorkUnit
 from spark_pipeline.dataframe import stages
 from spark_pipeline.dataframe.choice import EngineChoice, SourceKind, choose
 from spark_pipeline.dataframe.files import directory_settings
-from spark_pipeline.dataframe.results import (MovedFile, move_files, observed, staged_files, unit_metrics,
+from spark_pipeline.dataframe.results import (StagedFile, move_files, observed, staged_files, unit_metrics,
                                               unit_results)
 from spark_pipeline.dataframe.sources import read_units, record_schema, source_kind
 from spark_pipeline.dataframe.writers import WriterSettings, write_attempt
@@ -169,8 +169,9 @@ def run_task(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, emit: Emit
 
 def run_attempt(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, attempt: int
                 ) -> tuple[WorkUnitResult, ...]:
-    """Read, then write every branch (Spark's commit protocol) into a fresh attempt folder of the branch, then move
-    each file to the branch's task output. A forked job's records are cached once and written once per branch."""
+    """Read, then write every branch (Spark's commit protocol) into a fresh attempt folder of the branch, then, once
+    every branch is written, move each file to its branch's task output. A forked job's records are cached once and
+    written once per branch."""
     config, units = plan.config, mwu.work_units
     frame = read_units(spark, config, units, attempt)
     if frame is None:
@@ -184,11 +185,11 @@ def run_attempt(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, attempt
     if forked:
         records_frame = records_frame.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        written = [write_branch(spark, plan, mwu, attempt, records_frame, branch)
-                   for branch in range(len(plan.writers))]
+        staged = [write_branch(plan, mwu, attempt, records_frame, branch) for branch in range(len(plan.writers))]
     finally:
         if forked:
             records_frame.unpersist()
+    written = [move_files(spark, config.properties, files) for files in staged]  # every branch written: move
     if observation is None:  # synthetic: one record per offset, the plan gives the counts
         records = [u.expected_high_watermark - u.low_watermark for u in units]
         last_offsets: list[int | None] = [u.expected_high_watermark - 1 if n else None for u, n in zip(units, records)]
@@ -198,18 +199,17 @@ def run_attempt(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, attempt
                            for branch, moved in enumerate(written)])
 
 
-def write_branch(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, attempt: int, frame: DataFrame,
-                 index: int) -> list[MovedFile]:
-    """One branch's write into its own staging folder, its files moved to its task output (the record engine's
-    folders: the branch's writer.staging.dir and writer.output.dir)."""
+def write_branch(plan: TaskPlan, mwu: MultiWorkUnit, attempt: int, frame: DataFrame, index: int
+                 ) -> list[StagedFile]:
+    """One branch's write into its own attempt folder (under the branch's writer.staging.dir), and where each of its
+    files goes in the branch's task output (its writer.output.dir: the record engine's folders and names)."""
     config = plan.config
     branch = config.branch(index)
     folder = urls.join(str(branch.writer_staging_dir), plan.run_id, path_segment(mwu.multi_work_unit_id),
                        f"attempt-{attempt}")
     write_attempt(frame, plan.writers[index], folder)
     output_root = urls.join(str(branch.writer_output_dir), plan.run_id)
-    staged = staged_files(FileSystems.of(config.properties), folder, mwu.work_units, output_root)
-    return move_files(spark, config.properties, staged)
+    return staged_files(FileSystems.of(config.properties), folder, mwu.work_units, output_root)
 
 
 def merge_branches(per_branch: Sequence[tuple[WorkUnitResult, ...]]) -> tuple[WorkUnitResult, ...]:

@@ -97,11 +97,23 @@ def file_frame(spark: SparkSession, settings: DirectorySettings, unit: WorkUnitS
         raise SourceError(f"{path} was partly read by the records engine (watermark {unit.low_watermark}): the "
                           f"DataFrame engine reads {settings.format} files whole (run it with task.engine=records)")
     if settings.format == "avro":
-        return spark.read.format("avro").option("avroSchema", unit.properties[SCHEMA_PROPERTY]).load(spark_path(path))
-    reader = spark.read.format(settings.format).schema(unit.properties[SPARK_SCHEMA_PROPERTY])
+        reader = spark.read.format("avro").option("avroSchema", unit.properties[SCHEMA_PROPERTY])
+    else:
+        reader = spark.read.format(settings.format).schema(unit.properties[SPARK_SCHEMA_PROPERTY])
     if settings.format == "csv":
         reader = reader.option("header", settings.csv_header).option("mode", "FAILFAST")
-    return reader.load(spark_path(path))
+    return unchanged(reader.load(spark_path(path)), unit)
+
+
+def unchanged(frame: DataFrame, unit: WorkUnitSpec) -> DataFrame:
+    """`frame`, failing at its first record if the file's size is not its size at planning (a file read whole must
+    be the file planned: its watermark says it was read to that size)."""
+    size = unit.expected_high_watermark // SCALE
+    message = F.concat(F.lit(f"{unit.properties[FILE]} is "), F.col("_metadata.file_size").cast("string"),
+                       F.lit(f" bytes, {size} when the run was planned: it changed since (files must be complete "
+                             f"when they appear under a visible name)"))
+    same = F.when(F.col("_metadata.file_size") == F.lit(size), F.lit(True)).otherwise(F.raise_error(message))
+    return frame.where(same)
 
 
 def lines(spark: SparkSession, unit: WorkUnitSpec) -> DataFrame:

@@ -24,6 +24,11 @@ Files are taken oldest first (mtime, then path), at most `source.filebased.max.f
 unit's estimated_records is the bytes it has left to read. The state grows by one entry per file: keep a
 directory's files few (move old ones away, or lay them out in sub-directories: one dataset each).
 
+Formats (`source.filebased.format`): `lines`, `json` and `avro` on both engines; `parquet`, `orc` and `csv` on the
+DataFrame engine only (Spark's readers, spark_pipeline/dataframe/files.py), read whole, with the schema of
+`source.filebased.schema` (Spark DDL) or inferred by Spark once when the run is planned, and recorded in each work
+unit's `source.filebased.spark.schema`, so the run's events say what schema its files were read with.
+
 The directory may be local, on HDFS (`hdfs://`, `webhdfs://`) or in an S3 bucket (`s3a://`, `s3://`): it is listed
 and read through `filesystems` only (stores serve ranged reads, so a resumed file is opened at its byte offset).
 S3 has no folders and no rename: an object is written whole (never seen in part), a folder exists only through
@@ -49,7 +54,7 @@ from fastavro.read import SchemaResolutionError
 from fastavro.schema import SchemaParseException
 from fastavro.validation import ValidationError as AvroValidationError
 from fastavro.validation import validate
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from events.job import WorkUnitSpec
 from filesystems import urls
@@ -115,6 +120,14 @@ class DirectorySettings(BaseModel):
     Spark infers it once per run from the run's files."""
     csv_header: bool = Field(default=True, alias="source.filebased.csv.header")
     """For `csv`: whether each file's first line names the columns (it is then not a record)."""
+
+    @field_validator("spark_schema")
+    @classmethod
+    def _spark_schema_format(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("format") not in SPARK_ONLY_FORMATS:
+            raise ValueError(f"a Spark schema is for the formats Spark reads ({', '.join(SPARK_ONLY_FORMATS)}), not "
+                             f"{info.data.get('format')!r}")
+        return value
 
     @field_validator("json_schema")
     @classmethod

@@ -15,6 +15,7 @@ import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from pyspark.sql import SparkSession
 
 from events.errors import ConfigError
@@ -23,6 +24,7 @@ from events.log import open_log
 from events.task import TaskSucceeded
 from projections.projector import Projector
 from replay.verify import verify
+from spark_pipeline.config import JobConfig, JobConfigError, TaskEngineKind
 from spark_pipeline.config_validation import load_job_config
 from spark_pipeline.dataframe.choice import ENGINE_PROPERTY, choose, unsupported
 from spark_pipeline.launcher import JobLauncher
@@ -180,11 +182,48 @@ def test_a_partly_read_file_resumes_at_its_watermark_and_bad_input_fails_naming_
         file_frame(spark, json_settings, bad).collect()
 
 
+def test_a_file_read_whole_must_have_its_planned_size(tmp_path: Path, spark: SparkSession) -> None:
+    path = parquet_file(tmp_path / "p.parquet", range(5))
+    config = load_job_config(write_job(tmp_path, "sized", tmp_path, **{"source.filebased.format": "parquet",
+                                                                       "source.filebased.schema": "id BIGINT"}))
+    unit = WorkUnitSpec(work_unit_id="p.parquet@0", dataset_urn="sized", partition="p.parquet", low_watermark=0,
+                        expected_high_watermark=complete(path.stat().st_size),
+                        properties={FILE: str(path), SPARK_SCHEMA_PROPERTY: "id BIGINT"})
+    settings = directory_settings(config)
+    assert [r.id for r in file_frame(spark, settings, unit).collect()] == list(range(5))
+    grown = unit.model_copy(update={"expected_high_watermark": complete(path.stat().st_size - 1)})
+    with pytest.raises(Exception, match="p.parquet is .* bytes, .* when the run was planned"):
+        file_frame(spark, settings, grown).collect()
+
+
+def test_csv_files_with_a_header_and_a_given_schema(tmp_path: Path, spark: SparkSession) -> None:
+    data = tmp_path / "in"
+    write(data / "a.csv", "id,name\n1,one\n2,two\n")
+    write(data / "b.csv", "id,name\n3,three\n")
+    job = write_job(tmp_path, "dir-csv", data, **{"source.filebased.format": "csv",
+                                                  "source.filebased.schema": "id INT, name STRING",
+                                                  "writer.output.format": "json"})
+    assert sorted(run(job, spark)) == [1, 2]
+    assert run(job, spark) == []
+    rows = [json.loads(line) for path in sorted((tmp_path / "publish").rglob("*.json"))
+            for line in path.read_text().splitlines()]
+    assert sorted((r["id"], r["name"]) for r in rows) == [(1, "one"), (2, "two"), (3, "three")]
+    assert set(state_of(tmp_path, "dir-csv")["dir-csv"]) == {"a.csv", "b.csv"}
+
+
 def test_spark_only_formats_are_refused_on_the_records_engine(tmp_path: Path) -> None:
-    config = load_job_config(write_job(tmp_path, "pq", tmp_path, **{"task.engine": "records",
-                                                                    "source.filebased.format": "parquet"}))
+    job = write_job(tmp_path, "pq", tmp_path, **{"task.engine": "records", "source.filebased.format": "parquet"})
+    with pytest.raises(JobConfigError, match="'source.filebased.format': parquet is read by the DataFrame engine only "
+                                             ".*task.engine=records"):
+        load_job_config(job)
+    keys = {k: str(v) for k, v in yaml.safe_load(job.read_text()).items()}
+    config = JobConfig.from_properties({**keys, "task.engine": "dataframe"}).model_copy(
+        update={"task_engine": TaskEngineKind.RECORDS})  # past validation: choose refuses it too
     with pytest.raises(ConfigError, match="source.filebased.format=parquet is read by the DataFrame engine only"):
         choose(config)
+    lines_with_ddl = write_job(tmp_path, "ddl", tmp_path, **{"source.filebased.schema": "a INT"})
+    with pytest.raises(JobConfigError, match="source.filebased.schema"):
+        load_job_config(lines_with_ddl)
     auto = load_job_config(write_job(tmp_path, "lines", tmp_path, **{"task.engine": "auto"}))
     assert unsupported(auto) == [] and choose(auto).kind.value == "dataframe"
 

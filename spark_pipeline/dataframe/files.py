@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Sequence
 
-from pyspark.errors import AnalysisException, ParseException
+from pyspark.errors import AnalysisException, ParseException, PySparkRuntimeError
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
@@ -66,11 +66,12 @@ def checked_schema(ddl: str) -> str:
 
 
 def _active_spark(why: str) -> SparkSession:
-    """The driver's Spark session (the DataFrame engine started it before planning)."""
-    spark = SparkSession.getActiveSession()
-    if spark is None:
-        raise SourceError(f"{why}: no Spark session is running (formats only Spark reads run on the DataFrame engine)")
-    return spark
+    """The driver's Spark session, from any thread (the DataFrame engine started it before planning)."""
+    try:
+        return SparkSession.active()
+    except PySparkRuntimeError as e:
+        raise SourceError(f"{why}: no Spark session is running (formats only Spark reads run on the DataFrame "
+                          f"engine)") from e
 
 
 def infer_schema(file_format: str, paths: Sequence[str], header: bool) -> str:

@@ -143,20 +143,27 @@ def test_records_and_dataframe_engines_publish_the_same_records_and_watermarks(
     write(data / "a.log", "a1\r\na2\n\n  \na3")  # CRLF, blank lines, no final newline
     write(data / "b.log", "".join(f"b{i} é\n" for i in range(30)))
     write(data / "c.log", '{"k": 1}\n\n{"k": [2, 3]}\n\n\n')
+    jsonl(data / "d.jsonl", range(7), "d")
+    avro_file(tmp_path / "avro" / "e.avro", range(700), opt=True)
+    cases: dict[str, tuple[Path, dict[str, Any]]] = {
+        "lines": (data, {"source.filebased.files.pattern": "*.log"}),
+        "json": (data, {"source.filebased.format": "json", "source.filebased.files.pattern": "c.log"}),
+        "json-schema": (data, {"source.filebased.format": "json", "source.filebased.files.pattern": "*.jsonl",
+                               "source.filebased.json.schema": N_SCHEMA}),
+        "avro": (tmp_path / "avro", {"source.filebased.format": "avro"})}
     results: dict[str, tuple[Counter[str], dict[str, dict[str, int]]]] = {}
-    for file_format in ("lines", "json"):
+    for case, (folder, keys) in cases.items():
         for engine in ("records", "dataframe"):
-            base = tmp_path / f"{file_format}-{engine}"
+            base = tmp_path / f"{case}-{engine}"
             base.mkdir()
-            pattern = "*.log" if file_format == "lines" else "c.log"
-            job = write_job(base, "same", data, **{"task.engine": engine, "source.filebased.format": file_format,
-                                                   "source.filebased.files.pattern": pattern})
+            job = write_job(base, "same", folder, **{"task.engine": engine, **keys})
             run(job, spark)
             assert run(job, spark) == []
             assert {e.properties[ENGINE_PROPERTY] for e in events_of(base, JobRunStarted)} == {engine}
             records = Counter(json.dumps(r, sort_keys=True) for r in avro_records(base / "publish"))
-            results[f"{file_format}-{engine}"] = (records, state_of(base, "same"))
-        assert results[f"{file_format}-records"] == results[f"{file_format}-dataframe"]
+            results[f"{case}-{engine}"] = (records, state_of(base, "same"))
+        assert results[f"{case}-records"] == results[f"{case}-dataframe"], case
+    assert sum(results["avro-dataframe"][0].values()) == 700 and sum(results["json-schema-dataframe"][0].values()) == 7
     lines = [json.loads(r) for r in results["lines-dataframe"][0]]
     assert {(r["file"], r["line_number"], r["text"]) for r in lines if r["file"] == "a.log"} == {
         ("a.log", 1, "a1"), ("a.log", 2, "a2"), ("a.log", 3, ""), ("a.log", 4, "  "), ("a.log", 5, "a3")}
@@ -234,11 +241,13 @@ R_SCHEMA: dict[str, Any] = {"type": "record", "name": "R", "namespace": "test",
                             "fields": [{"name": "i", "type": "long"}, {"name": "s", "type": "string"}]}
 
 
-def avro_file(path: Path, values: range) -> Path:
+def avro_file(path: Path, values: range, opt: bool = False) -> Path:
+    """An Avro file of R records (`opt`: with a nullable field, null for every third), in several blocks."""
+    schema = {**R_SCHEMA, "fields": [*R_SCHEMA["fields"], {"name": "o", "type": ["null", "string"], "default": None}]}
+    rows = [{"i": v, "s": f"s{v}", **({"o": None if v % 3 else f"o{v}"} if opt else {})} for v in values]
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("wb") as stream:
-        fastavro.writer(stream, fastavro.parse_schema(R_SCHEMA), [{"i": v, "s": f"s{v}"} for v in values],
-                        sync_interval=200)
+        fastavro.writer(stream, fastavro.parse_schema(schema if opt else R_SCHEMA), rows, sync_interval=200)
     return path
 
 

@@ -216,6 +216,11 @@ def test_csv_files_with_a_header_and_a_given_schema(tmp_path: Path, spark: Spark
             for line in path.read_text().splitlines()]
     assert sorted((r["id"], r["name"]) for r in rows) == [(1, "one"), (2, "two"), (3, "three")]
     assert set(state_of(tmp_path, "dir-csv")["dir-csv"]) == {"a.csv", "b.csv"}
+    write(data / "c.csv", "id,name\n4,four\n")
+    bad = write_job(tmp_path, "dir-csv", data, **{"source.filebased.format": "csv",
+                                                  "source.filebased.schema": "id INTEGR, name"})
+    with pytest.raises(ConfigError, match="source.filebased.schema='id INTEGR, name' is not a Spark DDL schema"):
+        JobLauncher(load_job_config(bad), spark=spark).run()
 
 
 def test_spark_only_formats_are_refused_on_the_records_engine(tmp_path: Path) -> None:

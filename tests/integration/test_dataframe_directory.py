@@ -7,13 +7,12 @@ Real Spark (the session fixture), real files, a SQLite log.
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import fastavro
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import yaml
 from pyspark.sql import SparkSession
@@ -106,10 +105,14 @@ def test_json_files_are_read_by_spark_once_each_with_the_records_engines_waterma
     assert {p[ENGINE_PROPERTY] for p in (e.properties for e in events_of(tmp_path, JobRunStarted))} == {"dataframe"}
 
 
-def parquet_file(path: Path, values: range) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table({"id": pa.array(list(values), pa.int64()),
-                             "name": pa.array([f"n{v}" for v in values], pa.string())}), path)
+def parquet_file(spark: SparkSession, path: Path, values: range) -> Path:
+    """One Parquet file of (id BIGINT, name STRING) rows, written by Spark (its one part file, renamed)."""
+    folder = path.parent / f".{path.name}.spark"
+    spark.createDataFrame([(v, f"n{v}") for v in values], "id BIGINT, name STRING").coalesce(1).write.parquet(
+        str(folder))
+    (part,) = folder.glob("part-*.parquet")
+    part.rename(path)
+    shutil.rmtree(folder)
     return path
 
 
@@ -117,13 +120,13 @@ def parquet_file(path: Path, values: range) -> Path:
 def test_parquet_files_with_an_inferred_or_given_schema_recorded_in_the_work_units(
         tmp_path: Path, spark: SparkSession, ddl: str | None) -> None:
     data = tmp_path / "in"
-    first = [parquet_file(data / f"p{i}.parquet", range(i * 100, i * 100 + 100)) for i in range(3)]
+    first = [parquet_file(spark, data / f"p{i}.parquet", range(i * 100, i * 100 + 100)) for i in range(3)]
     keys: dict[str, Any] = {"source.filebased.format": "parquet", "source.filebased.files.pattern": "*.parquet"}
     if ddl:
         keys["source.filebased.schema"] = ddl
     job = write_job(tmp_path, "dir-parquet", data, **keys)
     assert sorted(run(job, spark)) == [100, 100, 100]
-    late = parquet_file(data / "p9.parquet", range(900, 950))
+    late = parquet_file(spark, data / "p9.parquet", range(900, 950))
     assert run(job, spark) == [50]
     assert run(job, spark) == []
 
@@ -190,7 +193,7 @@ def test_a_partly_read_file_resumes_at_its_watermark_and_bad_input_fails_naming_
 
 
 def test_a_file_read_whole_must_have_its_planned_size(tmp_path: Path, spark: SparkSession) -> None:
-    path = parquet_file(tmp_path / "p.parquet", range(5))
+    path = parquet_file(spark, tmp_path / "p.parquet", range(5))
     config = load_job_config(write_job(tmp_path, "sized", tmp_path, **{"source.filebased.format": "parquet",
                                                                        "source.filebased.schema": "id BIGINT"}))
     unit = WorkUnitSpec(work_unit_id="p.parquet@0", dataset_urn="sized", partition="p.parquet", low_watermark=0,
@@ -256,10 +259,10 @@ def avro_file(path: Path, values: range, opt: bool = False) -> Path:
     return path
 
 
-def parquet_rows(folder: Path) -> list[tuple[int, str]]:
-    """(i, s) of every row of every Parquet file under `folder`."""
-    return [(row["i"], row["s"]) for path in sorted(folder.rglob("*.parquet"))
-            for row in pq.read_table(path).to_pylist()]
+def parquet_rows(spark: SparkSession, folder: Path) -> list[tuple[int, str]]:
+    """(i, s) of every row of every Parquet file under `folder`, read by Spark."""
+    rows = spark.read.option("recursiveFileLookup", True).option("pathGlobFilter", "*.parquet").parquet(str(folder))
+    return [(row["i"], row["s"]) for row in rows.collect()]
 
 
 def test_two_branches_with_different_formats_write_the_cached_records_once_each(
@@ -275,7 +278,7 @@ def test_two_branches_with_different_formats_write_the_cached_records_once_each(
 
     expected = [(v, f"s{v}") for v in [*range(1000), *range(9_000, 9_010)]]
     assert sorted((r["i"], r["s"]) for r in avro_records(tmp_path / "publish" / "fork_0")) == expected
-    assert sorted(parquet_rows(tmp_path / "publish" / "fork_1")) == expected
+    assert sorted(parquet_rows(spark, tmp_path / "publish" / "fork_1")) == expected
     assert not list((tmp_path / "publish" / "fork_0").rglob("*.parquet"))
     assert not list((tmp_path / "publish" / "fork_1").rglob("*.avro"))
     assert state_of(tmp_path, "forked") == {"forked": {p.name: complete(p.stat().st_size) for p in files}}

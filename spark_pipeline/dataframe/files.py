@@ -130,9 +130,10 @@ def lines(spark: SparkSession, unit: WorkUnitSpec) -> DataFrame:
             .when(~F.is_valid_utf8(body.cast("string")), F.raise_error(not_utf8))
             .otherwise(body.cast("string")))
     before = (F.size(F.split(F.substring(content, 1, low).cast("string"), "\n", -1)) - 1) if low else F.lit(0)
-    split = spark.read.format("binaryFile").load(spark_path(path)).select(
-        F.posexplode(F.split(text, "\n", -1)).alias("pos", "line"), before.alias("before"),
-        F.size(F.split(text, "\n", -1)).alias("count"))
+    split = (spark.read.format("binaryFile").load(spark_path(path))
+             .select(F.split(text, "\n", -1).alias("lines"), before.alias("before"))
+             .select(F.posexplode_outer("lines").alias("pos", "line"), "before", F.size("lines").alias("count")))
+    # posexplode_outer: a split is never empty, and the plain form makes Spark add a filter that splits again.
     last_empty = (F.col("pos") == F.col("count") - 1) & (F.col("line") == F.lit(""))
     return split.where(~last_empty).select(
         F.lit(unit.partition).alias("file"), (F.col("before") + F.col("pos") + 1).cast("long").alias("line_number"),

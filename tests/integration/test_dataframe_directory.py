@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 from events.errors import ConfigError
 from events.job import JobRunStarted, WorkUnitSpec, WorkUnitsPlanned
 from events.log import open_log
-from events.task import TaskSucceeded
+from events.task import TaskFailed, TaskSucceeded
 from projections.projector import Projector
 from replay.verify import verify
 from spark_pipeline.config import JobConfig, JobConfigError, TaskEngineKind
@@ -299,3 +299,32 @@ def test_a_branch_the_dataframe_engine_cannot_run_keeps_the_job_on_records(tmp_p
     assert "converter.classes (branch 1) names record constructs" in choice.reason
     with pytest.raises(ConfigError, match=r"converter.classes \(branch 1\)"):
         choose(load_job_config(write_job(tmp_path, "forked-df", tmp_path, **{**keys, "task.engine": "dataframe"})))
+
+
+def test_a_branch_that_fails_to_write_moves_no_branchs_files_and_the_retry_publishes_each_once(
+        tmp_path: Path, spark: SparkSession) -> None:
+    data = tmp_path / "in"
+    jsonl(data / "a.jsonl", range(20), "a")
+    blocked = write(tmp_path / "blocked", "a file where branch 1's staging folder should be")
+    job = write_job(tmp_path, "forked-fail", data, **{
+        "source.filebased.format": "json", "fork.branches": 2, "writer.output.format.1": "json",
+        "writer.staging.dir.1": str(blocked / "staging"), "writer.output.dir.1": str(tmp_path / "task-output-1"),
+        "data.publisher.final.dir.1": str(tmp_path / "publish-1")})
+    with pytest.raises(NotADirectoryError):  # the task failed; then the run cannot clean branch 1's staging either
+        JobLauncher(load_job_config(job), spark=spark).run()
+    (failure,) = events_of(tmp_path, TaskFailed)
+    assert "ParentNotDirectoryException" in failure.error and failure.results == ()
+    assert not [p for p in (tmp_path / "task-output").rglob("*") if p.is_file()], \
+        "branch 0 was written, but nothing moved to its task output: branch 1 failed"
+    assert not (tmp_path / "publish").exists() or not any((tmp_path / "publish").rglob("*.avro"))
+
+    blocked.unlink()
+    assert run(job, spark) == [40], "both branches' records, each once"
+    assert run(job, spark) == []
+    assert sorted(r["line_number"] for r in avro_records(tmp_path / "publish" / "fork_0")) == [
+        n + 1 + (n + 2) // 3 for n in range(20)], "line numbers count the blank lines after n = 0, 3, 6, …"
+    published_json = [json.loads(line) for p in (tmp_path / "publish-1").rglob("*.json")
+                      for line in p.read_text().splitlines()]
+    assert len(published_json) == 20
+    size = (data / "a.jsonl").stat().st_size
+    assert state_of(tmp_path, "forked-fail") == {"forked-fail": {"a.jsonl": complete(size)}}

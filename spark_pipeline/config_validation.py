@@ -68,7 +68,7 @@ from spark_pipeline.config import (
     validation_messages,
 )
 from spark_pipeline.config_files import JOB_FILE_SUFFIXES, Entry, ParsedFile, Problem, parse_job_file, substitute
-from spark_pipeline.dataframe.choice import DATAFRAME_FORMATS, dataframe_blocker
+from spark_pipeline.dataframe.choice import DATAFRAME_FORMATS, INPUT_FORMAT_KEY, dataframe_blocker, spark_only_input
 from spark_pipeline.paths import JobRoots, nested_pairs, overlaps, resolved_path
 
 _TRUE = ("true", "yes", "on", "1")
@@ -535,6 +535,7 @@ class _Checker:
         self._check_speculation()
         if core is not None:
             self._check_master(core)
+            self._check_input_format(core)
             self._check_branches(core)
         return core
 
@@ -657,6 +658,14 @@ class _Checker:
         errors += policy_messages(core.task_policy_classes, core.task_policy_types, TASK_POLICY_TYPES, row_level=False)
         for key, message in errors:
             self.problem(key, message)
+
+    def _check_input_format(self, core: JobConfig) -> None:
+        """An input format only Spark's readers read (parquet, orc, csv) needs a job the DataFrame engine runs."""
+        file_format = spark_only_input(core)
+        blocker = dataframe_blocker(core) if file_format else None
+        if file_format and blocker:
+            self.problem(INPUT_FORMAT_KEY, f"{INPUT_FORMAT_KEY!r}: {file_format} is read by the DataFrame engine "
+                                           f"only (task.engine), which cannot run this job: {blocker}")
 
     def _check_branches(self, core: JobConfig) -> None:
         """Each branch's settings, what its writer and publisher need, and that branches do not share directories."""

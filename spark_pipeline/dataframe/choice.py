@@ -12,6 +12,7 @@ from events.errors import ConfigError
 from filesystems import urls
 from spark_pipeline.config import (
     DEFAULT_WRITER_BUILDER,
+    DIRECTORY_SOURCE_FOLDER as DIRECTORY_FOLDER_KEY,
     JobCommitPolicy,
     JobConfig,
     JobConfigError,
@@ -23,6 +24,10 @@ ENGINE_PROPERTY = "oncelog.task.engine"
 REASON_PROPERTY = "oncelog.task.engine.reason"
 SYNTHETIC_SOURCE = "spark_pipeline.sources.synthetic.SyntheticSource"
 KAFKA_SOURCE = "spark_pipeline.sources.kafka_topic.KafkaTopicSource"
+DIRECTORY_SOURCE = "spark_pipeline.sources.directory.DirectorySource"
+INPUT_FORMAT_KEY = "source.filebased.format"
+SPARK_ONLY_INPUTS = frozenset({"parquet", "orc", "csv"})
+"""The directory source's input formats only the DataFrame engine reads (directory.SPARK_ONLY_FORMATS)."""
 DATAFRAME_FORMATS = frozenset({WriterOutputFormat.AVRO, WriterOutputFormat.PARQUET, WriterOutputFormat.ORC,
                                WriterOutputFormat.JSON})
 
@@ -32,6 +37,7 @@ class SourceKind(StrEnum):
 
     SYNTHETIC = SYNTHETIC_SOURCE
     KAFKA = KAFKA_SOURCE
+    DIRECTORY = DIRECTORY_SOURCE
 
 
 @dataclass(frozen=True)
@@ -52,8 +58,14 @@ def unsupported(config: JobConfig) -> list[str]:
     if config.source_class not in {k.value for k in SourceKind}:
         reasons.append(f"source.class={config.source_class} has no DataFrame reader (it has: "
                        f"{', '.join(k.value for k in SourceKind)})")
-    if config.fork_branches != 1 or config.fork_operator_class is not None:
-        reasons.append("fork.branches / fork.operator.class: forks are not DataFrame stages yet")
+    if config.fork_operator_class is not None:
+        reasons.append(f"fork.operator.class={config.fork_operator_class} is a record construct (the DataFrame "
+                       f"engine forks every record to every branch, Gobblin's IdentityForkOperator)")
+    if config.source_class == DIRECTORY_SOURCE:
+        folder = config.properties.get(DIRECTORY_FOLDER_KEY, "")
+        if folder and urls.parse(folder).scheme is not urls.Scheme.FILE:
+            reasons.append(f"{DIRECTORY_FOLDER_KEY}={folder} is on a remote file system: the DataFrame engine reads "
+                           f"local directories only so far")
     for branch in config.branches:
         where = f" (branch {branch.index})" if config.fork_branches > 1 else ""
         for key, value in (("converter.classes", branch.converter_classes),
@@ -77,6 +89,20 @@ def unsupported(config: JobConfig) -> list[str]:
         if value:
             reasons.append(f"{key} names record constructs ({', '.join(value)})")
     return list(dict.fromkeys(reasons))
+
+
+def spark_only_input(config: JobConfig) -> str | None:
+    """The directory source's input format when only Spark's readers read it (None otherwise)."""
+    if config.source_class != DIRECTORY_SOURCE:
+        return None
+    given = config.properties.get(INPUT_FORMAT_KEY, "").strip().lower()
+    return given if given in SPARK_ONLY_INPUTS else None
+
+
+def spark_only_error(config: JobConfig, file_format: str, why: str) -> ConfigError:
+    """The error for an input format only Spark reads in a job the DataFrame engine will not run."""
+    return ConfigError(f"{INPUT_FORMAT_KEY}={file_format} is read by the DataFrame engine only, but job "
+                       f"{config.job_name!r} cannot run on it: {why}")
 
 
 def dataframe_blocker(config: JobConfig) -> str | None:
@@ -103,13 +129,18 @@ def choose(config: JobConfig) -> EngineChoice:
     kind = config.task_engine
     stages = [key for key, value in (("converter.sql.select", config.converter_sql_select),
                                      ("qualitychecker.row.sql", config.row_policy_sql)) if value is not None]
+    spark_input = spark_only_input(config)
     if kind is TaskEngineKind.RECORDS:
         if stages:
             raise sql_stages_error(config, stages, "task.engine=records")
+        if spark_input:
+            raise spark_only_error(config, spark_input, "task.engine=records")
         return EngineChoice(TaskEngineKind.RECORDS, "task.engine=records")
     reasons = unsupported(config)
     if stages and reasons:
         raise sql_stages_error(config, stages, "; ".join(reasons))
+    if spark_input and reasons and kind is TaskEngineKind.AUTO:
+        raise spark_only_error(config, spark_input, "; ".join(reasons))
     formats = {b.writer_output_format for b in config.branches} - {WriterOutputFormat.AVRO}
     if reasons and kind is TaskEngineKind.DATAFRAME:
         raise ConfigError(f"task.engine=dataframe: job {config.job_name!r} cannot run on the DataFrame engine: "

@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from pyspark.sql import Observation, SparkSession
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, Observation, SparkSession
 
 from events.errors import ConfigError
 from events.log import open_log
@@ -29,7 +30,9 @@ from spark_pipeline.connectors import Connector, given_connectors
 from spark_pipeline.constructs import MultiWorkUnit
 from spark_pipeline.dataframe import stages
 from spark_pipeline.dataframe.choice import EngineChoice, SourceKind, choose
-from spark_pipeline.dataframe.results import move_files, observed, staged_files, unit_metrics, unit_results
+from spark_pipeline.dataframe.files import directory_settings
+from spark_pipeline.dataframe.results import (StagedFile, move_files, observed, staged_files, unit_metrics,
+                                              unit_results)
 from spark_pipeline.dataframe.sources import read_units, record_schema, source_kind
 from spark_pipeline.dataframe.writers import WriterSettings, write_attempt
 from spark_pipeline.spark_runner import TaskProgress, submitted_settings, task_writer_name
@@ -53,7 +56,7 @@ def engine_for(config: JobConfig, spark: SparkSession | None = None) -> TaskEngi
             raise ConfigError(f"task.engine=dataframe: {what}")
         choice = EngineChoice(TaskEngineKind.RECORDS, f"task.engine=auto chose records: {what}")
     if choice.kind is TaskEngineKind.DATAFRAME:
-        WriterSettings.of(config, record_schema(source_kind(config)))
+        branch_writers(config, record_schema(config))
         return DataFrameTaskEngine(config, spark, choice)
     return SparkTaskEngine(config, spark, choice)
 
@@ -63,19 +66,32 @@ def missing_connectors(config: JobConfig, submitted: Mapping[str, str]) -> list[
     Spark itself: spark_session puts them on the classpath)."""
     if not submitted:
         return []
-    needed = {Connector.KAFKA} if source_kind(config) is SourceKind.KAFKA else set()
-    if config.writer_output_format is WriterOutputFormat.AVRO:
+    kind = source_kind(config)
+    needed = {Connector.KAFKA} if kind is SourceKind.KAFKA else set()
+    if any(b.writer_output_format is WriterOutputFormat.AVRO for b in config.branches) or (
+            kind is SourceKind.DIRECTORY and reads_avro(config)):
         needed.add(Connector.AVRO)
     return sorted(c.value for c in needed - given_connectors(submitted))
 
 
+def reads_avro(config: JobConfig) -> bool:
+    """Whether the directory source needs spark-avro to read (Avro files, or JSON by an Avro schema)."""
+    settings = directory_settings(config)
+    return settings.format == "avro" or (settings.format == "json" and settings.json_schema is not None)
+
+
+def branch_writers(config: JobConfig, schema: str | None) -> tuple[WriterSettings, ...]:
+    """Each branch's writer settings, in branch order (one for an unforked job)."""
+    return tuple(WriterSettings.of(config, schema, i) for i in range(config.fork_branches))
+
+
 @dataclass(frozen=True)
 class TaskPlan:
-    """What every task of a run shares: its job, run, writer settings and retry count."""
+    """What every task of a run shares: its job, run, each branch's writer settings and retry count."""
 
     config: JobConfig
     run_id: str
-    writer: WriterSettings
+    writers: tuple[WriterSettings, ...]
 
     @property
     def attempts(self) -> int:
@@ -93,7 +109,8 @@ class DataFrameTaskEngine(SparkTaskEngine):
 
     def run(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], progress: TaskProgress
             ) -> list[TaskOutcome]:
-        plan = TaskPlan(config, run_id, WriterSettings.of(config, record_schema(source_kind(config))))
+        units = [u for mwu in mwus for u in mwu.work_units]
+        plan = TaskPlan(config, run_id, branch_writers(config, record_schema(config, units)))
         check_stages(self.spark, config, mwus)
         lock = threading.Lock()
         done = [0, 0]
@@ -152,25 +169,58 @@ def run_task(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, emit: Emit
 
 def run_attempt(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, attempt: int
                 ) -> tuple[WorkUnitResult, ...]:
-    """Read, write (Spark's commit protocol) into a fresh attempt folder, then move each file to the task output."""
+    """Read, then write every branch (Spark's commit protocol) into a fresh attempt folder of the branch, then, once
+    every branch is written, move each file to its branch's task output. A forked job's records are cached once and
+    written once per branch."""
     config, units = plan.config, mwu.work_units
-    branch = config.branch(0)
-    folder = urls.join(str(branch.writer_staging_dir), plan.run_id, path_segment(mwu.multi_work_unit_id),
-                       f"attempt-{attempt}")
     frame = read_units(spark, config, units, attempt)
     if frame is None:
         return unit_results(units, [0] * len(units), [None] * len(units), [])
-    if source_kind(config) is SourceKind.SYNTHETIC:  # one record per offset: the plan gives the counts
-        write_attempt(stages.transform(config, frame), plan.writer, folder)
+    kind = source_kind(config)
+    observation = Observation() if kind is not SourceKind.SYNTHETIC else None
+    if observation is not None:  # Kafka's markers take offsets, a file's records are counted: Spark counts them
+        frame = frame.observe(observation, *unit_metrics(units, "offset" if kind is SourceKind.KAFKA else None))
+    records_frame = stages.transform(config, frame)
+    forked = len(plan.writers) > 1
+    if forked:
+        records_frame = records_frame.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        staged = [write_branch(plan, mwu, attempt, records_frame, branch) for branch in range(len(plan.writers))]
+    finally:
+        if forked:
+            records_frame.unpersist()
+    written = [move_files(spark, config.properties, files) for files in staged]  # every branch written: move
+    if observation is None:  # synthetic: one record per offset, the plan gives the counts
         records = [u.expected_high_watermark - u.low_watermark for u in units]
         last_offsets: list[int | None] = [u.expected_high_watermark - 1 if n else None for u, n in zip(units, records)]
-    else:  # Kafka: transaction markers and aborted records take offsets, so Spark counts while it writes
-        observation = Observation()
-        write_attempt(stages.transform(config, frame.observe(observation, *unit_metrics(units))), plan.writer, folder)
+    else:
         records, last_offsets = observed(observation, units)
+    return merge_branches([unit_results(units, records, last_offsets, moved, branch)
+                           for branch, moved in enumerate(written)])
+
+
+def write_branch(plan: TaskPlan, mwu: MultiWorkUnit, attempt: int, frame: DataFrame, index: int
+                 ) -> list[StagedFile]:
+    """One branch's write into its own attempt folder (under the branch's writer.staging.dir), and where each of its
+    files goes in the branch's task output (its writer.output.dir: the record engine's folders and names)."""
+    config = plan.config
+    branch = config.branch(index)
+    folder = urls.join(str(branch.writer_staging_dir), plan.run_id, path_segment(mwu.multi_work_unit_id),
+                       f"attempt-{attempt}")
+    write_attempt(frame, plan.writers[index], folder)
     output_root = urls.join(str(branch.writer_output_dir), plan.run_id)
-    staged = staged_files(FileSystems.of(config.properties), folder, units, output_root)
-    return unit_results(units, records, last_offsets, move_files(spark, config.properties, staged))
+    return staged_files(FileSystems.of(config.properties), folder, mwu.work_units, output_root)
+
+
+def merge_branches(per_branch: Sequence[tuple[WorkUnitResult, ...]]) -> tuple[WorkUnitResult, ...]:
+    """One result per work unit holding every branch's file, counted as the record engine counts a forked unit."""
+    merged = []
+    for results in zip(*per_branch):
+        files = tuple(f for r in results for f in r.output_files)
+        merged.append(results[0].model_copy(update={
+            "output_files": files, "records_written": sum(f.records for f in files),
+            "bytes_written": sum(f.size for f in files)}))
+    return tuple(merged)
 
 
 def check_stages(spark: SparkSession, config: JobConfig, mwus: Sequence[MultiWorkUnit]) -> None:

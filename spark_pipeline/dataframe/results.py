@@ -44,12 +44,15 @@ class MovedFile:
     checksum: str
 
 
-def unit_metrics(units: Sequence[WorkUnitSpec]) -> list[Column]:
-    """Per work unit: rows written (`n<i>`) and the last offset (`m<i>`), aggregated while Spark writes."""
+def unit_metrics(units: Sequence[WorkUnitSpec], offset: str | None) -> list[Column]:
+    """Per work unit: rows read (`n<i>`) and, when the records have an `offset` column, the last one (`m<i>`),
+    aggregated while Spark writes."""
     metrics: list[Column] = []
     for index in range(len(units)):
         mine = F.col(UNIT) == F.lit(index)
-        metrics += [F.count_if(mine).alias(f"n{index}"), F.max(F.when(mine, F.col("offset"))).alias(f"m{index}")]
+        metrics.append(F.count_if(mine).alias(f"n{index}"))
+        if offset is not None:
+            metrics.append(F.max(F.when(mine, F.col(offset))).alias(f"m{index}"))
     return metrics
 
 

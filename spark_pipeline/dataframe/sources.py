@@ -1,6 +1,7 @@
 """A task's work units as one DataFrame: the source's record columns plus `_wu`, the work unit's index in the task.
 
 Synthetic: one `spark.range` per work unit, computing in Spark SQL exactly the records `synthetic_record` gives.
+Directory: Spark's reader for the format on exactly each work unit's file (files.py).
 Kafka: one read of Spark's Kafka batch reader with `assign` and exact starting / ending offsets per partition from
 each work unit's low and expected high watermark, `failOnDataLoss` on, security from spark_kafka.py.
 """
@@ -10,7 +11,6 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from functools import reduce
-from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from events.errors import ConfigError
 from events.job import WorkUnitSpec
 from spark_pipeline.config import JobConfig
+from spark_pipeline.dataframe import files
 from spark_pipeline.dataframe.choice import SourceKind
 from spark_pipeline.sources import kafka_topic, synthetic
 from spark_pipeline.sources.synthetic import SyntheticSettings, SyntheticSource
@@ -35,9 +36,13 @@ def source_kind(config: JobConfig) -> SourceKind:
         raise ConfigError(f"source.class={config.source_class} has no DataFrame reader") from e
 
 
-def record_schema(kind: SourceKind) -> dict[str, Any]:
-    """The Avro schema of the source's records (the record engine's)."""
-    return synthetic.SCHEMA if kind is SourceKind.SYNTHETIC else kafka_topic.SCHEMA
+def record_schema(config: JobConfig, units: Sequence[WorkUnitSpec] = ()) -> str | None:
+    """The Avro schema (JSON) of the source's records, the record engine's; None when Spark derives it from the
+    columns (formats only Spark reads). The directory's `avro` format takes it from the run's `units`."""
+    kind = source_kind(config)
+    if kind is SourceKind.DIRECTORY:
+        return files.avro_schema(config, units)
+    return json.dumps(synthetic.SCHEMA if kind is SourceKind.SYNTHETIC else kafka_topic.SCHEMA)
 
 
 def read_units(spark: SparkSession, config: JobConfig, units: Sequence[WorkUnitSpec], attempt: int
@@ -46,10 +51,15 @@ def read_units(spark: SparkSession, config: JobConfig, units: Sequence[WorkUnitS
     live = [(i, u) for i, u in enumerate(units) if u.expected_high_watermark > u.low_watermark]
     if not live:
         return None
-    if source_kind(config) is SourceKind.SYNTHETIC:
+    kind = source_kind(config)
+    if kind is SourceKind.SYNTHETIC:
         settings: SyntheticSettings = SyntheticSource(config).settings()
         frames = [synthetic_frame(spark, settings, u, i, attempt) for i, u in live]
         return reduce(DataFrame.unionByName, frames)
+    if kind is SourceKind.DIRECTORY:
+        directory = files.directory_settings(config)
+        return reduce(DataFrame.unionByName, [files.file_frame(spark, directory, u).withColumn(UNIT, F.lit(i))
+                                              for i, u in live])
     return kafka_frame(spark, config, live)
 
 

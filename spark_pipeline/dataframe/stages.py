@@ -37,10 +37,19 @@ def transform(config: JobConfig, frame: DataFrame) -> DataFrame:
 def checked(frame: DataFrame, condition: str) -> DataFrame:
     """`frame`, failing at the first record where `condition` is false or null (Gobblin's MANDATORY row policy)."""
     holds = _expression(frame, POLICY_KEY, condition)
-    message = F.concat(F.lit(f"{POLICY_KEY} {condition!r} failed for the record at offset "),
-                       F.col("offset").cast("string"), F.lit(" of partition "), F.col("partition").cast("string"))
+    message = F.concat(F.lit(f"{POLICY_KEY} {condition!r} failed for the record at "), where(frame))
     gate = F.when(F.coalesce(holds, F.lit(False)), F.lit(True)).otherwise(F.raise_error(message))
     return frame.where(gate)
+
+
+def where(frame: DataFrame) -> F.Column:
+    """Where a record is, for an error: its offset and partition (Kafka, synthetic) or its file and line."""
+    if "offset" in frame.columns:
+        return F.concat(F.lit("offset "), F.col("offset").cast("string"), F.lit(" of partition "),
+                        F.col("partition").cast("string"))
+    if "line_number" in frame.columns:
+        return F.concat(F.lit("line "), F.col("line_number").cast("string"), F.lit(" of file "), F.col("file"))
+    return F.lit("a record (its file has no line numbers)")
 
 
 def selected(frame: DataFrame, select_list: str) -> DataFrame:

@@ -7,9 +7,7 @@ output as `<dataset>/<partition>_<low>-<high>.<ext>`, the record engine's name f
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Any
 
 from pyspark.sql import DataFrame
 
@@ -44,20 +42,30 @@ class WriterSettings:
     """The records' Avro schema; None when SQL stages make the columns (Spark derives it from them)."""
 
     @classmethod
-    def of(cls, config: JobConfig, schema: dict[str, Any]) -> WriterSettings:
-        """The job's writer.output.format and writer.codec.type; a ConfigError naming the key if not written here."""
-        output_format = config.writer_output_format
+    def of(cls, config: JobConfig, schema: str | None, branch: int = 0) -> WriterSettings:
+        """A branch's writer.output.format and writer.codec.type (their `.N` forms first, in a forked job); a
+        ConfigError naming the key if not written here. `schema`: the records' Avro schema (JSON), if known."""
+        output_format = config.branch(branch).writer_output_format
+        where = f" (branch {branch})" if config.fork_branches > 1 else ""
         codecs = CODECS.get(output_format)
         if codecs is None:
-            raise ConfigError(f"writer.output.format={output_format.value} is not written by the DataFrame engine "
-                              f"({', '.join(f.value for f in CODECS)})")
-        given = config.properties.get(CODEC_KEY, "").strip().lower()
+            raise ConfigError(f"writer.output.format{where}={output_format.value} is not written by the DataFrame "
+                              f"engine ({', '.join(f.value for f in CODECS)})")
+        key = codec_key(config, branch)
+        given = config.properties.get(key, "").strip().lower()
         codec = given or next(iter(codecs))
         if codec not in codecs:
-            raise ConfigError(f"{CODEC_KEY}={given!r} is not a codec of {output_format.value} output (one of "
+            raise ConfigError(f"{key}={given!r} is not a codec of {output_format.value} output (one of "
                               f"{', '.join(codecs)})")
         converted = config.converter_sql_select is not None
-        return cls(output_format, codecs[codec], None if converted else json.dumps(schema))
+        return cls(output_format, codecs[codec], None if converted else schema)
+
+
+def codec_key(config: JobConfig, branch: int) -> str:
+    """The key a branch's codec is read from: `writer.codec.type.N` over `writer.codec.type` (the records engine's
+    rule for a branch's writer keys)."""
+    own = f"{CODEC_KEY}.{branch}"
+    return own if config.properties.get(own, "").strip() else CODEC_KEY
 
 
 def write_attempt(frame: DataFrame, settings: WriterSettings, folder: str) -> None:

@@ -24,6 +24,11 @@ Files are taken oldest first (mtime, then path), at most `source.filebased.max.f
 unit's estimated_records is the bytes it has left to read. The state grows by one entry per file: keep a
 directory's files few (move old ones away, or lay them out in sub-directories: one dataset each).
 
+Formats (`source.filebased.format`): `lines`, `json` and `avro` on both engines; `parquet`, `orc` and `csv` on the
+DataFrame engine only (Spark's readers, spark_pipeline/dataframe/files.py), read whole, with the schema of
+`source.filebased.schema` (Spark DDL) or inferred by Spark once when the run is planned, and recorded in each work
+unit's `source.filebased.spark.schema`, so the run's events say what schema its files were read with.
+
 The directory may be local, on HDFS (`hdfs://`, `webhdfs://`) or in an S3 bucket (`s3a://`, `s3://`): it is listed
 and read through `filesystems` only (stores serve ranged reads, so a resumed file is opened at its byte offset).
 S3 has no folders and no rename: an object is written whole (never seen in part), a folder exists only through
@@ -49,7 +54,7 @@ from fastavro.read import SchemaResolutionError
 from fastavro.schema import SchemaParseException
 from fastavro.validation import ValidationError as AvroValidationError
 from fastavro.validation import validate
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from events.job import WorkUnitSpec
 from filesystems import urls
@@ -64,6 +69,11 @@ SCALE = 1_000_000
 COMPLETE = SCALE - 1
 DIRECTORY = "source.filebased.data.directory"
 FILE, SCHEMA_PROPERTY = "source.filebased.file", "source.filebased.avro.schema"
+FORMAT_KEY, SPARK_SCHEMA_KEY = "source.filebased.format", "source.filebased.schema"
+SPARK_SCHEMA_PROPERTY = "source.filebased.spark.schema"
+"""A work unit's Spark schema (DDL) for the formats only Spark reads: the job's, or inferred once per run."""
+SPARK_ONLY_FORMATS = ("parquet", "orc", "csv")
+"""Input formats the DataFrame engine reads (Spark's readers) and the records engine does not."""
 HIDDEN = (".", "_")
 READ_BUFFER = 1 << 20  # remote reads are round trips: read ahead in large chunks
 LINES_SCHEMA: dict[str, Any] = {
@@ -100,11 +110,24 @@ class DirectorySettings(BaseModel):
     pattern: str = Field(default="*", alias="source.filebased.files.pattern", min_length=1)
     """A glob matched against file names (against the relative path when it holds a '/')."""
     recursive: bool = Field(default=False, alias="source.filebased.recursive")
-    format: Annotated[Literal["lines", "avro", "json"], BeforeValidator(_lower)] = Field(
+    format: Annotated[Literal["lines", "avro", "json", "parquet", "orc", "csv"], BeforeValidator(_lower)] = Field(
         default="lines", alias="source.filebased.format")
     max_files: int | None = Field(default=None, ge=1, alias="source.filebased.max.files.per.run")
     json_schema: str | None = Field(default=None, alias="source.filebased.json.schema")
     """For `json`: an Avro record schema the objects are records of; without it, records carry the JSON text."""
+    spark_schema: str | None = Field(default=None, alias="source.filebased.schema", min_length=1)
+    """For `parquet`, `orc`, `csv` (DataFrame engine): the records' schema as a Spark DDL string; without it,
+    Spark infers it once per run from the run's files."""
+    csv_header: bool = Field(default=True, alias="source.filebased.csv.header")
+    """For `csv`: whether each file's first line names the columns (it is then not a record)."""
+
+    @field_validator("spark_schema")
+    @classmethod
+    def _spark_schema_format(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("format") not in SPARK_ONLY_FORMATS:
+            raise ValueError(f"a Spark schema is for the formats Spark reads ({', '.join(SPARK_ONLY_FORMATS)}), not "
+                             f"{info.data.get('format')!r}")
+        return value
 
     @field_validator("json_schema")
     @classmethod
@@ -146,9 +169,11 @@ class DirectorySource(Source):
                             key=lambda c: (c.mtime_ns, c.relative))[:settings.max_files]
         schema = (_avro_schema(self.file_systems, candidates[0].path)
                   if candidates and settings.format == "avro" else None)
+        spark_schema = _spark_schema(settings, [c.path for c in candidates]) if candidates else None
         units = []
         for c in candidates:
-            properties = {FILE: c.path} | ({SCHEMA_PROPERTY: schema} if schema else {})
+            properties = ({FILE: c.path} | ({SCHEMA_PROPERTY: schema} if schema else {})
+                          | ({SPARK_SCHEMA_PROPERTY: spark_schema} if spark_schema else {}))
             units.append(WorkUnitSpec(
                 work_unit_id=f"{c.relative}@{c.low}", dataset_urn=self._urn(c.relative), partition=c.relative,
                 low_watermark=c.low, expected_high_watermark=complete(c.size),
@@ -172,11 +197,23 @@ class DirectorySource(Source):
 
     def get_extractor(self, state: WorkUnitState) -> Extractor:
         settings: DirectorySettings = self.settings()
+        if settings.format in SPARK_ONLY_FORMATS:
+            raise SourceError(f"{FORMAT_KEY}={settings.format} is read by the DataFrame engine only (task.engine)")
         if settings.format == "avro":
             return AvroFileExtractor(state, self.file_systems)
         if settings.format == "lines":
             return LinesExtractor(state, self.file_systems)
         return JsonLinesExtractor(state, self.file_systems, settings.json_schema)
+
+
+def _spark_schema(settings: DirectorySettings, paths: list[str]) -> str | None:
+    """The Spark schema (DDL) of a format only Spark reads: the job's, or inferred by Spark over the run's files."""
+    if settings.format not in SPARK_ONLY_FORMATS:
+        return None
+    from spark_pipeline.dataframe.files import checked_schema, infer_schema  # Spark only for Spark's formats
+    if settings.spark_schema is not None:
+        return checked_schema(settings.spark_schema)
+    return infer_schema(settings.format, paths, settings.csv_header)
 
 
 def _root(directory: str) -> str:

@@ -176,10 +176,11 @@ def test_auto_runs_a_job_with_a_record_converter_on_the_records_engine_and_says_
 def test_asking_for_what_the_dataframe_engine_cannot_do_names_the_key(tmp_path: Path) -> None:
     config = JobConfig.from_properties({
         "job.name": "j", "source.class": "spark_pipeline.sources.directory.DirectorySource",
-        "source.filebased.data.directory": str(tmp_path), "writer.staging.dir": str(tmp_path / "s"),
+        "source.filebased.data.directory": "hdfs://127.0.0.1:9/in", "writer.staging.dir": str(tmp_path / "s"),
         "writer.output.dir": str(tmp_path / "o"), "data.publisher.final.dir": str(tmp_path / "f"),
         "task.engine": "DataFrame"})
-    with pytest.raises(ConfigError, match=r"task.engine=dataframe: .*source.class=spark_pipeline.sources.directory"):
+    with pytest.raises(ConfigError, match=r"task.engine=dataframe: .*source.filebased.data.directory=hdfs://.* "
+                                          r"remote file system"):
         choose(config)
     with pytest.raises(ConfigError, match="task.engine"):
         JobConfig.from_properties({**config.properties, "task.engine": "spark"})

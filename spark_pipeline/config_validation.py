@@ -35,6 +35,7 @@ from spark_pipeline.config import (
     GOBBLIN_PREFIXES_NOT_USED,
     LOG_PREFIX,
     MAX_BRANCHES,
+    PolicyType,
     PARALLEL_COMMITS,
     PATH_KEYS,
     PUBLISHER_FS_URI,
@@ -655,6 +656,9 @@ class _Checker:
         errors = policy_messages(core.row_policy_classes, core.row_policy_types, ROW_POLICY_TYPES,
                                  row_level=True, row_err_file=core.row_err_file)
         errors += policy_messages(core.task_policy_classes, core.task_policy_types, TASK_POLICY_TYPES, row_level=False)
+        if core.row_policy_sql_type is PolicyType.ERR_FILE and core.row_err_file is None:
+            errors.append(("qualitychecker.row.sql.type", "'qualitychecker.row.sql.type' is ERR_FILE but "
+                                                          "'qualitychecker.row.err.file' is not set"))
         for key, message in errors:
             self.problem(key, message)
 

@@ -10,6 +10,7 @@ from enum import StrEnum
 
 from events.errors import ConfigError
 from filesystems import urls
+from spark_pipeline.dataframe.avro_types import converter_problem
 from spark_pipeline.config import (
     DEFAULT_WRITER_BUILDER,
     JobCommitPolicy,
@@ -56,7 +57,7 @@ def unsupported(config: JobConfig) -> list[str]:
         reasons.append("fork.branches / fork.operator.class: forks are not DataFrame stages yet")
     for branch in config.branches:
         where = f" (branch {branch.index})" if config.fork_branches > 1 else ""
-        for key, value in (("converter.classes", branch.converter_classes),
+        for key, value in (("converter.classes", branch.converter_classes),  # `.N` keys: a branch's own
                            ("qualitychecker.row.policies", branch.row_policy_classes),
                            ("qualitychecker.task.policies", branch.task_policy_classes)):
             if value:
@@ -72,10 +73,9 @@ def unsupported(config: JobConfig) -> list[str]:
         if branch.writer_output_format not in DATAFRAME_FORMATS:
             reasons.append(f"writer.output.format{where}={branch.writer_output_format.value} is not a format of "
                            f"Spark's writers here ({', '.join(sorted(DATAFRAME_FORMATS))})")
-    for key, value in (("converter.classes", config.converter_classes),
-                       ("qualitychecker.row.policies", config.row_policy_classes)):
-        if value:
-            reasons.append(f"{key} names record constructs ({', '.join(value)})")
+    converters = converter_problem(config)  # the master branch's run through mapInArrow when Spark can hold them
+    if converters is not None:
+        reasons.append(converters)
     return list(dict.fromkeys(reasons))
 
 
@@ -102,7 +102,9 @@ def choose(config: JobConfig) -> EngineChoice:
     write."""
     kind = config.task_engine
     stages = [key for key, value in (("converter.sql.select", config.converter_sql_select),
-                                     ("qualitychecker.row.sql", config.row_policy_sql)) if value is not None]
+                                     ("qualitychecker.row.sql", config.row_policy_sql),
+                                     ("converter.dataframe.functions", config.converter_dataframe_functions or None))
+              if value is not None]
     if kind is TaskEngineKind.RECORDS:
         if stages:
             raise sql_stages_error(config, stages, "task.engine=records")

@@ -9,6 +9,7 @@ per job, so there is no partial result for the `partial` commit policy to publis
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import traceback
@@ -29,8 +30,19 @@ from spark_pipeline.connectors import Connector, given_connectors
 from spark_pipeline.constructs import MultiWorkUnit
 from spark_pipeline.dataframe import stages
 from spark_pipeline.dataframe.choice import EngineChoice, SourceKind, choose
-from spark_pipeline.dataframe.results import move_files, observed, staged_files, unit_metrics, unit_results
-from spark_pipeline.dataframe.sources import read_units, record_schema, source_kind
+from spark_pipeline.dataframe.avro_types import converted_schema
+from spark_pipeline.dataframe.errfile import write_diverted
+from spark_pipeline.dataframe.record_stages import Attempt
+from spark_pipeline.dataframe.results import (
+    counted,
+    move_files,
+    observed,
+    staged_files,
+    unit_counts,
+    unit_metrics,
+    unit_results,
+)
+from spark_pipeline.dataframe.sources import read_units, source_kind
 from spark_pipeline.dataframe.writers import WriterSettings, write_attempt
 from spark_pipeline.spark_runner import TaskProgress, submitted_settings, task_writer_name
 from spark_pipeline.task_engine import SparkTaskEngine, TaskEngine, job_group
@@ -38,6 +50,7 @@ from spark_pipeline.task_runner import TaskOutcome, executor_name
 from spark_pipeline.writers import path_segment
 
 Emit = Callable[[Sequence[Event]], object]
+log = logging.getLogger(__name__)
 ERROR_CHARS = 4000
 
 
@@ -53,7 +66,7 @@ def engine_for(config: JobConfig, spark: SparkSession | None = None) -> TaskEngi
             raise ConfigError(f"task.engine=dataframe: {what}")
         choice = EngineChoice(TaskEngineKind.RECORDS, f"task.engine=auto chose records: {what}")
     if choice.kind is TaskEngineKind.DATAFRAME:
-        WriterSettings.of(config, record_schema(source_kind(config)))
+        WriterSettings.of(config, converted_schema(config))
         return DataFrameTaskEngine(config, spark, choice)
     return SparkTaskEngine(config, spark, choice)
 
@@ -93,7 +106,7 @@ class DataFrameTaskEngine(SparkTaskEngine):
 
     def run(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], progress: TaskProgress
             ) -> list[TaskOutcome]:
-        plan = TaskPlan(config, run_id, WriterSettings.of(config, record_schema(source_kind(config))))
+        plan = TaskPlan(config, run_id, WriterSettings.of(config, converted_schema(config)))
         check_stages(self.spark, config, mwus)
         lock = threading.Lock()
         done = [0, 0]
@@ -160,17 +173,31 @@ def run_attempt(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, attempt
     frame = read_units(spark, config, units, attempt)
     if frame is None:
         return unit_results(units, [0] * len(units), [None] * len(units), [])
-    if source_kind(config) is SourceKind.SYNTHETIC:  # one record per offset: the plan gives the counts
-        write_attempt(stages.transform(config, frame), plan.writer, folder)
-        records = [u.expected_high_watermark - u.low_watermark for u in units]
-        last_offsets: list[int | None] = [u.expected_high_watermark - 1 if n else None for u, n in zip(units, records)]
-    else:  # Kafka: transaction markers and aborted records take offsets, so Spark counts while it writes
-        observation = Observation()
-        write_attempt(stages.transform(config, frame.observe(observation, *unit_metrics(units))), plan.writer, folder)
-        records, last_offsets = observed(observation, units)
-    output_root = urls.join(str(branch.writer_output_dir), plan.run_id)
-    staged = staged_files(FileSystems.of(config.properties), folder, units, output_root)
-    return unit_results(units, records, last_offsets, move_files(spark, config.properties, staged))
+    synthetic = source_kind(config) is SourceKind.SYNTHETIC  # one record per offset: the plan gives the counts
+    read = None if synthetic else Observation()  # Kafka: markers and aborted records take offsets: Spark counts
+    staged = stages.transform(config, frame if read is None else frame.observe(read, *unit_metrics(units)),
+                              Attempt(plan.run_id, mwu.multi_work_unit_id, attempt, units))
+    wrote = Observation() if staged.drops else None
+    try:
+        write_attempt(staged.written if wrote is None else staged.written.observe(wrote, *unit_counts(units)),
+                      plan.writer, folder)
+        if read is None:
+            records = [u.expected_high_watermark - u.low_watermark for u in units]
+            last_offsets: list[int | None] = [u.expected_high_watermark - 1 if n else None
+                                              for u, n in zip(units, records)]
+        else:
+            records, last_offsets = observed(read, units)
+        output_root = urls.join(str(branch.writer_output_dir), plan.run_id)
+        staged_out = staged_files(FileSystems.of(config.properties), folder, units, output_root)
+        results = unit_results(units, records, last_offsets, move_files(spark, config.properties, staged_out),
+                               written=None if wrote is None else counted(wrote, units))
+        diverted = write_diverted(config.row_err_file, plan.run_id, mwu.multi_work_unit_id, units, staged.diverted)
+    finally:
+        staged.release()
+    if staged.flagged or diverted:
+        log.info("task %s attempt %d: %d record(s) failed an OPTIONAL row policy, %d diverted to the error file",
+                 mwu.multi_work_unit_id, attempt, staged.flagged_count(), diverted)
+    return results
 
 
 def check_stages(spark: SparkSession, config: JobConfig, mwus: Sequence[MultiWorkUnit]) -> None:
@@ -179,7 +206,7 @@ def check_stages(spark: SparkSession, config: JobConfig, mwus: Sequence[MultiWor
     units = [u for mwu in mwus for u in mwu.work_units if u.expected_high_watermark > u.low_watermark][:1]
     frame = read_units(spark, config, units, 1) if units and stages.has_stages(config) else None
     if frame is not None:
-        stages.transform(config, frame)
+        stages.transform(config, frame, Attempt("planning", "planning", 1, tuple(units))).release()
 
 
 def attempt_error(error: BaseException) -> str:

@@ -58,10 +58,10 @@ def unsupported(config: JobConfig) -> list[str]:
     for branch in config.branches:
         where = f" (branch {branch.index})" if config.fork_branches > 1 else ""
         for key, value in (("converter.classes", branch.converter_classes),  # `.N` keys: a branch's own
-                           ("qualitychecker.row.policies", branch.row_policy_classes),
-                           ("qualitychecker.task.policies", branch.task_policy_classes)):
+                           ("qualitychecker.row.policies", branch.row_policy_classes)):
             if value:
-                reasons.append(f"{key}{where} names record constructs ({', '.join(value)})")
+                reasons.append(f"{key}.{branch.index} names a branch's record constructs ({', '.join(value)}): "
+                               f"only the master branch's run on the DataFrame engine")
         if branch.writer_builder_class != DEFAULT_WRITER_BUILDER:
             reasons.append(f"writer.builder.class{where}={branch.writer_builder_class} is a record writer")
         remote = [key for key, folder in (("writer.staging.dir", branch.writer_staging_dir),

@@ -21,6 +21,7 @@ from pyspark.sql import Observation, SparkSession
 
 from events.errors import ConfigError
 from events.log import open_log
+from events.job import WorkUnitSpec
 from events.model import Event, TaskFields
 from events.task import TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
 from filesystems import urls
@@ -33,6 +34,7 @@ from spark_pipeline.dataframe.choice import EngineChoice, SourceKind, choose
 from spark_pipeline.dataframe.avro_types import converted_schema
 from spark_pipeline.dataframe.errfile import write_diverted
 from spark_pipeline.dataframe.record_stages import Attempt
+from spark_pipeline.dataframe.task_policies import check_units
 from spark_pipeline.dataframe.results import (
     counted,
     move_files,
@@ -44,6 +46,7 @@ from spark_pipeline.dataframe.results import (
 )
 from spark_pipeline.dataframe.sources import read_units, source_kind
 from spark_pipeline.dataframe.writers import WriterSettings, write_attempt
+from spark_pipeline.task_flow import TaskQualityError
 from spark_pipeline.spark_runner import TaskProgress, submitted_settings, task_writer_name
 from spark_pipeline.task_engine import SparkTaskEngine, TaskEngine, job_group
 from spark_pipeline.task_runner import TaskOutcome, executor_name
@@ -165,32 +168,31 @@ def run_task(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, emit: Emit
 
 def run_attempt(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, attempt: int
                 ) -> tuple[WorkUnitResult, ...]:
-    """Read, write (Spark's commit protocol) into a fresh attempt folder, then move each file to the task output."""
+    """Read, write (Spark's commit protocol) into a fresh attempt folder, judge the counts by the task-level policies,
+    then move each file to the task output and write the diverted records to the error file."""
     config, units = plan.config, mwu.work_units
     branch = config.branch(0)
     folder = urls.join(str(branch.writer_staging_dir), plan.run_id, path_segment(mwu.multi_work_unit_id),
                        f"attempt-{attempt}")
     frame = read_units(spark, config, units, attempt)
     if frame is None:
-        return unit_results(units, [0] * len(units), [None] * len(units), [])
-    synthetic = source_kind(config) is SourceKind.SYNTHETIC  # one record per offset: the plan gives the counts
-    read = None if synthetic else Observation()  # Kafka: markers and aborted records take offsets: Spark counts
+        zeros = [0] * len(units)
+        judge_units(config, units, zeros, zeros, zeros, folder)
+        return unit_results(units, zeros, [None] * len(units), [])
+    read = None if source_kind(config) is SourceKind.SYNTHETIC else Observation()
     staged = stages.transform(config, frame if read is None else frame.observe(read, *unit_metrics(units)),
                               Attempt(plan.run_id, mwu.multi_work_unit_id, attempt, units))
     wrote = Observation() if staged.drops else None
     try:
         write_attempt(staged.written if wrote is None else staged.written.observe(wrote, *unit_counts(units)),
                       plan.writer, folder)
-        if read is None:
-            records = [u.expected_high_watermark - u.low_watermark for u in units]
-            last_offsets: list[int | None] = [u.expected_high_watermark - 1 if n else None
-                                              for u, n in zip(units, records)]
-        else:
-            records, last_offsets = observed(read, units)
+        records, last_offsets = read_counts(units, read)
+        written = records if wrote is None else counted(wrote, units)
+        judge_units(config, units, records, written, staged.rejected_counts(len(units)), folder)
         output_root = urls.join(str(branch.writer_output_dir), plan.run_id)
         staged_out = staged_files(FileSystems.of(config.properties), folder, units, output_root)
         results = unit_results(units, records, last_offsets, move_files(spark, config.properties, staged_out),
-                               written=None if wrote is None else counted(wrote, units))
+                               written=written)
         diverted = write_diverted(config.row_err_file, plan.run_id, mwu.multi_work_unit_id, units, staged.diverted)
     finally:
         staged.release()
@@ -198,6 +200,27 @@ def run_attempt(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, attempt
         log.info("task %s attempt %d: %d record(s) failed an OPTIONAL row policy, %d diverted to the error file",
                  mwu.multi_work_unit_id, attempt, staged.flagged_count(), diverted)
     return results
+
+
+def read_counts(units: Sequence[WorkUnitSpec], read: Observation | None) -> tuple[list[int], list[int | None]]:
+    """Each work unit's records read and last offset: the plan's for the synthetic source (one record per offset),
+    else what Spark observed (Kafka: transaction markers and aborted records take offsets)."""
+    if read is not None:
+        return observed(read, units)
+    records = [u.expected_high_watermark - u.low_watermark for u in units]
+    return records, [u.expected_high_watermark - 1 if n else None for u, n in zip(units, records)]
+
+
+def judge_units(config: JobConfig, units: Sequence[WorkUnitSpec], read: list[int], written: list[int],
+                rejected: list[int], folder: str) -> None:
+    """The job's task-level policies on each work unit's counts; a MANDATORY failure drops the attempt's output."""
+    if not config.branch(0).task_policies:
+        return
+    try:
+        check_units(config, units, read, written, rejected)
+    except TaskQualityError:
+        FileSystems.of(config.properties).remove_tree(folder)
+        raise
 
 
 def check_stages(spark: SparkSession, config: JobConfig, mwus: Sequence[MultiWorkUnit]) -> None:

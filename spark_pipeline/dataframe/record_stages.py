@@ -5,19 +5,22 @@ schema.
 
 Same semantics as task_flow.py's master branch: each converter converts every output of the one before (1:0, 1:1
 or 1:N); then every row policy judges each record: a failing MANDATORY one drops it, a failing ERR_FILE one diverts
-it to the error file (once per failing ERR_FILE policy, as the record engine appends it), OPTIONAL ones only count.
+it to the error file (once per failing ERR_FILE policy, as the record engine appends it), a failing OPTIONAL one
+lets it through. The verdict column says which, for the split in stages.py and the rejected counts of task-level
+policies.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import BooleanType, IntegerType, StructField, StructType
+from pyspark.sql.types import IntegerType, StructField, StructType
 
 from events.job import WorkUnitSpec
 from spark_pipeline.config import JobConfig, PolicyType
@@ -27,7 +30,17 @@ from spark_pipeline.dataframe.sources import UNIT
 from spark_pipeline.task_flow import chain_schema, convert, make_construct
 
 POLICIES_KEY = "qualitychecker.row.policies"
-DIVERTED = "_oncelog_diverted"
+VERDICT = "_oncelog_verdict"
+"""What the row policies made of a record (never written): one of the Verdict values."""
+
+
+class Verdict(IntEnum):
+    """A record's fate: written, or not, and whether it goes to the error file and counts as rejected."""
+
+    KEPT = 0
+    DIVERTED = 1  # to the error file, and rejected (counted once per record)
+    DIVERTED_AGAIN = 2  # a further ERR_FILE policy's copy (the record engine appends it once per failing policy)
+    DROPPED = 3  # rejected by a MANDATORY policy only
 
 
 @dataclass(frozen=True)
@@ -51,11 +64,9 @@ def diverts(config: JobConfig) -> bool:
 
 
 def output_struct(config: JobConfig) -> StructType:
-    """The adapter's output columns: the converters' Avro schema as Spark's, the work unit, and the diverted flag."""
-    fields = [*struct_type(converted_schema(config)).fields, StructField(UNIT, IntegerType(), False)]
-    if diverts(config):
-        fields.append(StructField(DIVERTED, BooleanType(), False))
-    return StructType(fields)
+    """The adapter's output columns: the converters' Avro schema as Spark's, the work unit, and the verdict."""
+    return StructType([*struct_type(converted_schema(config)).fields, StructField(UNIT, IntegerType(), False),
+                       StructField(VERDICT, IntegerType(), False)])
 
 
 def record_stage(config: JobConfig, frame: DataFrame, attempt: Attempt) -> DataFrame:
@@ -74,7 +85,7 @@ class BatchAdapter:
         self.schema = schema
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        flow = RecordFlow(self.config, self.attempt, DIVERTED in self.schema.names)
+        flow = RecordFlow(self.config, self.attempt)
         for batch in batches:
             rows = [out for record in batch.to_pylist() for out in flow.process(record)]
             yield pa.RecordBatch.from_pylist(rows, schema=self.schema)
@@ -83,10 +94,9 @@ class BatchAdapter:
 class RecordFlow:
     """One partition's converters and row policies, with a WorkUnitState per work unit."""
 
-    def __init__(self, config: JobConfig, attempt: Attempt, flag: bool) -> None:
+    def __init__(self, config: JobConfig, attempt: Attempt) -> None:
         self.config = config
         self.attempt = attempt
-        self.flag = flag
         self.converters = [make_construct(config, CONVERTERS_KEY, p, Converter) for p in config.converter_classes]
         self.policies = [make_construct(config, POLICIES_KEY, p.class_path, RowLevelPolicy, p.type)
                          for p in config.row_policies]
@@ -101,16 +111,16 @@ class RecordFlow:
         return self.units[index]
 
     def process(self, row: dict[str, Any]) -> list[dict[str, Any]]:
-        """The rows one source record becomes: each converted record kept, diverted (flagged) or dropped."""
+        """The rows one source record becomes: each converted record with its verdict."""
         index = row.pop(UNIT)
         state, schemas = self.unit(index)
         outputs = convert(self.converters, schemas, row, state) if self.converters else [row]
         rows: list[dict[str, Any]] = []
         for record in outputs:
             keep, diverted = judge(self.policies, record)
-            rows += [{**record, UNIT: index, DIVERTED: True}] * diverted
-            if keep:
-                rows.append({**record, UNIT: index, DIVERTED: False} if self.flag else {**record, UNIT: index})
+            verdicts = ([Verdict.KEPT] if keep else [Verdict.DIVERTED] if diverted else [Verdict.DROPPED])
+            verdicts += [Verdict.DIVERTED_AGAIN] * max(0, diverted - 1)
+            rows += [{**record, UNIT: index, VERDICT: int(v)} for v in verdicts]
         return rows
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, Observation
@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from events.errors import ConfigError
 from spark_pipeline.config import JobConfig, PolicyType
-from spark_pipeline.dataframe.record_stages import DIVERTED, Attempt, diverts, has_record_stages, record_stage
+from spark_pipeline.dataframe.record_stages import VERDICT, Attempt, Verdict, diverts, has_record_stages, record_stage
 from spark_pipeline.dataframe.sources import UNIT
 
 SELECT_KEY = "converter.sql.select"
@@ -45,6 +45,8 @@ class Staged:
     """Per OPTIONAL policy: how many records failed it (`flagged`), known once the write ran."""
     drops: bool = False
     """Whether fewer records may be written than were read (a work unit's written count is then observed)."""
+    rejected: tuple[Observation, ...] = ()
+    """Per dropping or diverting stage: the records each work unit rejected (`r<i>`), known once the write ran."""
 
     def release(self) -> None:
         """Drop what was persisted for the attempt."""
@@ -54,6 +56,10 @@ class Staged:
     def flagged_count(self) -> int:
         """Records that failed an OPTIONAL policy (each policy counted apart)."""
         return sum(int(o.get.get("flagged") or 0) for o in self.flagged)
+
+    def rejected_counts(self, units: int) -> list[int]:
+        """Per work unit: the records its row policies rejected (dropped or diverted), as the record engine counts."""
+        return [sum(int(o.get.get(f"r{i}") or 0) for o in self.rejected) for i in range(units)]
 
 
 def has_stages(config: JobConfig) -> bool:
@@ -66,38 +72,49 @@ def transform(config: JobConfig, frame: DataFrame, attempt: Attempt = PLANNING) 
     """The records the job writes: `frame` through its record converters and row policies (mapInArrow), checked by
     its SQL row policy, converted by its select list, then by its DataFrame functions."""
     staged = Staged(frame)
+    units = len(attempt.units)
     if has_record_stages(config):
-        adapted = record_stage(config, frame, attempt)
-        staged = diverting(staged, adapted) if diverts(config) else Staged(adapted, drops=True)
+        staged = judged(staged, record_stage(config, frame, attempt), units, diverts(config))
     if config.row_policy_sql is not None:
-        staged = policy_stage(staged, config.row_policy_sql, config.row_policy_sql_type)
+        staged = policy_stage(staged, config.row_policy_sql, config.row_policy_sql_type, units)
     frame = staged.written
     if config.converter_sql_select is not None:
         frame = selected(frame, config.converter_sql_select)
     for path in config.converter_dataframe_functions:
         frame = applied(frame, path)
-    return Staged(frame, staged.diverted, staged.cached, staged.flagged, staged.drops)
+    return replace(staged, written=frame)
 
 
-def policy_stage(staged: Staged, condition: str, kind: PolicyType) -> Staged:
+def policy_stage(staged: Staged, condition: str, kind: PolicyType, units: int) -> Staged:
     """The SQL row policy of the given type over the records so far."""
     frame = staged.written
     if kind is PolicyType.MANDATORY:
-        return Staged(checked(frame, condition), staged.diverted, staged.cached, staged.flagged, staged.drops)
+        return replace(staged, written=checked(frame, condition))
     holds = F.coalesce(_expression(frame, POLICY_KEY, condition), F.lit(False))
     if kind is PolicyType.OPTIONAL:
         observation = Observation()
         counted = frame.observe(observation, F.count_if(~holds).alias("flagged"))
-        return Staged(counted, staged.diverted, staged.cached, (*staged.flagged, observation), staged.drops)
-    return diverting(staged, frame.withColumn(DIVERTED, ~holds))
+        return replace(staged, written=counted, flagged=(*staged.flagged, observation))
+    verdict = F.when(holds, F.lit(int(Verdict.KEPT))).otherwise(F.lit(int(Verdict.DIVERTED)))
+    return judged(staged, frame.withColumn(VERDICT, verdict), units, diverting=True)
 
 
-def diverting(staged: Staged, marked: DataFrame) -> Staged:
-    """Split `marked` on its DIVERTED column: the passing records go on, the others to the error file (one read)."""
-    kept = marked.persist()
-    written = kept.where(~F.col(DIVERTED)).drop(DIVERTED)
-    diverted = kept.where(F.col(DIVERTED)).drop(DIVERTED)
-    return Staged(written, (*staged.diverted, diverted), (*staged.cached, kept), staged.flagged, True)
+def judged(staged: Staged, marked: DataFrame, units: int, diverting: bool) -> Staged:
+    """Split `marked` on its verdict column: the kept records go on, the diverted ones to the error file (one read:
+    persisted when some are diverted); the rejected ones counted per work unit."""
+    rejected = F.col(VERDICT).isin(int(Verdict.DIVERTED), int(Verdict.DROPPED))
+    observations = staged.rejected
+    if units:
+        observation = Observation()
+        marked = marked.observe(observation, *[F.count_if(rejected & (F.col(UNIT) == F.lit(i))).alias(f"r{i}")
+                                               for i in range(units)])
+        observations = (*observations, observation)
+    kept = marked.persist() if diverting else marked
+    written = kept.where(F.col(VERDICT) == F.lit(int(Verdict.KEPT))).drop(VERDICT)
+    diverted = (kept.where(F.col(VERDICT).isin(int(Verdict.DIVERTED), int(Verdict.DIVERTED_AGAIN))).drop(VERDICT),
+                ) if diverting else ()
+    return Staged(written, (*staged.diverted, *diverted), (*staged.cached, kept) if diverting else staged.cached,
+                  staged.flagged, True, observations)
 
 
 def applied(frame: DataFrame, path: str) -> DataFrame:

@@ -180,7 +180,8 @@ def test_auto_runs_a_job_with_a_branch_converter_on_the_records_engine_and_says_
     launcher = JobLauncher(load_job_config(job))
     assert not isinstance(launcher.engine, DataFrameTaskEngine)
     choice = choose(load_job_config(job))
-    assert choice.reason.startswith("task.engine=auto chose records: converter.classes names record constructs")
+    assert choice.reason.startswith("task.engine=auto chose records: converter.classes.0 names a branch's record "
+                                    "constructs")
     assert converter in choice.reason
 
 

@@ -17,13 +17,21 @@ from pyspark.sql import functions as F
 
 from events.errors import ConfigError
 from events.log import open_log
-from events.task import TaskSucceeded, WorkUnitResult
+from events.task import TaskFailed, TaskStarted, TaskSucceeded, WorkUnitResult
 from projections.projector import Projector
 from projections.views import RunStatus
 from replay.verify import verify
 from spark_pipeline.config import JobConfig, TaskEngineKind
 from spark_pipeline.config_validation import load_job_config
-from spark_pipeline.constructs import Converter, Record, RowLevelPolicy, Schema, WorkUnitState
+from spark_pipeline.constructs import (
+    Converter,
+    Record,
+    RowLevelPolicy,
+    Schema,
+    TaskLevelPolicy,
+    TaskStats,
+    WorkUnitState,
+)
 from spark_pipeline.dataframe.choice import choose
 from spark_pipeline.launcher import JobLauncher, RunResult
 from spark_pipeline.sources.synthetic import synthetic_record
@@ -191,6 +199,13 @@ class Twice(Converter):
         yield {**record, "copy": True}
 
 
+class EveryCopyJudged(TaskLevelPolicy):
+    """With Twice before the row policies, every converted record is written or rejected: the counts add up."""
+
+    def check(self, stats: TaskStats) -> bool:
+        return stats.records_written + stats.rows_rejected == 2 * stats.records_extracted
+
+
 class Opaque(Converter):
     """A converter whose records are not Avro records: it cannot say a schema Spark can hold."""
 
@@ -205,7 +220,8 @@ RECORD_CONSTRUCTS = {"source.synthetic.payload.bytes": PAYLOAD,
                      "converter.classes": f"spark_pipeline.examples.converters.AmountInCents, {__name__}.Twice",
                      "qualitychecker.row.policies": f"{__name__}.RoundAmount, {__name__}.EvenOffsetsOnly, "
                                                     f"{__name__}.SmallAmount",
-                     "qualitychecker.row.policy.types": "ERR_FILE, MANDATORY, OPTIONAL"}
+                     "qualitychecker.row.policy.types": "ERR_FILE, MANDATORY, OPTIONAL",
+                     "qualitychecker.task.policies": f"{__name__}.EveryCopyJudged"}
 
 
 def run_on(engine: str, base: Path, spark: SparkSession) -> tuple[RunResult, list[dict[str, Any]]]:
@@ -265,3 +281,31 @@ def test_auto_runs_record_constructs_on_the_dataframe_engine_unless_a_converter_
             in choice.reason), choice.reason
     with pytest.raises(ConfigError, match=f"task.engine=dataframe: .*converter.classes \\({__name__}.Opaque\\)"):
         choose(JobConfig.from_properties({**opaque.properties, "task.engine": "dataframe"}))
+
+
+@pytest.mark.parametrize("kind", ["MANDATORY", "OPTIONAL"])
+def test_task_level_policies_judge_each_work_units_counts_after_the_write(
+        kind: str, tmp_path: Path, spark: SparkSession) -> None:
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    job = write_job(tmp_path, url, **{"task.engine": "dataframe", "source.synthetic.payload.bytes": PAYLOAD,
+                                      "qualitychecker.row.sql": "offset % 2 = 0",
+                                      "qualitychecker.row.sql.type": "ERR_FILE",
+                                      "qualitychecker.row.err.file": str(tmp_path / "err"),
+                                      "qualitychecker.task.policies": "spark_pipeline.examples.policies.WroteEverything",
+                                      "qualitychecker.task.policy.types": kind, "task.maxretries": 0})
+    result = JobLauncher(load_job_config(job), spark=spark).run()
+    with open_log(url) as log:
+        events = [e.event for e in log.read()]
+    if kind == "OPTIONAL":
+        assert result.status is RunStatus.COMMITTED, result.error
+        assert len(avro_records(tmp_path / "published")) == len(source_records()) // 2
+        assert {(r.records_extracted, r.records_written) for r in unit_results(url)} == {(RECORDS, RECORDS // 2)}
+        return
+    assert result.status is RunStatus.FAILED
+    failed = [e for e in events if isinstance(e, TaskFailed)]
+    assert failed and len(failed) == len([e for e in events if isinstance(e, TaskStarted)])
+    assert all("TaskQualityError: task-level policy WroteEverything failed for branch 0 of work unit" in e.error
+               for e in failed), failed[0].error
+    assert avro_records(tmp_path / "published") == [] and unit_results(url) == []
+    assert not list((tmp_path / "staging").rglob("*.avro")), "a failed attempt left its files in staging"
+    assert not (tmp_path / "err").exists(), "a failed attempt wrote its diverted records"

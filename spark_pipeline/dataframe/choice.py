@@ -1,6 +1,7 @@
 """`task.engine`: which engine runs a job's tasks, and why (recorded in the run's JobRunStarted properties).
 
-Pure: reads the job's configuration only, so validation can ask it too.
+Reads the job's configuration only (and asks its record converters their output schema, see avro_types.py), so
+validation can ask it too.
 """
 
 from __future__ import annotations

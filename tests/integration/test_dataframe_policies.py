@@ -36,6 +36,8 @@ from spark_pipeline.dataframe.choice import choose
 from spark_pipeline.launcher import JobLauncher, RunResult
 from spark_pipeline.sources.synthetic import synthetic_record
 from tests.fault.pipeline_checks import DATASETS, PARTITIONS, RECORDS, avro_records, write_job
+from tests.integration.test_dataframe_engine import KAFKA_SOURCE, kafka_job, produce
+from tests.kafka_plugin import create_topic
 
 pytestmark = [pytest.mark.spark]
 
@@ -206,6 +208,23 @@ class EveryCopyJudged(TaskLevelPolicy):
         return stats.records_written + stats.rows_rejected == 2 * stats.records_extracted
 
 
+class ValueText(Converter):
+    """Kafka records with their value as text."""
+
+    def convert_schema(self, input_schema: Schema, state: WorkUnitState) -> Schema:
+        return {**input_schema, "fields": [*input_schema["fields"], {"name": "text", "type": ["null", "string"]}]}
+
+    def convert_record(self, output_schema: Schema, record: Record, state: WorkUnitState) -> Iterable[Record]:
+        yield {**record, "text": None if record["value"] is None else record["value"].decode()}
+
+
+class NotDropped(RowLevelPolicy):
+    """Fails records whose text starts with `drop`."""
+
+    def check(self, record: Record) -> bool:
+        return not str(record["text"]).startswith("drop")
+
+
 class Opaque(Converter):
     """A converter whose records are not Avro records: it cannot say a schema Spark can hold."""
 
@@ -309,3 +328,27 @@ def test_task_level_policies_judge_each_work_units_counts_after_the_write(
     assert avro_records(tmp_path / "published") == [] and unit_results(url) == []
     assert not list((tmp_path / "staging").rglob("*.avro")), "a failed attempt left its files in staging"
     assert not (tmp_path / "err").exists(), "a failed attempt wrote its diverted records"
+
+
+@pytest.mark.kafka
+def test_a_kafka_job_with_a_record_converter_a_record_policy_and_an_err_file_sql_policy(
+        kafka_bootstrap: str, tmp_path: Path, spark: SparkSession) -> None:
+    topic = create_topic(kafka_bootstrap, 1, "dataframe-policies")
+    produce(kafka_bootstrap, topic, 0, ["keep-0", "drop-1", "keep-2", "err-3", "keep-4"])
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    job = kafka_job(write_job(tmp_path, url, **{
+        "job.name": "kafka-policies", "source.class": KAFKA_SOURCE, "kafka.brokers": kafka_bootstrap,
+        "topic.whitelist": topic, "task.engine": "dataframe", "converter.classes": f"{__name__}.ValueText",
+        "qualitychecker.row.policies": f"{__name__}.NotDropped", "qualitychecker.row.sql": "text NOT LIKE 'err%'",
+        "qualitychecker.row.sql.type": "ERR_FILE", "qualitychecker.row.err.file": str(tmp_path / "err")}))
+    run(job, spark)
+
+    published = avro_records(tmp_path / "published")
+    assert sorted((r["offset"], r["text"], r["value"]) for r in published) == [
+        (0, "keep-0", b"keep-0"), (2, "keep-2", b"keep-2"), (4, "keep-4", b"keep-4")]
+    (diverted,) = error_lines(tmp_path / "err")
+    assert (diverted["offset"], diverted["text"], diverted["value"]) == (3, "err-3", str(b"err-3"))
+    (result,) = unit_results(url)
+    assert (result.records_extracted, result.records_written, result.actual_high_watermark) == (5, 3, 5)
+    watermarks = committed_watermarks(url, tmp_path / "published")
+    assert watermarks == {(f"{topic}.0", f"{topic}:0"): 5}

@@ -7,6 +7,8 @@ Real Spark (the session fixture), real files, a SQLite log.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,7 @@ from tests.kafka_plugin import create_topic
 pytestmark = [pytest.mark.spark]
 
 PAYLOAD = 8
+ROOT = Path(__file__).parents[2]
 ODD = "amount % 10 <> 0"
 """A condition about a tenth of the synthetic records fail."""
 
@@ -352,3 +355,16 @@ def test_a_kafka_job_with_a_record_converter_a_record_policy_and_an_err_file_sql
     assert (result.records_extracted, result.records_written, result.actual_high_watermark) == (5, 3, 5)
     watermarks = committed_watermarks(url, tmp_path / "published")
     assert watermarks == {(f"{topic}.0", f"{topic}:0"): 5}
+
+
+def test_run_explain_shows_the_arrow_adapter_in_sparks_plan(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    job = write_job(tmp_path, url, **RECORD_CONSTRUCTS, **{"qualitychecker.row.err.file": str(tmp_path / "err")})
+    shown = subprocess.run([sys.executable, "-m", "oncelog", "run", str(job), "--explain", "--json"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    document = json.loads(shown.stdout)
+    assert document["engine"]["kind"] == "dataframe"
+    assert "MapInArrow" in document["spark_plan"] and "amount_cents" in document["spark_plan"]
+    with open_log(url) as log:
+        assert list(log.read()) == [], "explaining appended to the log"

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from types import UnionType
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, Any, Union, cast, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
@@ -530,6 +530,19 @@ def validation_messages(error: ValidationError, key_of: Callable[[str], str], ow
         shown = "a hidden value" if is_secret(key) else repr(err["input"])
         out.append((key, f"{key!r}{item}: {message} (got {shown}){suffix}"))
     return out
+
+
+def import_function(path: str) -> Callable[..., Any]:
+    """The function `module:function` or `module.function` names; a ValueError says why it cannot be used."""
+    module_name, _, name = path.partition(":") if ":" in path else path.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # importing user code: any error is a configuration problem naming it
+        raise ValueError(f"cannot import module {module_name!r}: {type(e).__name__}: {e}") from e
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise ValueError(f"module {module_name!r} has no function {name!r}")
+    return cast(Callable[..., Any], function)
 
 
 def import_class(path: str) -> type:

@@ -60,6 +60,7 @@ from spark_pipeline.config import (
     construct_model,
     folder_value,
     import_class,
+    import_function,
     is_folder_key,
     model_keys,
     policy_messages,
@@ -73,6 +74,7 @@ from spark_pipeline.dataframe.choice import DATAFRAME_FORMATS, dataframe_blocker
 from spark_pipeline.paths import JobRoots, nested_pairs, overlaps, resolved_path
 
 _TRUE = ("true", "yes", "on", "1")
+FUNCTIONS_KEY = "converter.dataframe.functions"
 GOBBLIN_KNOWN_KEYS = frozenset({*GOBBLIN_KEYS_NOT_USED, *FS_URI_FOLDERS, TASK_DATA_ROOT, COMMIT_PARALLELIZE,
                                 PARALLEL_COMMITS, REPLACE_FINAL_DIR})
 """Gobblin keys oncelog knows (ignored or mapped): a close typo of one gets a "did you mean" too."""
@@ -537,6 +539,7 @@ class _Checker:
         if core is not None:
             self._check_master(core)
             self._check_branches(core)
+            self._check_functions(core)
         return core
 
     def _core(self) -> JobConfig | None:
@@ -650,6 +653,14 @@ class _Checker:
         if value and value.lower() != "false":
             self.problem(SPECULATION, f"{SPECULATION!r} must be false (got {value!r}): two attempts of one task "
                                       f"write the same file names; oncelog retries tasks itself (task.maxretries)")
+
+    def _check_functions(self, core: JobConfig) -> None:
+        """Every DataFrame function must import (what it does to the columns is checked when a run starts)."""
+        for path in core.converter_dataframe_functions:
+            try:
+                import_function(path)
+            except ValueError as e:
+                self.problem(FUNCTIONS_KEY, f"{FUNCTIONS_KEY!r}: cannot use {path!r}: {e}")
 
     def _check_master(self, core: JobConfig) -> None:
         """The master branch's row policies, and the unsuffixed task policies."""

@@ -10,16 +10,16 @@ watermarks: a work unit's actual high watermark is what was read.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from events.errors import ConfigError
-from spark_pipeline.config import JobConfig, PolicyType
+from spark_pipeline.config import JobConfig, PolicyType, import_function
 from spark_pipeline.dataframe.record_stages import VERDICT, Attempt, Verdict, diverts, has_record_stages, record_stage
 from spark_pipeline.dataframe.sources import UNIT
 
@@ -135,16 +135,10 @@ def applied(frame: DataFrame, path: str) -> DataFrame:
 
 def frame_function(path: str) -> FrameFunction:
     """The function `module:function` or `module.function` names; a ConfigError naming the key otherwise."""
-    module_name, _, name = path.partition(":") if ":" in path else path.rpartition(".")
     try:
-        module = importlib.import_module(module_name)
-    except Exception as e:  # importing user code: any error is a configuration problem naming it
-        raise ConfigError(f"{FUNCTIONS_KEY}={path!r}: cannot import module {module_name!r}: "
-                          f"{type(e).__name__}: {e}") from e
-    function = getattr(module, name, None)
-    if not callable(function):
-        raise ConfigError(f"{FUNCTIONS_KEY}={path!r}: module {module_name!r} has no function {name!r}")
-    return function
+        return cast(FrameFunction, import_function(path))
+    except ValueError as e:
+        raise ConfigError(f"{FUNCTIONS_KEY}={path!r}: {e}") from e
 
 
 def checked(frame: DataFrame, condition: str) -> DataFrame:

@@ -158,8 +158,10 @@ def test_python_dataframe_functions_convert_the_records_after_the_sql_stages(
 
 
 @pytest.mark.parametrize(("path", "says"), [
-    ("tests.integration.nowhere:f", "converter.dataframe.functions='tests.integration.nowhere:f': cannot import"),
-    (f"{__name__}.nope", f"converter.dataframe.functions='{__name__}.nope': module '{__name__}' has no function"),
+    ("tests.integration.nowhere:f", "'converter.dataframe.functions': cannot use 'tests.integration.nowhere:f': "
+                                    "cannot import module 'tests.integration.nowhere'"),
+    (f"{__name__}.nope", f"'converter.dataframe.functions': cannot use '{__name__}.nope': module '{__name__}' has "
+                         f"no function 'nope'"),
     (f"{__name__}.only_units", f"converter.dataframe.functions: {__name__}.only_units dropped the work unit column"),
 ])
 def test_a_bad_dataframe_function_fails_the_run_before_any_task_naming_it(

@@ -25,7 +25,6 @@ from spark_pipeline.dataframe.sources import UNIT
 
 SELECT_KEY = "converter.sql.select"
 POLICY_KEY = "qualitychecker.row.sql"
-POLICY_TYPE_KEY = "qualitychecker.row.sql.type"
 FUNCTIONS_KEY = "converter.dataframe.functions"
 PLANNING = Attempt("planning", "planning", 1, ())
 """The attempt of a frame that is analysed or explained, never run."""
@@ -44,7 +43,8 @@ class Staged:
     flagged: tuple[Observation, ...] = field(default=())
     """Per OPTIONAL policy: how many records failed it (`flagged`), known once the write ran."""
     drops: bool = False
-    """Whether fewer records may be written than were read (a work unit's written count is then observed)."""
+    """Whether the records written may not be those read, one for one (row policies, record converters, DataFrame
+    functions): a work unit's written count is then observed."""
     rejected: tuple[Observation, ...] = ()
     """Per dropping or diverting stage: the records each work unit rejected (`r<i>`), known once the write ran."""
 
@@ -82,7 +82,7 @@ def transform(config: JobConfig, frame: DataFrame, attempt: Attempt = PLANNING) 
         frame = selected(frame, config.converter_sql_select)
     for path in config.converter_dataframe_functions:
         frame = applied(frame, path)
-    return replace(staged, written=frame)
+    return replace(staged, written=frame, drops=staged.drops or bool(config.converter_dataframe_functions))
 
 
 def policy_stage(staged: Staged, condition: str, kind: PolicyType, units: int) -> Staged:

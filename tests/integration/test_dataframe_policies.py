@@ -137,6 +137,11 @@ def with_cents(frame: DataFrame) -> DataFrame:
     return frame.withColumn("amount_cents", F.col("amount") * 100).drop("payload")
 
 
+def even_offsets(frame: DataFrame) -> DataFrame:
+    """A DataFrame converter that drops records: those at odd offsets."""
+    return frame.where(F.col("offset") % 2 == 0)
+
+
 def only_units(frame: DataFrame) -> DataFrame:
     """A DataFrame converter that loses the work unit column."""
     return frame.select("dataset", "offset")
@@ -370,3 +375,16 @@ def test_run_explain_shows_the_arrow_adapter_in_sparks_plan(tmp_path: Path) -> N
     assert "MapInArrow" in document["spark_plan"] and "amount_cents" in document["spark_plan"]
     with open_log(url) as log:
         assert list(log.read()) == [], "explaining appended to the log"
+
+
+def test_a_dataframe_function_that_drops_records_changes_the_counts_written_not_the_watermarks(
+        tmp_path: Path, spark: SparkSession) -> None:
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    job = write_job(tmp_path, url, **{"task.engine": "dataframe", "source.synthetic.payload.bytes": PAYLOAD,
+                                      "converter.dataframe.functions": f"{__name__}.even_offsets"})
+    run(job, spark)
+    published = avro_records(tmp_path / "published")
+    assert sorted(map(key, published)) == sorted(key(r) for r in source_records() if r["offset"] % 2 == 0)
+    assert {(r.records_extracted, r.records_written, r.actual_high_watermark) for r in unit_results(url)} == {
+        (RECORDS, RECORDS // 2, RECORDS)}
+    assert set(committed_watermarks(url, tmp_path / "published").values()) == {RECORDS}

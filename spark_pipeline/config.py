@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from types import UnionType
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, Any, Union, cast, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
@@ -122,6 +122,13 @@ def _class_path(value: str) -> str:
     return value
 
 
+def _function_path(value: str) -> str:
+    """A Python function as `package.module:function` or `package.module.function`."""
+    if not DOTTED_PATH.match(value.replace(":", ".", 1)) or value.count(":") > 1:
+        raise ValueError(f"{value!r} is not a path to a Python function (module:function or module.function)")
+    return value
+
+
 def _policy_types(value: Any) -> Any:
     """Policy types, case-insensitive; Gobblin's FAIL is accepted as MANDATORY."""
     items = split_list(value)
@@ -158,6 +165,7 @@ def _lower(value: Any) -> Any:
 SafeName = Annotated[str, AfterValidator(_safe_name)]
 ClassPath = Annotated[str, AfterValidator(_class_path)]
 ClassPaths = Annotated[tuple[ClassPath, ...], BeforeValidator(split_list)]
+FunctionPaths = Annotated[tuple[Annotated[str, AfterValidator(_function_path)], ...], BeforeValidator(split_list)]
 PolicyTypes = Annotated[tuple[PolicyType, ...] | None, BeforeValidator(_policy_types)]
 OutputFormat = Annotated[WriterOutputFormat, BeforeValidator(_upper)]
 NonEmpty = Annotated[str, Field(min_length=1)]
@@ -247,7 +255,12 @@ class JobConfig(BranchKeys):
     converter_sql_select: NonEmpty | None = Field(default=None, alias="converter.sql.select")
     """A Spark SQL select list applied to every record (the DataFrame engine's converter): the output columns."""
     row_policy_sql: NonEmpty | None = Field(default=None, alias="qualitychecker.row.sql")
-    """A Spark SQL condition every record must meet (MANDATORY: a record that fails it fails its task)."""
+    """A Spark SQL condition every record must meet; what a failing record does is `qualitychecker.row.sql.type`."""
+    row_policy_sql_type: Annotated[PolicyType, BeforeValidator(_upper)] = Field(
+        default=PolicyType.MANDATORY, alias="qualitychecker.row.sql.type")
+    """MANDATORY: a failing record fails its task; OPTIONAL: counted only; ERR_FILE: diverted to the error file."""
+    converter_dataframe_functions: FunctionPaths = Field(default=(), alias="converter.dataframe.functions")
+    """Python functions DataFrame -> DataFrame applied in order after the SQL stages (the DataFrame engine only)."""
     workunit_retry_enabled: bool = Field(default=True, alias="workunit.retry.enabled")
     workunit_retry_policy: Annotated[WorkUnitRetryPolicy, BeforeValidator(_lower)] | None = Field(
         default=None, alias="workunit.retry.policy")
@@ -517,6 +530,19 @@ def validation_messages(error: ValidationError, key_of: Callable[[str], str], ow
         shown = "a hidden value" if is_secret(key) else repr(err["input"])
         out.append((key, f"{key!r}{item}: {message} (got {shown}){suffix}"))
     return out
+
+
+def import_function(path: str) -> Callable[..., Any]:
+    """The function `module:function` or `module.function` names; a ValueError says why it cannot be used."""
+    module_name, _, name = path.partition(":") if ":" in path else path.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # importing user code: any error is a configuration problem naming it
+        raise ValueError(f"cannot import module {module_name!r}: {type(e).__name__}: {e}") from e
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise ValueError(f"module {module_name!r} has no function {name!r}")
+    return cast(Callable[..., Any], function)
 
 
 def import_class(path: str) -> type:

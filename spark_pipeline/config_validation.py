@@ -35,6 +35,7 @@ from spark_pipeline.config import (
     GOBBLIN_PREFIXES_NOT_USED,
     LOG_PREFIX,
     MAX_BRANCHES,
+    PolicyType,
     PARALLEL_COMMITS,
     PATH_KEYS,
     PUBLISHER_FS_URI,
@@ -59,6 +60,7 @@ from spark_pipeline.config import (
     construct_model,
     folder_value,
     import_class,
+    import_function,
     is_folder_key,
     model_keys,
     policy_messages,
@@ -72,6 +74,7 @@ from spark_pipeline.dataframe.choice import DATAFRAME_FORMATS, INPUT_FORMAT_KEY,
 from spark_pipeline.paths import JobRoots, nested_pairs, overlaps, resolved_path
 
 _TRUE = ("true", "yes", "on", "1")
+FUNCTIONS_KEY = "converter.dataframe.functions"
 GOBBLIN_KNOWN_KEYS = frozenset({*GOBBLIN_KEYS_NOT_USED, *FS_URI_FOLDERS, TASK_DATA_ROOT, COMMIT_PARALLELIZE,
                                 PARALLEL_COMMITS, REPLACE_FINAL_DIR})
 """Gobblin keys oncelog knows (ignored or mapped): a close typo of one gets a "did you mean" too."""
@@ -537,6 +540,7 @@ class _Checker:
             self._check_master(core)
             self._check_input_format(core)
             self._check_branches(core)
+            self._check_functions(core)
         return core
 
     def _core(self) -> JobConfig | None:
@@ -651,11 +655,22 @@ class _Checker:
             self.problem(SPECULATION, f"{SPECULATION!r} must be false (got {value!r}): two attempts of one task "
                                       f"write the same file names; oncelog retries tasks itself (task.maxretries)")
 
+    def _check_functions(self, core: JobConfig) -> None:
+        """Every DataFrame function must import (what it does to the columns is checked when a run starts)."""
+        for path in core.converter_dataframe_functions:
+            try:
+                import_function(path)
+            except ValueError as e:
+                self.problem(FUNCTIONS_KEY, f"{FUNCTIONS_KEY!r}: cannot use {path!r}: {e}")
+
     def _check_master(self, core: JobConfig) -> None:
         """The master branch's row policies, and the unsuffixed task policies."""
         errors = policy_messages(core.row_policy_classes, core.row_policy_types, ROW_POLICY_TYPES,
                                  row_level=True, row_err_file=core.row_err_file)
         errors += policy_messages(core.task_policy_classes, core.task_policy_types, TASK_POLICY_TYPES, row_level=False)
+        if core.row_policy_sql_type is PolicyType.ERR_FILE and core.row_err_file is None:
+            errors.append(("qualitychecker.row.sql.type", "'qualitychecker.row.sql.type' is ERR_FILE but "
+                                                          "'qualitychecker.row.err.file' is not set"))
         for key, message in errors:
             self.problem(key, message)
 

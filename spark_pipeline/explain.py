@@ -82,6 +82,10 @@ def spark_plan(spark: SparkSession, config: JobConfig, tasks: list[MultiWorkUnit
     if frame is None:
         return None
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        stages.transform(config, frame).explain(mode="formatted")
+    staged = stages.transform(config, frame)
+    try:
+        with contextlib.redirect_stdout(printed):
+            staged.written.explain(mode="formatted")
+    finally:
+        staged.release()
     return printed.getvalue().strip()

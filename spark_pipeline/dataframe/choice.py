@@ -1,6 +1,7 @@
 """`task.engine`: which engine runs a job's tasks, and why (recorded in the run's JobRunStarted properties).
 
-Pure: reads the job's configuration only, so validation can ask it too.
+Reads the job's configuration only (and asks its record converters their output schema, see avro_types.py), so
+validation can ask it too.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from enum import StrEnum
 
 from events.errors import ConfigError
 from filesystems import urls
+from spark_pipeline.dataframe.avro_types import converter_problem
 from spark_pipeline.config import (
     DEFAULT_WRITER_BUILDER,
     DIRECTORY_SOURCE_FOLDER as DIRECTORY_FOLDER_KEY,
@@ -68,11 +70,11 @@ def unsupported(config: JobConfig) -> list[str]:
                            f"local directories only so far")
     for branch in config.branches:
         where = f" (branch {branch.index})" if config.fork_branches > 1 else ""
-        for key, value in (("converter.classes", branch.converter_classes),
-                           ("qualitychecker.row.policies", branch.row_policy_classes),
-                           ("qualitychecker.task.policies", branch.task_policy_classes)):
+        for key, value in (("converter.classes", branch.converter_classes),  # `.N` keys: a branch's own
+                           ("qualitychecker.row.policies", branch.row_policy_classes)):
             if value:
-                reasons.append(f"{key}{where} names record constructs ({', '.join(value)})")
+                reasons.append(f"{key}.{branch.index} names a branch's record constructs ({', '.join(value)}): "
+                               f"only the master branch's run on the DataFrame engine")
         if branch.writer_builder_class != DEFAULT_WRITER_BUILDER:
             reasons.append(f"writer.builder.class{where}={branch.writer_builder_class} is a record writer")
         remote = [key for key, folder in (("writer.staging.dir", branch.writer_staging_dir),
@@ -84,10 +86,13 @@ def unsupported(config: JobConfig) -> list[str]:
         if branch.writer_output_format not in DATAFRAME_FORMATS:
             reasons.append(f"writer.output.format{where}={branch.writer_output_format.value} is not a format of "
                            f"Spark's writers here ({', '.join(sorted(DATAFRAME_FORMATS))})")
-    for key, value in (("converter.classes", config.converter_classes),
-                       ("qualitychecker.row.policies", config.row_policy_classes)):
-        if value:
-            reasons.append(f"{key} names record constructs ({', '.join(value)})")
+    if config.source_class == DIRECTORY_SOURCE and (config.converter_classes or config.row_policy_classes):
+        reasons.append("converter.classes / qualitychecker.row.policies with the directory source: its records reach "
+                       "record constructs on the records engine only so far")
+    else:
+        converters = converter_problem(config)  # the master branch's, through mapInArrow, when Spark can hold them
+        if converters is not None:
+            reasons.append(converters)
     return list(dict.fromkeys(reasons))
 
 
@@ -128,7 +133,9 @@ def choose(config: JobConfig) -> EngineChoice:
     write."""
     kind = config.task_engine
     stages = [key for key, value in (("converter.sql.select", config.converter_sql_select),
-                                     ("qualitychecker.row.sql", config.row_policy_sql)) if value is not None]
+                                     ("qualitychecker.row.sql", config.row_policy_sql),
+                                     ("converter.dataframe.functions", config.converter_dataframe_functions or None))
+              if value is not None]
     spark_input = spark_only_input(config)
     if kind is TaskEngineKind.RECORDS:
         if stages:

@@ -9,6 +9,8 @@ per job, so there is no partial result for the `partial` commit policy to publis
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 import time
 import traceback
@@ -21,6 +23,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 
 from events.errors import ConfigError
 from events.log import open_log
+from events.job import WorkUnitSpec
 from events.model import Event, TaskFields
 from events.task import TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
 from filesystems import urls
@@ -30,17 +33,31 @@ from spark_pipeline.connectors import Connector, given_connectors
 from spark_pipeline.constructs import MultiWorkUnit
 from spark_pipeline.dataframe import stages
 from spark_pipeline.dataframe.choice import EngineChoice, SourceKind, choose
+from spark_pipeline.dataframe.avro_types import converted_schema
+from spark_pipeline.dataframe.errfile import write_diverted
 from spark_pipeline.dataframe.files import directory_settings
-from spark_pipeline.dataframe.results import (StagedFile, move_files, observed, staged_files, unit_metrics,
-                                              unit_results)
+from spark_pipeline.dataframe.record_stages import Attempt
+from spark_pipeline.dataframe.results import (
+    StagedFile,
+    counted,
+    move_files,
+    observed,
+    staged_files,
+    unit_counts,
+    unit_metrics,
+    unit_results,
+)
 from spark_pipeline.dataframe.sources import read_units, record_schema, source_kind
+from spark_pipeline.dataframe.task_policies import check_units
 from spark_pipeline.dataframe.writers import WriterSettings, write_attempt
+from spark_pipeline.task_flow import TaskQualityError
 from spark_pipeline.spark_runner import TaskProgress, submitted_settings, task_writer_name
 from spark_pipeline.task_engine import SparkTaskEngine, TaskEngine, job_group
 from spark_pipeline.task_runner import TaskOutcome, executor_name
 from spark_pipeline.writers import path_segment
 
 Emit = Callable[[Sequence[Event]], object]
+log = logging.getLogger(__name__)
 ERROR_CHARS = 4000
 
 
@@ -56,7 +73,7 @@ def engine_for(config: JobConfig, spark: SparkSession | None = None) -> TaskEngi
             raise ConfigError(f"task.engine=dataframe: {what}")
         choice = EngineChoice(TaskEngineKind.RECORDS, f"task.engine=auto chose records: {what}")
     if choice.kind is TaskEngineKind.DATAFRAME:
-        branch_writers(config, record_schema(config))
+        branch_writers(config, writer_schema(config))
         return DataFrameTaskEngine(config, spark, choice)
     return SparkTaskEngine(config, spark, choice)
 
@@ -110,7 +127,7 @@ class DataFrameTaskEngine(SparkTaskEngine):
     def run(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], progress: TaskProgress
             ) -> list[TaskOutcome]:
         units = [u for mwu in mwus for u in mwu.work_units]
-        plan = TaskPlan(config, run_id, branch_writers(config, record_schema(config, units)))
+        plan = TaskPlan(config, run_id, branch_writers(config, writer_schema(config, units)))
         check_stages(self.spark, config, mwus)
         lock = threading.Lock()
         done = [0, 0]
@@ -169,51 +186,67 @@ def run_task(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, emit: Emit
 
 def run_attempt(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, attempt: int
                 ) -> tuple[WorkUnitResult, ...]:
-    """Read, then write every branch (Spark's commit protocol) into a fresh attempt folder of the branch, then, once
-    every branch is written, move each file to its branch's task output. A forked job's records are cached once and
-    written once per branch."""
+    """Read, then write every branch (Spark's commit protocol) into a fresh attempt folder of the branch, judge the
+    counts by the task-level policies, then, once every branch is written, move each file to its branch's task output
+    and write the diverted records to the error file. A forked job's records are cached once and written once per
+    branch."""
     config, units = plan.config, mwu.work_units
     frame = read_units(spark, config, units, attempt)
     if frame is None:
-        return unit_results(units, [0] * len(units), [None] * len(units), [])
+        zeros = [0] * len(units)
+        judge_units(config, units, zeros, zeros, zeros, [])
+        return unit_results(units, zeros, [None] * len(units), [])
     kind = source_kind(config)
-    observation = Observation() if kind is not SourceKind.SYNTHETIC else None
-    if observation is not None:  # Kafka's markers take offsets, a file's records are counted: Spark counts them
-        frame = frame.observe(observation, *unit_metrics(units, "offset" if kind is SourceKind.KAFKA else None))
-    records_frame = stages.transform(config, frame)
+    read = Observation() if kind is not SourceKind.SYNTHETIC else None
+    if read is not None:  # Kafka's markers take offsets, a file's records are counted: Spark counts them
+        frame = frame.observe(read, *unit_metrics(units, "offset" if kind is SourceKind.KAFKA else None))
+    staged = stages.transform(config, frame, Attempt(plan.run_id, mwu.multi_work_unit_id, attempt, units))
+    wrote = Observation() if staged.drops else None
+    records_frame = staged.written if wrote is None else staged.written.observe(wrote, *unit_counts(units))
     forked = len(plan.writers) > 1
     if forked:
         records_frame = records_frame.persist(StorageLevel.MEMORY_AND_DISK)
+    folders = [attempt_folder(plan, mwu, attempt, branch) for branch in range(len(plan.writers))]
     try:
-        staged = [write_branch(plan, mwu, attempt, records_frame, branch) for branch in range(len(plan.writers))]
+        staged_out = [write_branch(plan, mwu, folders[branch], records_frame, branch)
+                      for branch in range(len(plan.writers))]
+        records, last_offsets = read_counts(units, read)
+        written = records if wrote is None else counted(wrote, units)
+        judge_units(config, units, records, written, staged.rejected_counts(len(units)), folders)
+        moved = [move_files(spark, config.properties, files) for files in staged_out]  # every branch written
+        results = merge_branches([unit_results(units, records, last_offsets, files, branch, written=written)
+                                  for branch, files in enumerate(moved)])
+        diverted = write_diverted(config.row_err_file, plan.run_id, mwu.multi_work_unit_id, units, staged.diverted)
     finally:
         if forked:
             records_frame.unpersist()
-    written = [move_files(spark, config.properties, files) for files in staged]  # every branch written: move
-    if observation is None:  # synthetic: one record per offset, the plan gives the counts
-        records = [u.expected_high_watermark - u.low_watermark for u in units]
-        last_offsets: list[int | None] = [u.expected_high_watermark - 1 if n else None for u, n in zip(units, records)]
-    else:
-        records, last_offsets = observed(observation, units)
-    return merge_branches([unit_results(units, records, last_offsets, moved, branch)
-                           for branch, moved in enumerate(written)])
+        staged.release()
+    if staged.flagged or diverted:
+        log.info("task %s attempt %d: %d record(s) failed an OPTIONAL row policy, %d diverted to the error file",
+                 mwu.multi_work_unit_id, attempt, staged.flagged_count(), diverted)
+    return results
 
 
-def write_branch(plan: TaskPlan, mwu: MultiWorkUnit, attempt: int, frame: DataFrame, index: int
+def attempt_folder(plan: TaskPlan, mwu: MultiWorkUnit, attempt: int, branch: int) -> str:
+    """A branch's fresh attempt folder, under the branch's writer.staging.dir."""
+    staging = plan.config.branch(branch).writer_staging_dir
+    return urls.join(str(staging), plan.run_id, path_segment(mwu.multi_work_unit_id), f"attempt-{attempt}")
+
+
+def write_branch(plan: TaskPlan, mwu: MultiWorkUnit, folder: str, frame: DataFrame, index: int
                  ) -> list[StagedFile]:
-    """One branch's write into its own attempt folder (under the branch's writer.staging.dir), and where each of its
-    files goes in the branch's task output (its writer.output.dir: the record engine's folders and names)."""
+    """One branch's write into its attempt folder, and where each of its files goes in the branch's task output (its
+    writer.output.dir: the record engine's folders and names)."""
     config = plan.config
-    branch = config.branch(index)
-    folder = urls.join(str(branch.writer_staging_dir), plan.run_id, path_segment(mwu.multi_work_unit_id),
-                       f"attempt-{attempt}")
     write_attempt(frame, plan.writers[index], folder)
-    output_root = urls.join(str(branch.writer_output_dir), plan.run_id)
+    output_root = urls.join(str(config.branch(index).writer_output_dir), plan.run_id)
     return staged_files(FileSystems.of(config.properties), folder, mwu.work_units, output_root)
 
 
 def merge_branches(per_branch: Sequence[tuple[WorkUnitResult, ...]]) -> tuple[WorkUnitResult, ...]:
     """One result per work unit holding every branch's file, counted as the record engine counts a forked unit."""
+    if len(per_branch) == 1:
+        return per_branch[0]
     merged = []
     for results in zip(*per_branch):
         files = tuple(f for r in results for f in r.output_files)
@@ -223,13 +256,44 @@ def merge_branches(per_branch: Sequence[tuple[WorkUnitResult, ...]]) -> tuple[Wo
     return tuple(merged)
 
 
+def writer_schema(config: JobConfig, units: Sequence[WorkUnitSpec] = ()) -> str | None:
+    """The Avro schema (JSON) the writers get: the record converters' output when the job has some, else the
+    source's records' (None: Spark derives it from the columns)."""
+    if config.converter_classes:
+        return json.dumps(converted_schema(config))
+    return record_schema(config, units)
+
+
+def read_counts(units: Sequence[WorkUnitSpec], read: Observation | None) -> tuple[list[int], list[int | None]]:
+    """Each work unit's records read and last offset: the plan's for the synthetic source (one record per offset),
+    else what Spark observed (Kafka: transaction markers and aborted records take offsets)."""
+    if read is not None:
+        return observed(read, units)
+    records = [u.expected_high_watermark - u.low_watermark for u in units]
+    return records, [u.expected_high_watermark - 1 if n else None for u, n in zip(units, records)]
+
+
+def judge_units(config: JobConfig, units: Sequence[WorkUnitSpec], read: list[int], written: list[int],
+                rejected: list[int], folders: Sequence[str]) -> None:
+    """The job's task-level policies on each work unit's counts; a MANDATORY failure drops the attempt's output."""
+    if not config.branch(0).task_policies:
+        return
+    try:
+        check_units(config, units, read, written, rejected)
+    except TaskQualityError:
+        fs = FileSystems.of(config.properties)
+        for folder in folders:
+            fs.remove_tree(folder)
+        raise
+
+
 def check_stages(spark: SparkSession, config: JobConfig, mwus: Sequence[MultiWorkUnit]) -> None:
     """The job's SQL stages analysed over the source's columns before any task starts (a ConfigError naming the key:
     Spark analyses without reading a record)."""
     units = [u for mwu in mwus for u in mwu.work_units if u.expected_high_watermark > u.low_watermark][:1]
     frame = read_units(spark, config, units, 1) if units and stages.has_stages(config) else None
     if frame is not None:
-        stages.transform(config, frame)
+        stages.transform(config, frame, Attempt("planning", "planning", 1, tuple(units))).release()
 
 
 def attempt_error(error: BaseException) -> str:

@@ -56,6 +56,17 @@ def unit_metrics(units: Sequence[WorkUnitSpec], offset: str | None) -> list[Colu
     return metrics
 
 
+def unit_counts(units: Sequence[WorkUnitSpec]) -> list[Column]:
+    """Per work unit: rows written (`w<i>`), aggregated while Spark writes."""
+    return [F.count_if(F.col(UNIT) == F.lit(index)).alias(f"w{index}") for index in range(len(units))]
+
+
+def counted(observation: Observation, units: Sequence[WorkUnitSpec]) -> list[int]:
+    """The rows each work unit wrote, as the write's observation saw them."""
+    values = observation.get
+    return [int(values.get(f"w{i}") or 0) for i in range(len(units))]
+
+
 def observed(observation: Observation, units: Sequence[WorkUnitSpec]) -> tuple[list[int], list[int | None]]:
     """The records and last offset of each work unit, as the write's observation saw them."""
     values = observation.get
@@ -110,10 +121,13 @@ def measure_and_move(fs: FileSystem, file: StagedFile) -> MovedFile:
 
 
 def unit_results(units: Sequence[WorkUnitSpec], records: Sequence[int], last_offsets: Sequence[int | None],
-                 moved: Sequence[MovedFile], branch: int = 0) -> tuple[WorkUnitResult, ...]:
-    """Each work unit's result. Its whole range was read (exact ending offsets, failOnDataLoss), so the actual high
-    watermark is the expected high: past any trailing transaction marker, as the record engine sets it."""
+                 moved: Sequence[MovedFile], branch: int = 0, written: Sequence[int] | None = None
+                 ) -> tuple[WorkUnitResult, ...]:
+    """Each work unit's result: `records` read, `written` (default: all that were read). Its whole range was read
+    (exact ending offsets, failOnDataLoss), so the actual high watermark is the expected high, whatever a row policy
+    dropped: past any trailing transaction marker, as the record engine sets it."""
     by_unit = {m.unit: m for m in moved}
+    written = records if written is None else written
     results = []
     for index, unit in enumerate(units):
         last = last_offsets[index]
@@ -121,14 +135,14 @@ def unit_results(units: Sequence[WorkUnitSpec], records: Sequence[int], last_off
             raise SourceError(f"work unit {unit.work_unit_id}: offset {last} written, outside its range "
                                      f"[{unit.low_watermark}, {unit.expected_high_watermark})")
         file = by_unit.get(index)
-        if (file is None) != (records[index] == 0):
-            raise SourceError(f"work unit {unit.work_unit_id}: {records[index]} records written but "
-                                     f"{'no file' if file is None else 'a file'} committed")
+        if (file is None) != (written[index] == 0):
+            raise SourceError(f"work unit {unit.work_unit_id}: {written[index]} records written but "
+                              f"{'no file' if file is None else 'a file'} committed")
         files = () if file is None else (OutputFile(path=file.path, size=file.size, checksum=file.checksum,
-                                                    records=records[index], branch=branch),)
+                                                    records=written[index], branch=branch),)
         results.append(WorkUnitResult(
             work_unit_id=unit.work_unit_id, dataset_urn=unit.dataset_urn, partition=unit.partition,
             low_watermark=unit.low_watermark, expected_high_watermark=unit.expected_high_watermark,
             actual_high_watermark=unit.expected_high_watermark, records_extracted=records[index],
-            records_written=records[index], bytes_written=sum(f.size for f in files), output_files=files))
+            records_written=written[index], bytes_written=sum(f.size for f in files), output_files=files))
     return tuple(results)

@@ -39,7 +39,7 @@ class WriterSettings:
     output_format: WriterOutputFormat
     compression: str
     avro_schema: str | None
-    """The records' Avro schema; None when SQL stages make the columns (Spark derives it from them)."""
+    """The records' Avro schema; None when SQL stages or DataFrame functions make the columns (Spark derives it)."""
 
     @classmethod
     def of(cls, config: JobConfig, schema: str | None, branch: int = 0) -> WriterSettings:
@@ -57,7 +57,7 @@ class WriterSettings:
         if codec not in codecs:
             raise ConfigError(f"{key}={given!r} is not a codec of {output_format.value} output (one of "
                               f"{', '.join(codecs)})")
-        converted = config.converter_sql_select is not None
+        converted = config.converter_sql_select is not None or bool(config.converter_dataframe_functions)
         return cls(output_format, codecs[codec], None if converted else schema)
 
 

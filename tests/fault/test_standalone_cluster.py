@@ -90,6 +90,7 @@ def write_cluster_job(base: Path, root: str, bootstrap: str, topic: str, log_url
         "job.name": JOB, "source.class": "spark_pipeline.sources.kafka_topic.KafkaTopicSource",
         "kafka.brokers": bootstrap, "topic.whitelist": topic,
         "converter.classes": f"{SlowConverter.__module__}.{SlowConverter.__qualname__}",
+        "task.engine": "records",  # the record engine's tasks on the executors: what the worker kill hits
         "writer.staging.dir": urls.join(root, "staging"), "writer.output.dir": urls.join(root, "task-output"),
         "data.publisher.final.dir": urls.join(root, "published"), "job.commit.policy": "full", **settings,
         "task.maxretries": 1, "task.retry.intervalinsec": 0, "oncelog.log.url": log_url,

@@ -156,21 +156,33 @@ def test_parquet_output_job(tmp_path: Path, spark: SparkSession) -> None:
     assert properties[ENGINE_PROPERTY] == "dataframe" and "task.engine=auto" in properties[REASON_PROPERTY]
 
 
-def test_auto_runs_a_job_with_a_record_converter_on_the_records_engine_and_says_why(
+def test_auto_runs_a_job_with_a_record_converter_on_the_dataframe_engine_through_the_arrow_adapter(
         tmp_path: Path, spark: SparkSession) -> None:
     log_url = f"sqlite:///{tmp_path / 'events.db'}"
     converter = "spark_pipeline.examples.converters.AmountInCents"
     keys: dict[str, Any] = {"converter.classes": converter, "source.synthetic.records.per.run": 5}
     job = write_job(tmp_path, log_url, **keys)
     launcher = JobLauncher(load_job_config(job), spark=spark)
-    assert not isinstance(launcher.engine, DataFrameTaskEngine)
+    assert isinstance(launcher.engine, DataFrameTaskEngine)
     launcher.run()
 
     (properties,) = started_properties(log_url)
-    assert properties[ENGINE_PROPERTY] == "records"
-    assert properties[REASON_PROPERTY].startswith("task.engine=auto chose records: converter.classes")
-    assert converter in properties[REASON_PROPERTY]
-    assert {r["amount_cents"] for r in avro_records(tmp_path / "published")} != set()
+    assert properties[ENGINE_PROPERTY] == "dataframe"
+    assert properties[REASON_PROPERTY] == "task.engine=auto: every construct of the job has a DataFrame stage"
+    published = avro_records(tmp_path / "published")
+    assert len(published) == 5 * DATASETS * PARTITIONS
+    assert all(r["amount_cents"] == r["amount"] * 100 for r in published)
+
+
+def test_auto_runs_a_job_with_a_branch_converter_on_the_records_engine_and_says_why(tmp_path: Path) -> None:
+    converter = "spark_pipeline.examples.converters.AmountInCents"
+    job = write_job(tmp_path, "sqlite:///unused.db", **{"converter.classes.0": converter})
+    launcher = JobLauncher(load_job_config(job))
+    assert not isinstance(launcher.engine, DataFrameTaskEngine)
+    choice = choose(load_job_config(job))
+    assert choice.reason.startswith("task.engine=auto chose records: converter.classes.0 names a branch's record "
+                                    "constructs")
+    assert converter in choice.reason
 
 
 def test_asking_for_what_the_dataframe_engine_cannot_do_names_the_key(tmp_path: Path) -> None:

@@ -296,8 +296,8 @@ def test_a_branch_the_dataframe_engine_cannot_run_keeps_the_job_on_records(tmp_p
     config = load_job_config(write_job(tmp_path, "forked-records", tmp_path, **keys))
     choice = choose(config)
     assert choice.kind.value == "records"
-    assert "converter.classes (branch 1) names record constructs" in choice.reason
-    with pytest.raises(ConfigError, match=r"converter.classes \(branch 1\)"):
+    assert "converter.classes.1 names a branch's record constructs" in choice.reason
+    with pytest.raises(ConfigError, match=r"converter.classes.1 names a branch's record constructs"):
         choose(load_job_config(write_job(tmp_path, "forked-df", tmp_path, **{**keys, "task.engine": "dataframe"})))
 
 

@@ -136,7 +136,8 @@ class CommitSequence:
                 self.faults.reached(FaultPoint.AFTER_WATERMARK)
         self.faults.reached(FaultPoint.BEFORE_COMPLETION)
         completed = CommitSequenceCompleted(**fields, duration_ms=(time.perf_counter() - started) * 1000,
-                                            steps_applied=len(self.view.steps), **counts)
+                                            steps_applied=len(self.view.steps), executed=counts["executed"],
+                                            verified=counts["verified"])
         verified = [event for event in applied if isinstance(event, CommitStepApplied) and event.outcome == "verified"]
         record([*effects_so_far, *verified, completed, *published_events(fields, self.view.steps)])
         return self._result(Outcome.COMPLETED, executed=counts["executed"], verified=counts["verified"])

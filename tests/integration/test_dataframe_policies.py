@@ -89,7 +89,7 @@ def key(record: dict[str, Any]) -> tuple[str, int, int]:
 def test_err_file_sql_policy_diverts_failing_records_to_the_error_file_and_keeps_the_watermarks(
         tmp_path: Path, spark: SparkSession) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
-    job = write_job(tmp_path, url, **{"task.engine": "dataframe", "source.synthetic.payload.bytes": PAYLOAD,
+    job = write_job(tmp_path, url, "full", None, **{"task.engine": "dataframe", "source.synthetic.payload.bytes": PAYLOAD,
                                       "qualitychecker.row.sql": ODD, "qualitychecker.row.sql.type": "err_file",
                                       "qualitychecker.row.err.file": str(tmp_path / "err")})
     result = run(job, spark)
@@ -118,7 +118,7 @@ def test_err_file_sql_policy_diverts_failing_records_to_the_error_file_and_keeps
 
 def test_optional_sql_policy_counts_only_and_writes_every_record(tmp_path: Path, spark: SparkSession) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
-    job = write_job(tmp_path, url, **{"task.engine": "dataframe", "source.synthetic.payload.bytes": PAYLOAD,
+    job = write_job(tmp_path, url, "full", None, **{"task.engine": "dataframe", "source.synthetic.payload.bytes": PAYLOAD,
                                       "qualitychecker.row.sql": ODD, "qualitychecker.row.sql.type": "OPTIONAL"})
     run(job, spark)
     assert len(avro_records(tmp_path / "published")) == len(source_records())
@@ -126,7 +126,7 @@ def test_optional_sql_policy_counts_only_and_writes_every_record(tmp_path: Path,
 
 
 def test_err_file_policy_type_without_an_error_file_names_the_key(tmp_path: Path) -> None:
-    job = write_job(tmp_path, "sqlite:///unused.db", **{"task.engine": "dataframe", "qualitychecker.row.sql": ODD,
+    job = write_job(tmp_path, "sqlite:///unused.db", "full", None, **{"task.engine": "dataframe", "qualitychecker.row.sql": ODD,
                                                         "qualitychecker.row.sql.type": "ERR_FILE"})
     with pytest.raises(ConfigError, match="qualitychecker.row.sql.type.*qualitychecker.row.err.file"):
         load_job_config(job)
@@ -150,7 +150,7 @@ def only_units(frame: DataFrame) -> DataFrame:
 def test_python_dataframe_functions_convert_the_records_after_the_sql_stages(
         tmp_path: Path, spark: SparkSession) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
-    job = write_job(tmp_path, url, **{"task.engine": "dataframe", "source.synthetic.payload.bytes": PAYLOAD,
+    job = write_job(tmp_path, url, "full", None, **{"task.engine": "dataframe", "source.synthetic.payload.bytes": PAYLOAD,
                                       "converter.sql.select": "*, upper(payload) AS code",
                                       "converter.dataframe.functions": f"{__name__}:with_cents"})
     run(job, spark)
@@ -172,7 +172,7 @@ def test_python_dataframe_functions_convert_the_records_after_the_sql_stages(
 def test_a_bad_dataframe_function_fails_the_run_before_any_task_naming_it(
         path: str, says: str, tmp_path: Path, spark: SparkSession) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
-    job = write_job(tmp_path, url, **{"task.engine": "dataframe", "converter.dataframe.functions": path})
+    job = write_job(tmp_path, url, "full", None, **{"task.engine": "dataframe", "converter.dataframe.functions": path})
     with pytest.raises(ConfigError) as raised:
         JobLauncher(load_job_config(job), spark=spark).run()
     assert says in str(raised.value), raised.value
@@ -257,7 +257,7 @@ def run_on(engine: str, base: Path, spark: SparkSession) -> tuple[RunResult, lis
     """The record-constructs job on one engine under `base`: its result and its published records."""
     base.mkdir()
     url = f"sqlite:///{base / 'events.db'}"
-    job = write_job(base, url, **{**RECORD_CONSTRUCTS, "task.engine": engine,
+    job = write_job(base, url, "full", None, **{**RECORD_CONSTRUCTS, "task.engine": engine,
                                   "qualitychecker.row.err.file": str(base / "err")})
     result = run(job, spark)
     return result, avro_records(base / "published")
@@ -299,7 +299,7 @@ def test_record_converters_and_row_policies_publish_the_record_engines_records_o
 
 def test_auto_runs_record_constructs_on_the_dataframe_engine_unless_a_converter_cannot_say_its_schema(
         tmp_path: Path) -> None:
-    job = write_job(tmp_path, "sqlite:///unused.db", **RECORD_CONSTRUCTS, **{
+    job = write_job(tmp_path, "sqlite:///unused.db", "full", None, **RECORD_CONSTRUCTS, **{
         "qualitychecker.row.err.file": str(tmp_path / "err")})
     config = load_job_config(job)
     assert choose(config).kind is TaskEngineKind.DATAFRAME
@@ -316,7 +316,7 @@ def test_auto_runs_record_constructs_on_the_dataframe_engine_unless_a_converter_
 def test_task_level_policies_judge_each_work_units_counts_after_the_write(
         kind: str, tmp_path: Path, spark: SparkSession) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
-    job = write_job(tmp_path, url, **{"task.engine": "dataframe", "source.synthetic.payload.bytes": PAYLOAD,
+    job = write_job(tmp_path, url, "full", None, **{"task.engine": "dataframe", "source.synthetic.payload.bytes": PAYLOAD,
                                       "qualitychecker.row.sql": "offset % 2 = 0",
                                       "qualitychecker.row.sql.type": "ERR_FILE",
                                       "qualitychecker.row.err.file": str(tmp_path / "err"),
@@ -346,7 +346,7 @@ def test_a_kafka_job_with_a_record_converter_a_record_policy_and_an_err_file_sql
     topic = create_topic(kafka_bootstrap, 1, "dataframe-policies")
     produce(kafka_bootstrap, topic, 0, ["keep-0", "drop-1", "keep-2", "err-3", "keep-4"])
     url = f"sqlite:///{tmp_path / 'events.db'}"
-    job = kafka_job(write_job(tmp_path, url, **{
+    job = kafka_job(write_job(tmp_path, url, "full", None, **{
         "job.name": "kafka-policies", "source.class": KAFKA_SOURCE, "kafka.brokers": kafka_bootstrap,
         "topic.whitelist": topic, "task.engine": "dataframe", "converter.classes": f"{__name__}.ValueText",
         "qualitychecker.row.policies": f"{__name__}.NotDropped", "qualitychecker.row.sql": "text NOT LIKE 'err%'",
@@ -366,7 +366,7 @@ def test_a_kafka_job_with_a_record_converter_a_record_policy_and_an_err_file_sql
 
 def test_run_explain_shows_the_arrow_adapter_in_sparks_plan(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
-    job = write_job(tmp_path, url, **RECORD_CONSTRUCTS, **{"qualitychecker.row.err.file": str(tmp_path / "err")})
+    job = write_job(tmp_path, url, "full", None, **RECORD_CONSTRUCTS, **{"qualitychecker.row.err.file": str(tmp_path / "err")})
     shown = subprocess.run([sys.executable, "-m", "oncelog", "run", str(job), "--explain", "--json"], cwd=ROOT,
                            capture_output=True, text=True, timeout=300)
     assert shown.returncode == 0, shown.stderr[-3000:]
@@ -380,7 +380,7 @@ def test_run_explain_shows_the_arrow_adapter_in_sparks_plan(tmp_path: Path) -> N
 def test_a_dataframe_function_that_drops_records_changes_the_counts_written_not_the_watermarks(
         tmp_path: Path, spark: SparkSession) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
-    job = write_job(tmp_path, url, **{"task.engine": "dataframe", "source.synthetic.payload.bytes": PAYLOAD,
+    job = write_job(tmp_path, url, "full", None, **{"task.engine": "dataframe", "source.synthetic.payload.bytes": PAYLOAD,
                                       "converter.dataframe.functions": f"{__name__}.even_offsets"})
     run(job, spark)
     published = avro_records(tmp_path / "published")

@@ -237,17 +237,25 @@ class Committer:
         return blocked.sequence_id
 
     def _roll_back(self, sequence: SequenceView) -> None:
-        """Undo the applied steps of an abandoned sequence, last first, each recorded as it is undone."""
+        """Undo what an abandoned sequence published, last step first, each undone rename recorded: the steps recorded
+        as applied, and any other rename found done by content (one done just before a crash is not recorded, and
+        the verify that would have found it may then have failed until the sequence was abandoned)."""
         ref = SequenceRef(sequence.job, sequence.run_id, sequence.dataset_urn, sequence.sequence_id)
-        for index in sorted(sequence.applied - sequence.rolled_back, reverse=True):
-            spec = sequence.steps[index]
+        for index in reversed(range(len(sequence.steps))):
+            spec, recorded = sequence.steps[index], index in sequence.applied
+            if index in sequence.rolled_back:
+                continue
             if not isinstance(spec, FsRenameStep):
-                raise CommitStepError(
-                    f"sequence {sequence.sequence_id} of {sequence.dataset_urn!r} applied step {index} ({spec.kind}) "
-                    f"before it was abandoned: its watermarks moved, it cannot be rolled back; run `oncelog verify`")
-            moved = FsRenameCommitStep(spec, self.fs).roll_back()
-            self.sink.emit([CommitStepRolledBack(**ref.fields(), step_index=index,
-                                                 outcome="moved_back" if moved else "already_back")])
+                if recorded:
+                    raise CommitStepError(
+                        f"sequence {sequence.sequence_id} of {sequence.dataset_urn!r} applied step {index} "
+                        f"({spec.kind}) before it was abandoned: its watermarks moved, it cannot be rolled back; run "
+                        f"`oncelog verify`")
+                continue
+            moved = FsRenameCommitStep(spec, self.fs).roll_back(recorded)
+            if moved or recorded:
+                self.sink.emit([CommitStepRolledBack(**ref.fields(), step_index=index,
+                                                     outcome="moved_back" if moved else "already_back")])
 
     def recover(self, job: str) -> list[CommitResult]:
         """Finish every planned-but-incomplete sequence of a job (what a run does before extracting anything)."""

@@ -136,14 +136,16 @@ class FsRenameCommitStep(CommitStep):
         self.fs.move(spec.src, spec.dst, spec.size, spec.checksum)
         return []
 
-    def roll_back(self) -> bool:
-        """Undo a published rename (the file goes back to the source); False if it was back already."""
+    def roll_back(self, recorded: bool = True) -> bool:
+        """Undo a published rename (the file goes back to the source); False if it was not published. A rename
+        `recorded` as applied must be found at one end or the other; one never recorded may have neither (its
+        source cleaned up with its run's task output: it was never published)."""
         spec = self.spec
         if self.fs.holds(spec.dst, spec.size, spec.checksum):
             self.fs.move(spec.dst, spec.src, spec.size, spec.checksum)
             self.fs.sync_folders({urls.parent(spec.dst), urls.parent(spec.src)})
             return True
-        if self.fs.holds(spec.src, spec.size, spec.checksum):
+        if self.fs.holds(spec.src, spec.size, spec.checksum) or not recorded:
             if not self.fs.renames_atomically(spec.dst) and self.fs.exists(spec.dst):
                 self.fs.delete(spec.dst)  # a copy cut short: never a publication, and not to be left behind
             return False

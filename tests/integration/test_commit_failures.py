@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from events.commit import CommitSequencePlanned, FsRenameStep, HighWatermarkStep
+from events.commit import (
+    CommitSequenceAbandoned,
+    CommitSequencePlanned,
+    CommitStepFailed,
+    CommitStepRolledBack,
+    FsRenameStep,
+    HighWatermarkStep,
+)
 from events.log import EventLog, open_log
 from spark_pipeline.commit.sequence import Outcome
 from spark_pipeline.commit.session import open_session
@@ -116,3 +123,26 @@ def test_an_operator_releases_a_blocked_dataset(event_log: EventLog, tmp_path: P
             session.committer.release("job", "doomed", "again")
     with open_session(event_log, "job", settings(tmp_path), LOCAL) as session:
         assert session.state.datasets[("job", "doomed")].blocked_by is None  # as folded from the log
+
+
+def test_release_moves_back_a_rename_that_was_done_but_never_recorded(event_log: EventLog, tmp_path: Path) -> None:
+    """Found by the DataFrame engine's simulation: a rename done just before the driver died is not in the log, and
+    the recovery's verify of it failed (an I/O error) until the sequence was abandoned. Releasing the dataset must
+    still move that file back: the range is extracted and published again, and must not be there twice."""
+    src, dst = tmp_path / "task-output" / "a.avro", tmp_path / "published" / "a.avro"
+    src.parent.mkdir(parents=True)
+    src.write_bytes(b"data")
+    steps = (FsRenameStep(src=str(src), dst=str(dst), size=4, checksum=file_checksum(src)),
+             HighWatermarkStep(partition="ds:0", low_watermark=0, value=1))
+    fields = {"job": "job", "run_id": "r1", "dataset_urn": "ds", "sequence_id": "r1"}
+    with open_session(event_log, "job", settings(tmp_path, 1), LOCAL) as session:
+        session.sink.emit([planned("job", "ds", *steps)])
+        dst.parent.mkdir()
+        src.rename(dst)  # the step ran; the driver died before recording it
+        error = f"step 0 (FsRename): [Errno 5] I/O error in size: {dst}"
+        session.sink.emit([CommitStepFailed(**fields, step_index=0, attempt=1, error=error),
+                           CommitSequenceAbandoned(**fields, attempts=1, error=error)])
+        session.committer.release("job", "ds", "fixed the disk")
+    assert src.read_bytes() == b"data" and not dst.exists()
+    rolled = [e.event for e in event_log.read() if isinstance(e.event, CommitStepRolledBack)]
+    assert [(r.step_index, r.outcome) for r in rolled] == [(0, "moved_back")]

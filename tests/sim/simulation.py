@@ -9,8 +9,13 @@ after an executor was lost), after newer runs.
 After every step: no source record is published twice. Once faults stop and runs go on: every record up to each
 watermark is published exactly once, nothing else is, and `verify` passes.
 
+With `--engine dataframe` the scenario's runs extract with the DataFrame engine on a local Spark session (Spark's
+writers on the real disk: the faults hit the driver's log appends, file operations and crashes, and the commit path
+both engines share); the settling runs stay on the records engine, so the two engines take turns on one history.
+
     python -m tests.sim.simulation --seed 17            # replay one scenario, printing what it did
     python -m tests.sim.simulation --first 0 --count 200   # a range of seeds
+    python -m tests.sim.simulation --engine dataframe --first 0 --count 5
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -41,13 +47,18 @@ from spark_pipeline.commit.engine import InProcessCommitEngine, job_publisher
 from spark_pipeline.commit.session import IncompleteHistoryError, open_session
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.shards import ShardSummary, ShardWork, commit_shard
-from spark_pipeline.config import JobConfig
+from spark_pipeline.config import JobConfig, TaskEngineKind
+from spark_pipeline.dataframe.choice import EngineChoice
+from spark_pipeline.dataframe.engine import DataFrameTaskEngine
 from spark_pipeline.config_validation import load_job_config
 from spark_pipeline.launcher import JobLauncher, commit_settings
 from spark_pipeline.paths import RUN_ID
 from spark_pipeline.task_engine import InProcessTaskEngine
 from tests.fault.pipeline_checks import published_records_of
 from tests.sim.faults import FaultPlan, FaultyEventLog, FaultyFileSystem, SimulatedCrash
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 JOBS = ("simA", "simB")
 STEPS = 8
@@ -83,6 +94,19 @@ class SimTaskEngine(InProcessTaskEngine):
 
     def __init__(self, log: EventLog, in_flight: list[Assignment]) -> None:
         super().__init__(log.writer, slots=2, sleep=lambda _: None)
+        self.in_flight = in_flight
+
+    def commit_engine(self, log: EventLog, fs: FileSystem) -> RecordingCommitEngine:
+        return RecordingCommitEngine(log, fs, self.in_flight)
+
+
+class SimDataFrameEngine(DataFrameTaskEngine):
+    """The DataFrame engine's tasks on a shared local Spark session, without retry pauses; shards through a
+    RecordingCommitEngine (in this process, through the faulty log and file system)."""
+
+    def __init__(self, config: JobConfig, spark: SparkSession, in_flight: list[Assignment]) -> None:
+        super().__init__(config, spark, EngineChoice(TaskEngineKind.DATAFRAME, "a dataframe scenario"),
+                         sleep=lambda _: None)
         self.in_flight = in_flight
 
     def commit_engine(self, log: EventLog, fs: FileSystem) -> RecordingCommitEngine:
@@ -137,8 +161,11 @@ def write_job(base: Path, name: str, url: str, rng: random.Random) -> JobConfig:
 class Scenario:
     """One seeded scenario over a fresh folder and log."""
 
-    def __init__(self, seed: int, base: Path, open_scenario_log: OpenLog = sqlite_log) -> None:
+    def __init__(self, seed: int, base: Path, open_scenario_log: OpenLog = sqlite_log,
+                 spark: SparkSession | None = None) -> None:
         self.seed = seed
+        self.spark = spark
+        """Given: the scenario's runs extract with the DataFrame engine on this session."""
         self.base = base
         self.rng = random.Random(seed)
         self.plan = FaultPlan(random.Random(seed * 7919 + 1))
@@ -192,7 +219,11 @@ class Scenario:
             self.outcome.steps["step-failed"] += 1
 
     def _run(self, config: JobConfig) -> None:
-        JobLauncher(config, engine=SimTaskEngine(self.log, self.late_shards), fs=self.fs, log=self.log).run()
+        engine = (SimTaskEngine(self.log, self.late_shards) if self.spark is None
+                  else SimDataFrameEngine(config, self.spark, self.late_shards))
+        result = JobLauncher(config, engine=engine, fs=self.fs, log=self.log).run()
+        if self.spark is not None and result.status.name == "COMMITTED":
+            self.outcome.steps["dataframe-committed"] += 1
 
     def _late_shard(self) -> None:
         """A shard task of a killed run runs now, from the start (whatever newer runs did since)."""
@@ -284,7 +315,9 @@ class Scenario:
             self.outcome.records += len(seen)
 
     def _fail(self, what: str) -> None:
-        raise ScenarioFailed(f"seed {self.seed}: {what}\n  replay: {replay_command(self.seed)}")
+        engine = "records" if self.spark is None else "dataframe"
+        raise ScenarioFailed(f"seed {self.seed} ({engine} engine): {what}\n  replay: "
+                             f"{replay_command(self.seed, engine)}")
 
 
 def scratch_dir() -> str | None:
@@ -294,16 +327,27 @@ def scratch_dir() -> str | None:
     return str(shm) if shm.is_dir() else None
 
 
-def replay_command(seed: int) -> str:
+def replay_command(seed: int, engine: str = "records") -> str:
     """The one-line command that replays a scenario."""
-    return f"python -m tests.sim.simulation --seed {seed}"
+    return f"python -m tests.sim.simulation --engine {engine} --seed {seed}"
 
 
-def run_scenario(seed: int, work: Path, open_scenario_log: OpenLog = sqlite_log) -> Outcome:
-    """Play the scenario of one seed in a fresh folder under `work`."""
+def run_scenario(seed: int, work: Path, open_scenario_log: OpenLog = sqlite_log, spark: SparkSession | None = None
+                 ) -> Outcome:
+    """Play the scenario of one seed in a fresh folder under `work` (with `spark`: runs on the DataFrame engine)."""
     base = work / f"seed-{seed}"
     base.mkdir(parents=True)
-    return Scenario(seed, base, open_scenario_log).play()
+    return Scenario(seed, base, open_scenario_log, spark).play()
+
+
+def local_spark() -> SparkSession:
+    """The local[2] Spark session of dataframe scenarios (one for all), as oncelog starts it (connectors included)."""
+    from spark_pipeline.spark_runner import spark_session
+
+    return spark_session(JobConfig.from_properties({
+        "job.name": "simulation", "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",
+        "writer.staging.dir": "/tmp/unused-s", "writer.output.dir": "/tmp/unused-o",
+        "data.publisher.final.dir": "/tmp/unused-f", "spark.master": "local[2]", "spark.ui.enabled": "false"}))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -312,15 +356,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first", type=int, default=0)
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--store", choices=["sqlite", "kafka"], default="sqlite")
+    parser.add_argument("--engine", choices=["records", "dataframe"], default="records",
+                        help="the task engine of the scenarios' runs (dataframe: a local Spark session)")
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "localhost:9092"),
                         help="the Kafka broker of --store kafka")
     args = parser.parse_args(argv)
     open_scenario_log = sqlite_log if args.store == "sqlite" else kafka_log_at(args.bootstrap)
     seeds = [args.seed] if args.seed is not None else list(range(args.first, args.first + args.count))
     totals: Counter[str] = Counter()
+    spark = local_spark() if args.engine == "dataframe" else None
     with tempfile.TemporaryDirectory(prefix="oncelog-sim-", dir=scratch_dir()) as work:
         for seed in seeds:
-            outcome = run_scenario(seed, Path(work), open_scenario_log)
+            outcome = run_scenario(seed, Path(work), open_scenario_log, spark)
             totals.update(outcome.steps)
             totals.update(outcome.faults)
             if args.seed is not None:

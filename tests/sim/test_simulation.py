@@ -1,6 +1,8 @@
-"""The seeded fault simulation in `make test`: thousands of scenarios on SQLite, dozens on a real Kafka log.
+"""The seeded fault simulation in `make test`: thousands of scenarios on SQLite, dozens on a real Kafka log, a few
+whose runs extract with the DataFrame engine on a real Spark session.
 
-Scenario counts come from $ONCELOG_SIM_SQLITE / $ONCELOG_SIM_KAFKA (defaults below); `make simulate` runs more.
+Scenario counts come from $ONCELOG_SIM_SQLITE / $ONCELOG_SIM_KAFKA / $ONCELOG_SIM_DATAFRAME (defaults below);
+`make simulate` runs more.
 A failing seed's message carries the one-line command that replays it.
 """
 
@@ -15,11 +17,13 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from tests.sim.simulation import Outcome, ScenarioFailed, kafka_log_at, run_scenario, scratch_dir
 
 SQLITE_SCENARIOS = int(os.environ.get("ONCELOG_SIM_SQLITE", "2000"))
 KAFKA_SCENARIOS = int(os.environ.get("ONCELOG_SIM_KAFKA", "50"))
+DATAFRAME_SCENARIOS = int(os.environ.get("ONCELOG_SIM_DATAFRAME", "8"))
 WORKERS = max(1, min(4, os.cpu_count() or 1))
 CHUNK = 25
 
@@ -83,3 +87,23 @@ def test_seeded_scenarios_on_kafka_publish_exactly_once(kafka_bootstrap: str, tm
         records += outcome.records
     _report("kafka simulation", KAFKA_SCENARIOS, totals, records)
     assert not failures, f"{len(failures)} of {KAFKA_SCENARIOS} scenarios failed:\n" + "\n".join(failures[:10])
+
+
+@pytest.mark.spark
+def test_seeded_scenarios_on_the_dataframe_engine_publish_exactly_once(spark: SparkSession, tmp_path: Path) -> None:
+    failures: list[str] = []
+    totals: Counter[str] = Counter()
+    records = 0
+    first = 200_000  # other seeds than the other runs'
+    for seed in range(first, first + DATAFRAME_SCENARIOS):
+        try:
+            outcome = run_scenario(seed, tmp_path, spark=spark)
+        except ScenarioFailed as e:
+            failures.append(str(e))
+            continue
+        totals.update(outcome.steps)
+        totals.update(outcome.faults)
+        records += outcome.records
+    _report("dataframe simulation", DATAFRAME_SCENARIOS, totals, records)
+    assert not failures, f"{len(failures)} of {DATAFRAME_SCENARIOS} scenarios failed:\n" + "\n".join(failures[:10])
+    assert totals["dataframe-committed"] > 0 and totals["driver-killed"] > 0  # the engine committed; faults hit

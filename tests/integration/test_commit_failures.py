@@ -16,6 +16,7 @@ from events.commit import (
     HighWatermarkStep,
 )
 from events.log import EventLog, open_log
+from events.model import SequenceFields
 from spark_pipeline.commit.sequence import Outcome
 from spark_pipeline.commit.session import open_session
 from spark_pipeline.commit.settings import CommitSettings
@@ -134,7 +135,7 @@ def test_release_moves_back_a_rename_that_was_done_but_never_recorded(event_log:
     src.write_bytes(b"data")
     steps = (FsRenameStep(src=str(src), dst=str(dst), size=4, checksum=file_checksum(src)),
              HighWatermarkStep(partition="ds:0", low_watermark=0, value=1))
-    fields = {"job": "job", "run_id": "r1", "dataset_urn": "ds", "sequence_id": "r1"}
+    fields: SequenceFields = {"job": "job", "run_id": "r1", "dataset_urn": "ds", "sequence_id": "r1"}
     with open_session(event_log, "job", settings(tmp_path, 1), LOCAL) as session:
         session.sink.emit([planned("job", "ds", *steps)])
         dst.parent.mkdir()

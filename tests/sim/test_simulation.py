@@ -13,13 +13,14 @@ import multiprocessing
 import os
 import tempfile
 from collections import Counter
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.sim.simulation import Outcome, ScenarioFailed, kafka_log_at, run_scenario, scratch_dir
+from tests.sim.simulation import OpenLog, ScenarioFailed, kafka_log_at, run_scenario, scratch_dir, sqlite_log
 
 SQLITE_SCENARIOS = int(os.environ.get("ONCELOG_SIM_SQLITE", "2000"))
 KAFKA_SCENARIOS = int(os.environ.get("ONCELOG_SIM_KAFKA", "50"))
@@ -28,22 +29,28 @@ WORKERS = max(1, min(4, os.cpu_count() or 1))
 CHUNK = 25
 
 
-def _chunk(seeds: list[int]) -> tuple[list[str], Counter[str], int]:
-    """Play a chunk of seeds in a fresh folder (a worker process): failures, counts, records checked."""
+def _play(seeds: Iterable[int], work: Path, open_scenario_log: OpenLog = sqlite_log,
+          spark: SparkSession | None = None) -> tuple[list[str], Counter[str], int]:
+    """Play seeds in `work`: failures, counts, records checked."""
     failures: list[str] = []
     totals: Counter[str] = Counter()
     records = 0
-    with tempfile.TemporaryDirectory(prefix="oncelog-sim-", dir=scratch_dir()) as work:
-        for seed in seeds:
-            try:
-                outcome = run_scenario(seed, Path(work))
-            except ScenarioFailed as e:
-                failures.append(str(e))
-                continue
-            totals.update(outcome.steps)
-            totals.update(outcome.faults)
-            records += outcome.records
+    for seed in seeds:
+        try:
+            outcome = run_scenario(seed, work, open_scenario_log, spark)
+        except ScenarioFailed as e:
+            failures.append(str(e))
+            continue
+        totals.update(outcome.steps)
+        totals.update(outcome.faults)
+        records += outcome.records
     return failures, totals, records
+
+
+def _chunk(seeds: list[int]) -> tuple[list[str], Counter[str], int]:
+    """Play a chunk of seeds in a fresh folder (a worker process)."""
+    with tempfile.TemporaryDirectory(prefix="oncelog-sim-", dir=scratch_dir()) as work:
+        return _play(seeds, Path(work))
 
 
 def _report(name: str, scenarios: int, totals: Counter[str], records: int) -> None:
@@ -71,39 +78,17 @@ def test_seeded_scenarios_on_sqlite_publish_exactly_once() -> None:
 
 @pytest.mark.kafka
 def test_seeded_scenarios_on_kafka_publish_exactly_once(kafka_bootstrap: str, tmp_path: Path) -> None:
-    kafka_log = kafka_log_at(kafka_bootstrap)
-    failures: list[str] = []
-    totals: Counter[str] = Counter()
-    records = 0
     first = 100_000  # other seeds than the SQLite run's
-    for seed in range(first, first + KAFKA_SCENARIOS):
-        try:
-            outcome: Outcome = run_scenario(seed, tmp_path, kafka_log)
-        except ScenarioFailed as e:
-            failures.append(str(e).replace("--seed", f"--store kafka --bootstrap {kafka_bootstrap} --seed"))
-            continue
-        totals.update(outcome.steps)
-        totals.update(outcome.faults)
-        records += outcome.records
+    failures, totals, records = _play(range(first, first + KAFKA_SCENARIOS), tmp_path, kafka_log_at(kafka_bootstrap))
+    failures = [f.replace("--seed", f"--store kafka --bootstrap {kafka_bootstrap} --seed") for f in failures]
     _report("kafka simulation", KAFKA_SCENARIOS, totals, records)
     assert not failures, f"{len(failures)} of {KAFKA_SCENARIOS} scenarios failed:\n" + "\n".join(failures[:10])
 
 
 @pytest.mark.spark
 def test_seeded_scenarios_on_the_dataframe_engine_publish_exactly_once(spark: SparkSession, tmp_path: Path) -> None:
-    failures: list[str] = []
-    totals: Counter[str] = Counter()
-    records = 0
     first = 200_000  # other seeds than the other runs'
-    for seed in range(first, first + DATAFRAME_SCENARIOS):
-        try:
-            outcome = run_scenario(seed, tmp_path, spark=spark)
-        except ScenarioFailed as e:
-            failures.append(str(e))
-            continue
-        totals.update(outcome.steps)
-        totals.update(outcome.faults)
-        records += outcome.records
+    failures, totals, records = _play(range(first, first + DATAFRAME_SCENARIOS), tmp_path, spark=spark)
     _report("dataframe simulation", DATAFRAME_SCENARIOS, totals, records)
     assert not failures, f"{len(failures)} of {DATAFRAME_SCENARIOS} scenarios failed:\n" + "\n".join(failures[:10])
     assert totals["dataframe-committed"] > 0 and totals["driver-killed"] > 0  # the engine committed; faults hit

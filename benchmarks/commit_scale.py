@@ -7,8 +7,8 @@
 Each dataset has one partition and a few records (spark_pipeline/sources/synthetic.py); tasks run in the job's own
 process (InProcessTaskEngine), so that what is measured is the commit machinery, not Spark's scheduling of tasks.
 The sharded path's shards commit as Spark tasks on a local[*] session started before the run (`--shards-on spark`, as
-a cluster's executors commit them, in parallel), or one after another in the job's process (`in-process`). Every job runs
-in a fresh subprocess, so that its peak RSS (resource.getrusage) is its own: the driver's, with the tasks' small
+a cluster's executors commit them, in parallel), or one after another in the job's process (`in-process`). Every job
+runs in a fresh subprocess, so that its peak RSS (resource.getrusage) is its own: the driver's, with the tasks' small
 per-work-unit objects included (an upper bound of the driver's alone). For each size and each path
 (`job.commit.on.executors` true: commit shards; false: the driver-only path):
 

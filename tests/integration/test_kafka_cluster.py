@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from pyspark.sql import SparkSession
 
 from events.codec import Record
-from events.commit import CommitStepApplied
+from events.commit import CommitSequencePlanned
 from events.kafka_local import LocalKafkaCluster, SaslMechanism, SecureEndpoints
 from events.log import EventLog, LoggedEvent, open_log
 from projections.views import RunStatus
@@ -70,13 +70,14 @@ def test_the_sasl_ssl_listener_is_refused_without_its_ca(secure_kafka: SecureEnd
         AdminClient(settings).list_topics(timeout=3)
 
 
-def _partition_of_first_step(log: EventLog, kill: Callable[[int], None], seen: list[LoggedEvent],
+def _partition_of_first_plan(log: EventLog, kill: Callable[[int], None], seen: list[LoggedEvent],
                              ready: threading.Event) -> None:
-    """Follow the log; at the first CommitStepApplied, SIGKILL the leader of its partition (``kill``), then stop."""
+    """Follow the log; at the first CommitSequencePlanned (the commit's point of no return: its steps come next),
+    SIGKILL the leader of its partition (``kill``), then stop."""
     try:
         for logged in log.read(follow=True):
             seen.append(logged)
-            if isinstance(logged.event, CommitStepApplied):
+            if isinstance(logged.event, CommitSequencePlanned):
                 kill(logged.partition)
                 return
     finally:
@@ -133,8 +134,8 @@ def test_a_log_follows_a_new_leader_when_the_old_one_is_killed(kafka_cluster: Lo
 def test_killing_the_events_leader_mid_commit_loses_nothing_and_publishes_once(
         kafka_cluster: LocalKafkaCluster, spark: SparkSession, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """SIGKILL the node leading the partition of the run's first applied commit step while the run commits: with the
-    default timeouts the run still commits (a new leader takes over within seconds, and every client follows it), a
+    """SIGKILL the node leading the partition of the run's first planned commit sequence while the run commits: with
+    the default timeouts the run still commits (a new leader takes over within seconds, and every client follows it), a
     rerun publishes every record exactly once, every event the log held at the kill is still at its offset
     afterwards, and librdkafka printed none of its own lines (they go through logging, rate-limited)."""
     topic = f"oncelog.cluster.{uuid.uuid4().hex[:8]}"
@@ -152,7 +153,7 @@ def test_killing_the_events_leader_mid_commit_loses_nothing_and_publishes_once(
 
         seen: list[LoggedEvent] = []
         ready = threading.Event()
-        watcher = threading.Thread(target=_partition_of_first_step, args=(log, kill, seen, ready), daemon=True)
+        watcher = threading.Thread(target=_partition_of_first_plan, args=(log, kill, seen, ready), daemon=True)
         watcher.start()
         try:
             first = _run(job, spark)

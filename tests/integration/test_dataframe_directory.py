@@ -109,7 +109,7 @@ def parquet_file(spark: SparkSession, path: Path, values: range) -> Path:
     """One Parquet file of (id BIGINT, name STRING) rows, written by Spark (its one part file, renamed)."""
     folder = path.parent / f".{path.name}.spark"
     spark.createDataFrame([(v, f"n{v}") for v in values], "id BIGINT, name STRING").coalesce(1).write.parquet(
-        str(folder))
+        folder.as_uri())  # a file: URI: a bare path goes to the default file system (HDFS, once its fixture ran)
     (part,) = folder.glob("part-*.parquet")
     part.rename(path)
     shutil.rmtree(folder)
@@ -261,7 +261,7 @@ def avro_file(path: Path, values: range, opt: bool = False) -> Path:
 
 def parquet_rows(spark: SparkSession, folder: Path) -> list[tuple[int, str]]:
     """(i, s) of every row of every Parquet file under `folder`, read by Spark."""
-    rows = spark.read.option("recursiveFileLookup", True).option("pathGlobFilter", "*.parquet").parquet(str(folder))
+    rows = spark.read.option("recursiveFileLookup", True).option("pathGlobFilter", "*.parquet").parquet(folder.as_uri())
     return [(row["i"], row["s"]) for row in rows.collect()]
 
 

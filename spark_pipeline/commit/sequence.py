@@ -105,8 +105,7 @@ class CommitSequence:
             record([CommitSequenceAbandoned(**fields, attempts=self.view.attempts_failed, error=str(e))])
             return self._result(Outcome.ABANDONED, str(e))
         effects_so_far: list[Event] = []
-        applied: list[Event] = []
-        """Each step applied in this attempt: recorded only if a later step fails."""
+        applied: list[Event] = []  # recorded only if a later step fails (and, when found done, on completion)
         counts = {"executed": 0, "verified": 0}
         for index, spec in enumerate(self.view.steps):
             if index in self.view.applied:

@@ -200,19 +200,8 @@ class SmallAmount(RowLevelPolicy):
         return bool(record["amount"] < 50_000)
 
 
-class Twice(Converter):
-    """1:N: each record becomes two, the copy marked."""
-
-    def convert_schema(self, input_schema: Schema, state: WorkUnitState) -> Schema:
-        return {**input_schema, "fields": [*input_schema["fields"], {"name": "copy", "type": "boolean"}]}
-
-    def convert_record(self, output_schema: Schema, record: Record, state: WorkUnitState) -> Iterable[Record]:
-        yield {**record, "copy": False}
-        yield {**record, "copy": True}
-
-
 class EveryCopyJudged(TaskLevelPolicy):
-    """With Twice before the row policies, every converted record is written or rejected: the counts add up."""
+    """With test_pipeline.Doubled (1:N) before the row policies, every converted record is written or rejected: the counts add up."""
 
     def check(self, stats: TaskStats) -> bool:
         return stats.records_written + stats.rows_rejected == 2 * stats.records_extracted
@@ -246,7 +235,7 @@ class Opaque(Converter):
 
 
 RECORD_CONSTRUCTS = {"source.synthetic.payload.bytes": PAYLOAD,
-                     "converter.classes": f"spark_pipeline.examples.converters.AmountInCents, {__name__}.Twice",
+                     "converter.classes": "spark_pipeline.examples.converters.AmountInCents, tests.integration.test_pipeline.Doubled",
                      "qualitychecker.row.policies": f"{__name__}.RoundAmount, {__name__}.EvenOffsetsOnly, "
                                                     f"{__name__}.SmallAmount",
                      "qualitychecker.row.policy.types": "ERR_FILE, MANDATORY, OPTIONAL",

@@ -43,6 +43,7 @@ logger = logging.getLogger(__name__)
 
 STABLE_POLL_S = 0.05
 OFFSETS_RETRY_FIRST_S = 0.05
+TOPIC_CREATE_PAUSE_S = 0.5
 OFFSETS_RETRY_MAX_S = 1.0
 """Bounded backoff between attempts to read end offsets that failed with a transient error."""
 WAIT_SLICE_S = 1.0
@@ -176,14 +177,9 @@ class KafkaLog(EventLog):
         if existing is None:
             replication = self.settings.replication or min(SAFE_REPLICATION, self._broker_count())
             configs = topic_configs(replication)
-            future = self._admin.create_topics([NewTopic(topic, partitions, replication, config=configs)])[topic]
-            try:
-                future.result(timeout=30)
+            if self._create(NewTopic(topic, partitions, replication, config=configs)):
                 self._created.add(topic)
                 return check_topic_configs(topic, replication, configs)
-            except KafkaException as e:
-                if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise LogUnavailableError(f"cannot create topic {topic!r} on {self.settings.bootstrap}: {e}") from e
             existing = self._describe_when_visible(topic)
         if partitions_asked and len(existing.partitions) != partitions:
             raise ConfigError(
@@ -191,6 +187,27 @@ class KafkaLog(EventLog):
                 f"(setting 'partitions'); an existing log's partitioning cannot change"
             )
         return self._check(topic, existing)
+
+    def _create(self, new: NewTopic) -> bool:
+        """Create a topic: True when this call created it, False when it already existed. A transient error (the
+        request's broker handle dropped as the client learns the cluster, a controller moving) is retried until the
+        write timeout, after checking that the lost attempt did not create the topic after all."""
+        deadline = time.monotonic() + self.settings.write_timeout_s
+        while True:
+            try:
+                self._admin.create_topics([new])[new.topic].result(timeout=30)
+                return True
+            except KafkaException as e:
+                error = e.args[0]
+                if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    return False
+                if not is_transient(error) or time.monotonic() >= deadline:
+                    raise LogUnavailableError(
+                        f"cannot create topic {new.topic!r} on {self.settings.bootstrap}: {error.str()}") from e
+                logger.info("creating topic %r failed transiently (%s); retrying", new.topic, error.str())
+                time.sleep(TOPIC_CREATE_PAUSE_S)
+                if self._describe(new.topic) is not None:
+                    return False
 
     def _check(self, topic: str, metadata: TopicMetadata) -> str | None:
         """check_topic_configs on an existing topic: its configs as described, its smallest replica count."""

@@ -13,10 +13,12 @@ import textwrap
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from events.codec import Record
@@ -206,3 +208,47 @@ def test_end_offsets_of_a_topic_just_created_are_retried_not_failed(kafka_bootst
         log.end_offsets_of(missing, 2)
     assert time.monotonic() - started < 30
     log.close()
+
+
+class DroppingFirstCreate:
+    """A real admin client whose first topic creation fails as it did in CI: the request's broker handle dropped
+    (_DESTROY_BROKER) as the client replaced its bootstrap connection; optionally after the broker did create it."""
+
+    def __init__(self, admin: AdminClient, created_anyway: bool) -> None:
+        self._admin, self._created_anyway, self.calls = admin, created_anyway, 0
+
+    def create_topics(self, topics: list[NewTopic]) -> dict[str, Future[None]]:
+        self.calls += 1
+        if self.calls > 1:
+            return self._admin.create_topics(topics)
+        if self._created_anyway:
+            for future in self._admin.create_topics(topics).values():
+                future.result(timeout=30)
+        dropped: Future[None] = Future()
+        dropped.set_exception(KafkaException(KafkaError(KafkaError._DESTROY_BROKER)))
+        return {topic.topic: dropped for topic in topics}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._admin, name)
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("created_anyway", [False, True], ids=["lost-request", "lost-answer"])
+def test_a_topic_creation_dropped_in_flight_is_retried(kafka_bootstrap: str, created_anyway: bool) -> None:
+    """CI once failed to create a cluster's topic with _DESTROY_BROKER: a transient error, so the creation is retried
+    (or found done) and the log works; a creation refused for good still fails at once, naming the topic."""
+    topic = f"oncelog.test.{uuid.uuid4().hex[:12]}"
+    log = open_log(f"kafka://{kafka_bootstrap}?topic={topic}&partitions=2")
+    assert isinstance(log, KafkaLog)
+    dropping = DroppingFirstCreate(log._admin, created_anyway)
+    log._admin = dropping
+    log.ensure_topic()
+    assert dropping.calls >= 2 - created_anyway and log.partitions == 2
+    log.append(step_events(1))
+    assert len(list(log.read())) == 1
+    log.close()
+    refused = open_log(f"kafka://{kafka_bootstrap}?topic=bad..{uuid.uuid4().hex[:6]}&partitions=1&replication=9")
+    started = time.monotonic()
+    with pytest.raises(LogUnavailableError, match=r"cannot create topic 'bad\.\."):
+        refused.ensure_topic()
+    assert time.monotonic() - started < 10

@@ -234,14 +234,15 @@ class DroppingFirstCreate:
 
 @pytest.mark.kafka
 @pytest.mark.parametrize("created_anyway", [False, True], ids=["lost-request", "lost-answer"])
-def test_a_topic_creation_dropped_in_flight_is_retried(kafka_bootstrap: str, created_anyway: bool) -> None:
+def test_a_topic_creation_dropped_in_flight_is_retried(
+        kafka_bootstrap: str, created_anyway: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """CI once failed to create a cluster's topic with _DESTROY_BROKER: a transient error, so the creation is retried
     (or found done) and the log works; a creation refused for good still fails at once, naming the topic."""
     topic = f"oncelog.test.{uuid.uuid4().hex[:12]}"
     log = open_log(f"kafka://{kafka_bootstrap}?topic={topic}&partitions=2")
     assert isinstance(log, KafkaLog)
     dropping = DroppingFirstCreate(log._admin, created_anyway)
-    log._admin = dropping
+    monkeypatch.setattr(log, "_admin", dropping)
     log.ensure_topic()
     assert dropping.calls >= 2 - created_anyway and log.partitions == 2
     log.append(step_events(1))

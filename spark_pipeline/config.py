@@ -95,6 +95,14 @@ class TaskEngineKind(StrEnum):
     AUTO = "auto"  # dataframe when every construct of the job supports it, else records
 
 
+class CommitOnExecutors(StrEnum):
+    """`job.commit.on.executors`: where a run's commit sequences are planned, applied and recovered."""
+
+    TRUE = "true"  # in commit shards, one Spark task per shard with its own fenced writer (Gobblin's scalable design)
+    FALSE = "false"  # on the driver, in one batch
+    AUTO = "auto"  # in shards from job.commit.executors.min.datasets datasets on, else on the driver
+
+
 # --- value types shared by JobConfig and BranchConfig ------------------------------------------------------------
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
@@ -160,6 +168,11 @@ def _upper(value: Any) -> Any:
 def _lower(value: Any) -> Any:
     """Case-insensitive enum input (lower-case members)."""
     return value.lower() if isinstance(value, str) else value
+
+
+def _boolean_word(value: Any) -> Any:
+    """A YAML boolean as its word, so that true / false / auto settings take either."""
+    return str(value).lower() if isinstance(value, bool) else _lower(value)
 
 
 SafeName = Annotated[str, AfterValidator(_safe_name)]
@@ -270,8 +283,12 @@ class JobConfig(BranchKeys):
     commit_parallelism: int = Field(default=32, ge=1, alias="commit.parallelism")
     commit_shards: int | None = Field(default=None, ge=1, alias="job.commit.shards")
     """How many shards datasets are committed in (default, and at most: the events topic's partitions)."""
-    commit_on_executors: bool = Field(default=True, alias="job.commit.on.executors")
-    """Shards plan, apply and recover their sequences in tasks of their own (false: the driver commits them all)."""
+    commit_on_executors: Annotated[CommitOnExecutors, BeforeValidator(_boolean_word)] = Field(
+        default=CommitOnExecutors.AUTO, alias="job.commit.on.executors")
+    """true: shards plan, apply and recover their sequences in tasks of their own; false: the driver commits them
+    all; auto: shards once a run commits (or recovers) job.commit.executors.min.datasets datasets."""
+    commit_executors_min_datasets: int = Field(default=10_000, ge=1, alias="job.commit.executors.min.datasets")
+    """With job.commit.on.executors=auto, the fewest datasets committed in shards (fewer: on the driver)."""
     spark_master: NonEmpty = Field(default=DEFAULT_SPARK_MASTER, alias="spark.master")
     properties: dict[str, str] = Field(default_factory=dict, repr=False)  # may hold secrets from ${env:...}
 

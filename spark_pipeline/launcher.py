@@ -2,8 +2,8 @@
 
 lock → recover unfinished commit sequences → plan work units → tasks on Spark → commit policy → the driver plans
 all sequences in one atomic batch and applies them → job committed → clean up → release the lock. With
-job.commit.on.executors=true, commit shards do it instead: one task per shard of datasets, planning its sequences in
-one atomic batch and applying them.
+job.commit.on.executors=true (auto: from job.commit.executors.min.datasets datasets on), commit shards do it instead:
+one task per shard of datasets, planning its sequences in one atomic batch and applying them.
 SIGINT / SIGTERM before the sequences are planned cancels the run: nothing is published, the run is recorded as
 cancelled. Once planned, the sequences are the point of no return: the commit finishes (or the next run does it).
 """
@@ -228,7 +228,7 @@ class JobLauncher:
             t for t in result.tasks if t.succeeded]
         outputs = [o for o in dataset_outputs(kept) if o.dataset_urn not in result.skipped]
         self._check_cancelled()
-        if self.commit_settings().on_executors:
+        if self.commit_settings().in_shards(len(outputs)):
             self.observer.phase(Phase.COMMIT, len(outputs))
             result.commits = self._commit_shards(session, ShardAction.PUBLISH, outputs)
             self.observer.datasets_done(len(result.commits))
@@ -256,9 +256,9 @@ class JobLauncher:
 
     def _recover(self, session: CommitSession) -> list[CommitResult]:
         """Finish every pending sequence of the job before anything is extracted: per shard, in the shards' tasks
-        (only shards holding one), or on the driver (job.commit.on.executors=false)."""
+        (only shards holding one), or on the driver, as job.commit.on.executors says for this many sequences."""
         job = self.config.job_name
-        if not self.commit_settings().on_executors:
+        if not self.commit_settings().in_shards(len(session.state.pending_sequences(job))):
             return session.committer.recover(job)
         return self._commit_shards(session, ShardAction.RECOVER, [])
 
@@ -362,8 +362,9 @@ def commit_settings(config: JobConfig, faults: FaultInjector = NO_FAULTS) -> Com
     """A job's commit settings (its config made absolute first): publish roots, attempts, parallelism, shards."""
     dirs = run_dirs(config, "")
     return CommitSettings(PublishRoots.of([d.output for d in dirs], [d.final for d in dirs]),
-                          config.commit_sequence_max_attempts, config.commit_parallelism, config.commit_shards,
-                          config.commit_on_executors, faults)
+                          max_attempts=config.commit_sequence_max_attempts, parallelism=config.commit_parallelism,
+                          shards=config.commit_shards, on_executors=config.commit_on_executors,
+                          executors_min_datasets=config.commit_executors_min_datasets, faults=faults)
 
 
 def check_own_folders(config: JobConfig, state: State) -> None:

@@ -93,11 +93,18 @@ def test_a_shard_folds_only_its_partitions(log_factory: LogFactory, tmp_path: Pa
         assert {partition_for(u, 4) % 2 for (_, u, _) in state.sequences} == {shard}
 
 
-@pytest.mark.parametrize("on_executors", [True, False])
-def test_a_job_commits_in_shards_or_on_the_driver_exactly_once(on_executors: bool, log_factory: LogFactory,
-                                                                tmp_path: Path) -> None:
+@pytest.mark.parametrize(("setting", "min_datasets", "in_shards"), [
+    (True, None, True), (False, None, False), ("auto", None, False), ("auto", 5, True), ("auto", 6, False)])
+def test_a_job_commits_in_shards_or_on_the_driver_exactly_once(
+        setting: bool | str, min_datasets: int | None, in_shards: bool, log_factory: LogFactory, tmp_path: Path
+) -> None:
+    """true: shards; false: the driver; auto (the default): shards from job.commit.executors.min.datasets on."""
     log: EventLog = log_factory(3)
-    extra = {"source.synthetic.datasets": 5, "job.commit.on.executors": on_executors}
+    extra: dict[str, object] = {"source.synthetic.datasets": 5}
+    if setting != "auto":
+        extra["job.commit.on.executors"] = setting
+    if min_datasets is not None:
+        extra["job.commit.executors.min.datasets"] = min_datasets
     config = load_job_config(write_job(tmp_path, log.url, "full", None, **extra))
     engine = InProcessTaskEngine(log.writer)
     for _ in range(2):
@@ -106,7 +113,7 @@ def test_a_job_commits_in_shards_or_on_the_driver_exactly_once(on_executors: boo
         assert len(result.commits) == 5
     if log.url.startswith("sqlite"):  # each run fences every shard writer (epoch +1); shard tasks open them again
         shard_epochs = [epoch for name, epoch in _writer_epochs(log).items() if ".commit-shard-" in name]
-        assert (max(shard_epochs) > 4) is on_executors  # twice per run: at its start, once its start is logged
+        assert (max(shard_epochs) > 4) is in_shards  # twice per run: at its start, once its start is logged
     assert_exactly_once(log.url, tmp_path)
     assert verify(log).ok
 

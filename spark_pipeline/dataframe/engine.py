@@ -124,6 +124,11 @@ class DataFrameTaskEngine(SparkTaskEngine):
         super().__init__(config, spark, choice or EngineChoice(TaskEngineKind.DATAFRAME, "given by the caller"))
         self.sleep = sleep
 
+    def slots(self) -> int:
+        """One task per run: its Spark job spreads the work units' partitions over every executor itself, so more
+        tasks would only add Spark jobs (each with its fixed cost) competing for the same executors."""
+        return 1
+
     def run(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], progress: TaskProgress
             ) -> list[TaskOutcome]:
         units = [u for mwu in mwus for u in mwu.work_units]

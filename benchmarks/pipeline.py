@@ -15,6 +15,9 @@ cache as in every oncelog run (`oncelog spark jars` fetches them once). The side
   (`writer.output.format: parquet`, on the DataFrame engine when there is one; null when no writer accepts it).
 - unguarded: a Spark batch job on the same offsets (Kafka's batch reader with `assign` and exact starting / ending
   offsets → Avro files): no log, no commit, nothing exactly-once; the floor Spark itself sets.
+- unguarded, no wait: the same job with the `kafka.fetch.max.wait.ms` the DataFrame engine's reader sets (Spark's
+  reader fetches once more at the end of each range, and the broker holds that fetch for 500 ms by default): what
+  the engine costs beyond Spark itself, that tuning set aside (`ratio_dataframe_unguarded_no_wait`).
 - Structured Streaming: a Kafka source, `trigger(availableNow=True)`, a checkpointed Avro file sink, timed from
   `start()` to its end.
 
@@ -68,6 +71,7 @@ from projections.views import RunStatus
 from replay.verify import verify
 from spark_pipeline.config import JobConfig
 from spark_pipeline.connectors import CONNECTORS, fetch_connectors
+from spark_pipeline.dataframe.sources import FETCH_WAIT_MS
 from spark_pipeline.launcher import JobLauncher
 from spark_pipeline.spark_runner import spark_session
 
@@ -94,6 +98,7 @@ class Side(StrEnum):
     DATAFRAME = "dataframe"
     PARQUET = "parquet"
     UNGUARDED = "unguarded"
+    UNGUARDED_NO_WAIT = "unguarded_no_wait"
     SSS = "sss"
 
 
@@ -360,21 +365,25 @@ def run_oncelog(bench: Bench, topic: str, ends: dict[int, int], side: Side) -> t
     return timed[0], phases(at, launched, launched + timed[0].seconds)
 
 
-def kafka_batch(bench: Bench, topic: str, ends: dict[int, int]) -> DataFrame:
-    """Spark's Kafka batch reader on exactly the offsets [0, end) of each partition, as a work unit gives them."""
-    return (bench.spark.read.format("kafka").option("kafka.bootstrap.servers", bench.bootstrap)
+def kafka_batch(bench: Bench, topic: str, ends: dict[int, int], fetch_wait_ms: int | None = None) -> DataFrame:
+    """Spark's Kafka batch reader on exactly the offsets [0, end) of each partition, as a work unit gives them;
+    with Kafka's fetch.max.wait.ms unless `fetch_wait_ms` is given."""
+    reader = bench.spark.read.format("kafka")
+    if fetch_wait_ms is not None:
+        reader = reader.option("kafka.fetch.max.wait.ms", str(fetch_wait_ms))
+    return (reader.option("kafka.bootstrap.servers", bench.bootstrap)
             .option("assign", json.dumps({topic: sorted(ends)}))
             .option("startingOffsets", json.dumps({topic: {str(p): 0 for p in ends}}))
             .option("endingOffsets", json.dumps({topic: {str(p): end for p, end in ends.items()}}))
             .option("failOnDataLoss", "true").load())
 
 
-def run_unguarded(bench: Bench, topic: str, ends: dict[int, int]) -> Timed:
+def run_unguarded(bench: Bench, topic: str, ends: dict[int, int], fetch_wait_ms: int | None = None) -> Timed:
     """Spark alone: a batch read of the same offsets written as Avro (no log, no commit); output checked."""
     out = bench.fresh("unguarded") / "out"
     timed: list[Timed] = []
     with timing(timed):
-        kafka_batch(bench, topic, ends).selectExpr(*KAFKA_COLUMNS).write.format(AVRO).option(
+        kafka_batch(bench, topic, ends, fetch_wait_ms).selectExpr(*KAFKA_COLUMNS).write.format(AVRO).option(
             "compression", CODEC).save(str(out))
     check_kafka_output(sorted(out.glob("part-*.avro")), ends)
     shutil.rmtree(out.parent)
@@ -551,6 +560,8 @@ def run_side(bench: Bench, side: Side, topic: str, ends: dict[int, int], samples
     spans: dict[str, float] | None = None
     if side is Side.UNGUARDED:
         timed = run_unguarded(bench, topic, ends)
+    elif side is Side.UNGUARDED_NO_WAIT:
+        timed = run_unguarded(bench, topic, ends, FETCH_WAIT_MS)
     elif side is Side.SSS:
         timed = run_sss(bench, topic, ends)
     else:
@@ -567,7 +578,7 @@ def run_side(bench: Bench, side: Side, topic: str, ends: dict[int, int], samples
 def big_batch_sides(bench: Bench) -> list[Side]:
     """The sides timed on the big topic each repeat: every engine the job config accepts, unguarded, streaming."""
     engines = [side for side in (Side.RECORDS, Side.DATAFRAME) if bench.keys.get(side) is not None]
-    return [*engines, Side.UNGUARDED, Side.SSS]
+    return [*engines, Side.UNGUARDED, Side.UNGUARDED_NO_WAIT, Side.SSS]
 
 
 def timed_runs(bench: Bench, topic: str, ends: dict[int, int], repeats: int, samples: Samples) -> None:
@@ -638,6 +649,7 @@ def comparisons(samples: Samples, primary: Side) -> dict[str, Any]:
         "ratio_best": ratio(min(t.seconds for t in sss), min(t.seconds for t in runs)),
         "ratio_dataframe_sss": ratio(seconds[Side.SSS], seconds[Side.DATAFRAME]),
         "ratio_dataframe_unguarded": ratio(seconds[Side.UNGUARDED], seconds[Side.DATAFRAME]),
+        "ratio_dataframe_unguarded_no_wait": ratio(seconds[Side.UNGUARDED_NO_WAIT], seconds[Side.DATAFRAME]),
         "ratio_records_sss": ratio(seconds[Side.SSS], seconds[Side.RECORDS]),
         "ratio_records_unguarded": ratio(seconds[Side.UNGUARDED], seconds[Side.RECORDS]),
         "ratio_unguarded_sss": ratio(seconds[Side.SSS], seconds[Side.UNGUARDED]),
@@ -680,7 +692,8 @@ def figures(args: argparse.Namespace, samples: Samples, primary: Side) -> dict[s
         "oncelog_rps": sides[f"{primary}_rps"], "sss_rps": sides["sss_rps"], "ratio": compared.pop("ratio"),
         "dataframe_rps": sides["dataframe_rps"], "records_rps": sides["records_rps"],
         "unguarded_rps": sides["unguarded_rps"], "parquet_rps": sides["parquet_rps"],
-        **{k: compared.pop(k) for k in ("ratio_dataframe_sss", "ratio_dataframe_unguarded")},
+        **{k: compared.pop(k) for k in ("ratio_dataframe_sss", "ratio_dataframe_unguarded",
+                                        "ratio_dataframe_unguarded_no_wait")},
         "dataframe_cpu_us": sides["dataframe_cpu_us"],
         **{k: compared.pop(k) for k in ("increment_s_oncelog", "increment_s_sss", "increment_ratio")},
         "commit_share_1000": round(share, 4), "oncelog_engine": primary.value, "records": args.records,

@@ -199,5 +199,7 @@ def test_the_demo_runs_twice_and_shows_state_and_audits(tmp_path: Path) -> None:
                                                                        "COLUMNS": "200"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("COMMITTED") >= 2 and "Watermarks moved" in result.stdout
+    assert result.stdout.count("task engine dataframe") >= 2 and "task engine records" not in result.stdout, \
+        "the demo runs on the DataFrame engine and says so"
     reports = list((tmp_path / ".oncelog" / "demo").glob("audit-*.html"))
     assert len(reports) == 2

@@ -6,13 +6,10 @@ from dataclasses import dataclass
 
 from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
 from spark_pipeline.commit.steps import PublishRoots
-from spark_pipeline.config import CommitOnExecutors
+from spark_pipeline.config import DEFAULT_EXECUTORS_MIN_DATASETS, CommitOnExecutors
 
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_PARALLELISM = 32
-DEFAULT_EXECUTORS_MIN_DATASETS = 10_000
-"""Below this many datasets the driver commits a run quicker than shard tasks do (benchmarks.commit_scale on 2
-cores: 1.1 s against 5.1 s at 1,000 datasets, 10.0 s against 11.3 s at 10,000)."""
 
 
 @dataclass(frozen=True)

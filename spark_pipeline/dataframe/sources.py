@@ -67,8 +67,8 @@ def read_units(spark: SparkSession, config: JobConfig, units: Sequence[WorkUnitS
 
 
 def union_all(frames: Sequence[DataFrame]) -> DataFrame:
-    """The frames' union by column name, built as a balanced tree: a chain of N unions has Spark analyse a plan that
-    grows at every step (quadratic in the work units), a tree keeps each plan's depth logarithmic."""
+    """The frames' union by column name, built as a balanced tree: a chain of N unions nests N deep and Spark
+    analyses the growing plan at every step; a tree keeps the depth logarithmic."""
     while len(frames) > 1:
         frames = [reduce(DataFrame.unionByName, frames[i:i + 2]) for i in range(0, len(frames), 2)]
     return frames[0]
@@ -141,7 +141,8 @@ def kafka_frame(spark: SparkSession, config: JobConfig, live: Sequence[tuple[int
         ending.setdefault(topic, {})[str(partition)] = unit.expected_high_watermark
         indexes += [F.lit(f"{topic}:{partition}"), F.lit(index)]
     reader = (spark.read.format("kafka").options(**job_kafka_options(config))
-              .option("kafka.fetch.max.wait.ms", str(FETCH_WAIT_MS)).option("assign", json.dumps(assign)).option("startingOffsets", json.dumps(starting))
+              .option("kafka.fetch.max.wait.ms", str(FETCH_WAIT_MS)).option("assign", json.dumps(assign))
+              .option("startingOffsets", json.dumps(starting))
               .option("endingOffsets", json.dumps(ending)).option("failOnDataLoss", "true"))
     key = F.concat(F.col("topic"), F.lit(":"), F.col("partition").cast("string"))
     return reader.load().select(

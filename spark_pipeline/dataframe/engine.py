@@ -28,7 +28,7 @@ from events.model import Event, TaskFields
 from events.task import TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
 from filesystems import urls
 from filesystems.router import FileSystems
-from spark_pipeline.config import JobConfig, TaskEngineKind, WriterOutputFormat
+from spark_pipeline.config import JobCommitPolicy, JobConfig, TaskEngineKind, WriterOutputFormat
 from spark_pipeline.connectors import Connector, given_connectors
 from spark_pipeline.constructs import MultiWorkUnit
 from spark_pipeline.dataframe import stages
@@ -125,9 +125,13 @@ class DataFrameTaskEngine(SparkTaskEngine):
         self.sleep = sleep
 
     def slots(self) -> int:
-        """One task per run: its Spark job spreads the work units' partitions over every executor itself, so more
-        tasks would only add Spark jobs (each with its fixed cost) competing for the same executors."""
-        return 1
+        """Under job.commit.policy=full, one task per run: a failed task fails the run anyway, and the task's Spark
+        job spreads its partitions over every executor itself, so more tasks would only add Spark jobs (each with its
+        fixed cost) competing for them. Under successful (or partial), a task per core as on the records engine, so
+        that a failing work unit fails only the task it is packed into."""
+        if self.config.job_commit_policy is JobCommitPolicy.FULL:
+            return 1
+        return super().slots()
 
     def run(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], progress: TaskProgress
             ) -> list[TaskOutcome]:

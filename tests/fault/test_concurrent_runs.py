@@ -15,6 +15,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from events.job import JobRunStarted, WorkUnitsPlanned
+from events.kafka_config import LOG_EVERY_S
 from events.kafka_local import LocalKafkaBroker
 from events.log import open_log
 from projections.views import RunStatus
@@ -99,16 +100,18 @@ def test_a_broker_stopped_mid_run_then_the_next_run_publishes_exactly_once(
     job = write_job(tmp_path, url, "full", None, **SLOW, **{"task.engine": engine})
     run = start_cli(job)
     wait_for_planned_run(url)
+    stopped = time.monotonic()
     restartable_kafka.stop()
     time.sleep(8)
     restartable_kafka.start()
     out, err = run.communicate(timeout=300)
+    windows = 1 + int((time.monotonic() - stopped) // LOG_EVERY_S)  # a line may come back once per window
     assert run.returncode in (0, 1, 3), f"the run neither completed nor failed cleanly: exit {run.returncode}\n{err[-3000:]}"
     lines = err.splitlines()
     assert not [line for line in lines if re.match(r"%\d+\|", line)], "librdkafka printed raw log lines"
     assert any("is unreachable" in line and "retrying" in line for line in lines), err[-3000:]
     refused = Counter(re.sub(r"\d+ms", "Nms", line) for line in lines if "Connection refused" in line)
-    assert refused and max(refused.values()) == 1, f"the clients' log lines were not rate-limited: {refused}"
+    assert max(refused.values(), default=0) <= windows, f"the clients' log lines were not rate-limited: {refused}"
     after = JobLauncher(load_job_config(job), spark=spark).run()
     assert after.status is RunStatus.COMMITTED, after.error
     assert_exactly_once(url, tmp_path)

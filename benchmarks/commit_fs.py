@@ -16,8 +16,8 @@ right after planning (new task output, nothing moved), which runs the same `comm
 the log when the session opens is reported apart.
 
 The stores: the local disk (a temporary folder); HDFS, a local NameNode + DataNode from Hadoop's jars
-(`filesystems.servers.hdfs_local`), or the folder `$ONCELOG_HDFS_URL` names (hdfs://, its HTTP address from
-$HADOOP_CONF_DIR, or webhdfs://); S3, a local versitygw (`filesystems.servers.s3_local`), or the folder
+(`localservers.hdfs`), or the folder `$ONCELOG_HDFS_URL` names (hdfs://, its HTTP address from
+$HADOOP_CONF_DIR, or webhdfs://); S3, a local versitygw (`localservers.s3`), or the folder
 `$ONCELOG_S3_URL` names (s3a://bucket/prefix, endpoint and keys from AWS's environment). Each repeat rotates the
 order of the stores. Figures are at the median repeat; `*_cpu_us_per_dataset_*` is this process's CPU (the
 servers' is `*_server_cpu_s_*`). Last line of stdout: the JSON figures.
@@ -51,8 +51,8 @@ from events.commit import CommitSequencePlanned, DatasetStateStep, FsRenameStep,
 from events.log import open_log
 from filesystems import urls
 from filesystems.router import FileSystems
-from filesystems.servers.hdfs_local import HdfsDaemon, LocalHdfs
-from filesystems.servers.s3_local import LocalS3
+from localservers.hdfs import HdfsDaemon, LocalHdfs
+from localservers.s3 import LocalS3
 from spark_pipeline.commit.sequence import CommitResult, Outcome
 from spark_pipeline.commit.session import CommitSession, open_session
 from spark_pipeline.commit.settings import DEFAULT_PARALLELISM, CommitSettings

@@ -22,7 +22,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from events.kafka_local import LocalKafkaBroker
+from localservers.kafka import LocalKafkaBroker
 
 
 @contextmanager

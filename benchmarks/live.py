@@ -5,7 +5,7 @@
 The history is benchmarks.rebuild's (many runs of two jobs over 50 datasets, failures and crashes), cut at N events
 (1M; 100k with --quick), on a fresh 6-partition topic of a real Kafka broker (`$KAFKA_BOOTSTRAP`, or a local one
 started for the run): the first 99% appended, rebuilt and saved as the snapshot (untimed), then the last 1%.
-Timed, each as a real `oncelog serve` process (`python -m projections.live.cli serve`):
+Timed, each as a real `oncelog serve` process (`python -m oncelog.cli.serve serve`):
 
 - `start_s`: from starting the process to the first 200 of `/datasets` (it answers 503 until caught up): the
   interpreter's start, the snapshot's load and decode, the tail's fold.
@@ -41,7 +41,7 @@ from typing import Any
 from benchmarks.common import emit_result, kafka_bootstrap, note
 from benchmarks.rebuild import PARTITIONS, check, delete_topics, history_records, prepare_log
 from events.log import open_log
-from projections.live.documents import dataset_doc, run_doc
+from replay.live.documents import dataset_doc, run_doc
 from projections.projector import Projector
 
 TARGETS = {"start_s": ("<=", 10.0), "live_eps": (">=", 20_000.0)}
@@ -85,7 +85,7 @@ def walk(port: int, path: str, name: str) -> list[Any]:
 def serve_once(url: str, log_file: Path, *options: str) -> dict[str, Any]:
     """Start `oncelog serve`, time it to the first 200 of /datasets, read its health and views, stop it."""
     port = free_port()
-    command = [sys.executable, "-m", "projections.live.cli", "serve", "--log", url, "--port", str(port),
+    command = [sys.executable, "-m", "oncelog.cli.serve", "serve", "--log", url, "--port", str(port),
                "--snapshot-every", "0", "--loglevel", "warning", *options]
     started = time.perf_counter()
     with log_file.open("wb") as out:

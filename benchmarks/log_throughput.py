@@ -34,11 +34,11 @@ from benchmarks.common import Timing, emit_result, freeze_fixtures, kafka_bootst
 from events.codec import EventCodec, Record
 from events.commit import CommitSequencePlanned, CommitStepApplied, DatasetStateStep, FsRenameStep, HighWatermarkStep
 from events.dataset import WatermarkAdvanced
-from events.kafka_store import BOUNDED_READ_SETTINGS, CONSUME_BATCH, CONSUME_WAIT_S, READER_SETTINGS, KafkaLog
-from events.kafka_writer import PRODUCER_TUNING
+from events.log.kafka.store import BOUNDED_READ_SETTINGS, CONSUME_BATCH, CONSUME_WAIT_S, READER_SETTINGS, KafkaLog
+from events.log.kafka.writer import PRODUCER_TUNING
 from events.log import EventLog, LogWriter, open_log
 from events.model import Event, RunFields, SequenceFields
-from events.sqlite_store import SqliteLog
+from events.log.sqlite import SqliteLog
 from events.task import OutputFile, TaskSucceeded, WorkUnitResult
 
 PARTITIONS = 3

@@ -26,7 +26,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from events.job_lock import HolderStatus
+    from events.log.lock import HolderStatus
     from events.log import DEFAULT_URL, EventLog, open_log
     from events.model import LoggedEvent
     from oncelog.errors import *  # noqa: F403 (the errors, for type checkers)
@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     from replay.subscriptions import OnError, follow
     from replay.time_travel import state_as_of
     from replay.verify import VerifyReport, verify
-    from spark_pipeline.config import JobConfig
-    from spark_pipeline.config_validation import (
+    from spark_pipeline.jobfile.config import JobConfig
+    from spark_pipeline.jobfile.validation import (
         load_job,
         load_job_config,
         load_job_dir,
@@ -55,15 +55,15 @@ _API: dict[str, str] = {
     "DEFAULT_URL": "events.log",
     "EventLog": "events.log",
     "LoggedEvent": "events.model",
-    "HolderStatus": "events.job_lock",
+    "HolderStatus": "events.log.lock",
     "run_job": "oncelog.jobs",
     "recover": "oncelog.jobs",
-    "load_job_config": "spark_pipeline.config_validation",
-    "load_job_dir": "spark_pipeline.config_validation",
-    "load_job": "spark_pipeline.config_validation",
-    "migration_report": "spark_pipeline.config_validation",
-    "migration_reports": "spark_pipeline.config_validation",
-    "JobConfig": "spark_pipeline.config",
+    "load_job_config": "spark_pipeline.jobfile.validation",
+    "load_job_dir": "spark_pipeline.jobfile.validation",
+    "load_job": "spark_pipeline.jobfile.validation",
+    "migration_report": "spark_pipeline.jobfile.validation",
+    "migration_reports": "spark_pipeline.jobfile.validation",
+    "JobConfig": "spark_pipeline.jobfile.config",
     "JobLauncher": "spark_pipeline.launcher",
     "RunResult": "spark_pipeline.launcher",
     "RunStatus": "projections.views",

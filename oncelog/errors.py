@@ -59,7 +59,7 @@ from events.errors import (
     SparkClusterError,
     UnknownEventTypeError,
 )
-from events.job_lock import JobLockedError
+from events.log.lock import JobLockedError
 from filesystems.base import FileSystemError
 from projections.projector import ProjectionStopped
 from projections.snapshot_codec import SnapshotFormatError
@@ -69,10 +69,10 @@ from replay.history_html import JobNotFoundError
 from spark_pipeline.commit.session import IncompleteHistoryError
 from spark_pipeline.commit.shards import ShardFailedError, ShardLostError
 from spark_pipeline.commit.steps import CommitStepError, UnsafeCommitStepError
-from spark_pipeline.config import JobConfigError
+from spark_pipeline.jobfile.config import JobConfigError
 from spark_pipeline.connectors import SparkConnectorError
 from spark_pipeline.constructs import SourceError
-from spark_pipeline.task_flow import TaskQualityError
+from spark_pipeline.engines.records.flow import TaskQualityError
 
 if TYPE_CHECKING:
     from replay.lineage_client import LineageError

@@ -11,10 +11,10 @@ from events.log import open_log
 from filesystems.router import FileSystems
 from spark_pipeline.commit.sequence import CommitResult
 from spark_pipeline.commit.session import open_session
-from spark_pipeline.config import JobConfig
-from spark_pipeline.config_validation import load_job_config
+from spark_pipeline.jobfile.config import JobConfig
+from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher, RunResult, commit_settings
-from spark_pipeline.paths import absolute_config
+from spark_pipeline.jobfile.paths import absolute_config
 
 
 def job_config(job: JobConfig | str | Path) -> JobConfig:

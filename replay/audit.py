@@ -41,7 +41,7 @@ from events.model import DatasetEvent, Event, LoggedEvent, RunEvent
 from events.task import TaskFailed, TaskStarted, TaskSucceeded, WorkUnitResult
 from projections.state import State
 from projections.views import AttemptStatus, AttemptView, RunView, TaskView, WorkUnitView
-from spark_pipeline.dataframe.choice import ENGINE_PROPERTY, REASON_PROPERTY
+from spark_pipeline.engines.choice import ENGINE_PROPERTY, REASON_PROPERTY
 
 Progress = Callable[[int], None]
 E = TypeVar("E", bound=Event)

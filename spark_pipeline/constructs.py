@@ -20,7 +20,7 @@ from events.job import WorkUnitSpec
 from events.task import OutputFile, WorkUnitResult
 from filesystems.base import FileSystem
 from projections.views import DatasetView, WorkUnitView
-from spark_pipeline.config import BranchConfig, JobConfig, PolicyType
+from spark_pipeline.jobfile.config import BranchConfig, JobConfig, PolicyType
 
 Schema = Any
 """An Avro schema (a dict, as fastavro takes it), or whatever a converter chain passes along."""

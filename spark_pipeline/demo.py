@@ -18,10 +18,10 @@ from projections.projector import Projector
 from replay.audit import audit
 from replay.audit_html import write_html
 from replay.render import audit_json, audit_tables, state_json, state_tables
-from spark_pipeline.cli import show
-from spark_pipeline.config_validation import load_job_config
+from oncelog.cli.run import show
+from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher
-from spark_pipeline.spark_runner import spark_session
+from spark_pipeline.engines.spark import spark_session
 
 JOB_FILE = Path(__file__).parent / "examples" / "demo.yaml"
 WORK_DIR = Path(".oncelog/demo")

@@ -33,7 +33,7 @@ from events.job import (
     JobRunSucceeded,
     WorkUnitsPlanned,
 )
-from events.kafka_config import redact_settings
+from events.log.kafka.config import redact_settings
 from events.keys import partition_for
 from events.log import EventLog, open_log
 from events.model import RunFields
@@ -49,17 +49,17 @@ from spark_pipeline.commit.session import CommitSession, open_session, shard_wri
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.shards import ShardAction, ShardLostError, ShardWork, results_of, shard_of
 from spark_pipeline.commit.steps import PublishRoots
-from spark_pipeline.config import JobCommitPolicy, JobConfig
+from spark_pipeline.jobfile.config import JobCommitPolicy, JobConfig
 from spark_pipeline.constructs import DataPublisher, DatasetOutput, MultiWorkUnit, SourceState
-from spark_pipeline.dataframe.choice import ENGINE_PROPERTY, REASON_PROPERTY
-from spark_pipeline.dataframe.engine import engine_for
+from spark_pipeline.engines.choice import ENGINE_PROPERTY, REASON_PROPERTY
+from spark_pipeline.engines.dataframe.engine import engine_for
 from spark_pipeline.lineage import RunLineage
-from spark_pipeline.paths import JobRoots, absolute_config, overlaps, run_dirs
+from spark_pipeline.jobfile.paths import JobRoots, absolute_config, overlaps, run_dirs
 from spark_pipeline.planning import plan_work_units
 from spark_pipeline.progress import SILENT, Phase, RunObserver
-from spark_pipeline.task_engine import TaskEngine
-from spark_pipeline.task_flow import make_construct
-from spark_pipeline.task_runner import TaskOutcome
+from spark_pipeline.engines.base import TaskEngine
+from spark_pipeline.engines.records.flow import make_construct
+from spark_pipeline.engines.records.task import TaskOutcome
 
 
 class RunCancelled(OncelogError):

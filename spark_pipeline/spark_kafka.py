@@ -22,8 +22,8 @@ from enum import StrEnum
 from pathlib import Path
 
 from events.errors import ConfigError, KafkaSecurityError
-from events.kafka_config import scrub
-from spark_pipeline.config import JobConfig
+from events.log.kafka.config import scrub
+from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.sources.kafka_topic import KafkaSourceSettings, KafkaTopicSource
 
 PREFIX = "kafka."

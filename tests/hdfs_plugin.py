@@ -1,6 +1,6 @@
 """Pytest plugin giving tests a real HDFS (NameNode + DataNode from Hadoop's jars): ``hdfs`` and ``hdfs_folder``.
 
-``hdfs`` is one :class:`~filesystems.servers.hdfs_local.LocalHdfs` shared by the session, with ``HADOOP_CONF_DIR``
+``hdfs`` is one :class:`~localservers.hdfs.LocalHdfs` shared by the session, with ``HADOOP_CONF_DIR``
 pointing at its configuration while it runs. When it cannot start, tests skip with the reason, except under
 ``CI=true`` where they fail: CI must never go green by silently skipping the HDFS suite.
 Enable with ``pytest_plugins = ["tests.hdfs_plugin"]``.
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from events.errors import HdfsProvisioningError
-from filesystems.servers.hdfs_local import LocalHdfs
+from localservers.hdfs import LocalHdfs
 from tests.unavailable import unavailable
 
 

@@ -3,7 +3,7 @@
 Session fixtures (each started lazily, by the first test asking for it, and stopped at the end of the session):
 
 - ``kafka_bootstrap -> str``: ``host:port`` of the shared Kafka 3.9.1 broker (see below).
-- ``secure_kafka -> events.kafka_local.SecureEndpoints``, a frozen value object with:
+- ``secure_kafka -> localservers.kafka.SecureEndpoints``, a frozen value object with:
   ``plaintext_bootstrap: str``, ``sasl_ssl_bootstrap: str``, ``sasl_plaintext_bootstrap: str`` (all
   ``127.0.0.1:<port>`` of one single-node Kafka 3.9.1 broker), ``ca_pem_path: Path`` (the CA, made at fixture time
   with openssl, that signed the SASL_SSL listener's certificate for IP 127.0.0.1 and DNS localhost),
@@ -12,14 +12,14 @@ Session fixtures (each started lazily, by the first test asking for it, and stop
   SASL listeners. ``$SECURE_KAFKA_*`` are not read: it is always a local broker.
 - ``kafka4_bootstrap -> str``: ``host:port`` of a single-node Kafka 4.x broker (``KAFKA4_VERSION``), or
   ``$KAFKA4_BOOTSTRAP``.
-- ``kafka_cluster -> events.kafka_local.LocalKafkaCluster``: three KRaft nodes (Kafka 3.9.1), internal topics with
+- ``kafka_cluster -> localservers.kafka.LocalKafkaCluster``: three KRaft nodes (Kafka 3.9.1), internal topics with
   replication 3 / min.insync 2; ``.bootstrap`` names all nodes, ``.partition_leaders(topic)``, ``.node(id).kill()``,
   ``.start_node(id)``. A test that kills a node must start it again before it ends.
 
 Function fixture: ``restartable_kafka -> LocalKafkaBroker``, a broker of the test's own that it may stop and kill.
 
 ``kafka_bootstrap`` resolves, in order: ``$KAFKA_BOOTSTRAP``; a testcontainers ``KafkaContainer`` when a Docker
-engine answers; a :class:`~events.kafka_local.LocalKafkaBroker` run from Maven Central jars (Java + Maven only).
+engine answers; a :class:`~localservers.kafka.LocalKafkaBroker` run from Maven Central jars (Java + Maven only).
 When none works, tests skip with the reason, except under ``CI=true`` where they fail: CI must never go green
 by silently skipping the Kafka suite. Enable with ``pytest_plugins = ["tests.kafka_plugin"]``.
 """
@@ -37,7 +37,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from events.errors import KafkaProvisioningError
-from events.kafka_local import (
+from localservers.kafka import (
     KAFKA4_VERSION,
     KAFKA_VERSION,
     LocalKafkaBroker,

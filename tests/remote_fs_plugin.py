@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from filesystems.servers.hdfs_local import LocalHdfs
-from filesystems.servers.s3_local import LocalS3
+from localservers.hdfs import LocalHdfs
+from localservers.s3 import LocalS3
 
 REMOTE_STORES = ["hdfs", "s3"]
 

@@ -1,6 +1,6 @@
 """Pytest plugin giving tests a real S3-compatible server: ``s3`` (shared), ``s3_folder`` and ``restartable_s3``.
 
-``s3`` runs :class:`~filesystems.servers.s3_local.LocalS3` (versitygw, built once with ``go install`` into the
+``s3`` runs :class:`~localservers.s3.LocalS3` (versitygw, built once with ``go install`` into the
 cache) for the whole session and points AWS clients at it through the ``AWS_*`` environment variables, restored
 afterwards. When it cannot start, tests skip with the reason, except under ``CI=true`` where they fail: CI must
 never go green by silently skipping the S3 suite. Enable with ``pytest_plugins = ["tests.s3_plugin"]``.
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from events.errors import S3ProvisioningError
-from filesystems.servers.s3_local import LocalS3
+from localservers.s3 import LocalS3
 from tests.unavailable import unavailable
 
 TEST_BUCKET = "oncelog-test"

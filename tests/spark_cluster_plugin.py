@@ -1,6 +1,6 @@
 """Pytest plugin giving tests a real Spark standalone cluster on loopback: ``spark_cluster`` (shared by the session).
 
-A master and two workers run from pyspark's own `spark-class` (:class:`spark_pipeline.standalone_local.
+A master and two workers run from pyspark's own `spark-class` (:class:`localservers.spark.
 LocalSparkCluster`). When the cluster cannot start, tests skip with the reason, except under ``CI=true`` where they
 fail: CI must never go green by silently skipping the cluster tests. A test that kills a worker restarts it before
 it ends (the cluster is shared). Enable with ``pytest_plugins = ["tests.spark_cluster_plugin"]``.
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from events.errors import SparkClusterError
-from spark_pipeline.standalone_local import LocalSparkCluster
+from localservers.spark import LocalSparkCluster
 from tests.unavailable import unavailable
 
 

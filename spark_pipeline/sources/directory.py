@@ -210,7 +210,7 @@ def _spark_schema(settings: DirectorySettings, paths: list[str]) -> str | None:
     """The Spark schema (DDL) of a format only Spark reads: the job's, or inferred by Spark over the run's files."""
     if settings.format not in SPARK_ONLY_FORMATS:
         return None
-    from spark_pipeline.dataframe.files import checked_schema, infer_schema  # Spark only for Spark's formats
+    from spark_pipeline.engines.dataframe.files import checked_schema, infer_schema  # Spark only for Spark's formats
     if settings.spark_schema is not None:
         return checked_schema(settings.spark_schema)
     return infer_schema(settings.format, paths, settings.csv_header)

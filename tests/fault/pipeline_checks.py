@@ -18,7 +18,7 @@ from filesystems.router import FileSystems
 from spark_pipeline.commit.faults import CRASH_ENV
 from projections.projector import Projector
 from replay.verify import verify
-from spark_pipeline.paths import RUN_ID
+from spark_pipeline.jobfile.paths import RUN_ID
 
 RECORDS = 200
 DATASETS = 2

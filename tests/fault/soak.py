@@ -51,7 +51,7 @@ from filesystems import urls
 from filesystems.base import FileSystemError
 from filesystems.router import FileSystems
 from projections.projector import Projector
-from spark_pipeline.paths import RUN_ID
+from spark_pipeline.jobfile.paths import RUN_ID
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = "MyTopicIngestion"
@@ -510,7 +510,7 @@ def broker(bootstrap: str | None, work_dir: Path) -> Iterator[str]:
     if given:
         yield given.removeprefix("kafka://")
         return
-    from events.kafka_local import LocalKafkaBroker
+    from localservers.kafka import LocalKafkaBroker
 
     local = LocalKafkaBroker(work_dir / "kafka")
     local.start()

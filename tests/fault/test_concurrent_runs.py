@@ -15,13 +15,13 @@ import pytest
 from pyspark.sql import SparkSession
 
 from events.job import JobRunStarted, WorkUnitsPlanned
-from events.kafka_config import LOG_EVERY_S
-from events.kafka_local import LocalKafkaBroker
+from events.log.kafka.config import LOG_EVERY_S
+from localservers.kafka import LocalKafkaBroker
 from events.log import open_log
 from projections.views import RunStatus
-from spark_pipeline.config_validation import load_job_config
-from spark_pipeline.dataframe.choice import ENGINE_PROPERTY
-from events.job_lock import JobLockedError
+from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.engines.choice import ENGINE_PROPERTY
+from events.log.lock import JobLockedError
 from spark_pipeline.launcher import JobLauncher
 from tests.fault.pipeline_checks import assert_exactly_once, write_job
 

@@ -35,11 +35,11 @@ from events.model import Event
 from events.task import TaskEvent, TaskStarted
 from filesystems import urls
 from filesystems.router import FileSystems
-from filesystems.servers.hdfs_local import LocalHdfs
+from localservers.hdfs import LocalHdfs
 from projections.projector import Projector
 from spark_pipeline.constructs import Converter, Record, Schema, WorkUnitState
-from spark_pipeline.paths import RUN_ID
-from spark_pipeline.standalone_local import LocalSparkCluster
+from spark_pipeline.jobfile.paths import RUN_ID
+from localservers.spark import LocalSparkCluster
 from tests.fault.soak import (
     JOB,
     JVM_OPTIONS,

@@ -24,7 +24,7 @@ from spark_pipeline.commit.steps import CommitStepError, PublishRoots
 from filesystems.local import LOCAL
 from projections.views import RunStatus
 from replay.verify import verify
-from spark_pipeline.config_validation import load_job_config
+from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher
 from tests.fault.pipeline_checks import write_job
 

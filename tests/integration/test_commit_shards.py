@@ -26,10 +26,10 @@ from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.sequence import Outcome
 from spark_pipeline.commit.shards import ShardSummary, ShardWork, commit_shard, fold_shard, shard_of, shard_partitions
 from spark_pipeline.commit.steps import PublishRoots
-from spark_pipeline.config import JobConfig
-from spark_pipeline.config_validation import load_job_config
+from spark_pipeline.jobfile.config import JobConfig
+from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher
-from spark_pipeline.task_engine import InProcessTaskEngine
+from spark_pipeline.engines.base import InProcessTaskEngine
 from tests.fault.pipeline_checks import assert_exactly_once, write_job
 from tests.log_fixtures import LogFactory
 

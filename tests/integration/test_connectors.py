@@ -20,7 +20,7 @@ from confluent_kafka import Producer
 from typer.testing import CliRunner
 
 from oncelog.cli import app
-from spark_pipeline.config import JobConfig
+from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.connectors import (
     JARS,
     PACKAGES,
@@ -33,7 +33,7 @@ from spark_pipeline.connectors import (
     version_dir,
     with_connectors,
 )
-from spark_pipeline.spark_runner import spark_session
+from spark_pipeline.engines.spark import spark_session
 from tests.kafka_plugin import create_topic
 
 RECORDS = 1_000
@@ -47,8 +47,8 @@ JOB = {"job.name": "connectors", "source.class": "spark_pipeline.sources.synthet
 # another Spark version breaks first).
 _READER = """
 import json, sys
-from spark_pipeline.config import JobConfig
-from spark_pipeline.spark_runner import spark_session
+from spark_pipeline.jobfile.config import JobConfig
+from spark_pipeline.engines.spark import spark_session
 job, bootstrap, topic, ranges, out = sys.argv[1:]
 ranges = json.loads(ranges)
 spark = spark_session(JobConfig.from_properties(json.loads(job)))

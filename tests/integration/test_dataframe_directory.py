@@ -23,11 +23,11 @@ from events.log import open_log
 from events.task import TaskFailed, TaskSucceeded
 from projections.projector import Projector
 from replay.verify import verify
-from spark_pipeline.config import JobConfig, JobConfigError, TaskEngineKind
-from spark_pipeline.config_validation import load_job_config
-from spark_pipeline.dataframe.choice import ENGINE_PROPERTY, choose, unsupported
+from spark_pipeline.jobfile.config import JobConfig, JobConfigError, TaskEngineKind
+from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.engines.choice import ENGINE_PROPERTY, choose, unsupported
 from spark_pipeline.launcher import JobLauncher
-from spark_pipeline.dataframe.files import directory_settings, file_frame
+from spark_pipeline.engines.dataframe.files import directory_settings, file_frame
 from spark_pipeline.sources.directory import FILE, SPARK_SCHEMA_PROPERTY, complete, position
 from projections.views import RunStatus
 from tests.fault.pipeline_checks import avro_records

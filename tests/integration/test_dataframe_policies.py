@@ -23,8 +23,8 @@ from events.task import TaskFailed, TaskStarted, TaskSucceeded, WorkUnitResult
 from projections.projector import Projector
 from projections.views import RunStatus
 from replay.verify import verify
-from spark_pipeline.config import JobConfig, TaskEngineKind
-from spark_pipeline.config_validation import load_job_config
+from spark_pipeline.jobfile.config import JobConfig, TaskEngineKind
+from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.constructs import (
     Converter,
     Record,
@@ -34,7 +34,7 @@ from spark_pipeline.constructs import (
     TaskStats,
     WorkUnitState,
 )
-from spark_pipeline.dataframe.choice import choose
+from spark_pipeline.engines.choice import choose
 from spark_pipeline.launcher import JobLauncher, RunResult
 from spark_pipeline.sources.synthetic import synthetic_record
 from tests.fault.pipeline_checks import DATASETS, PARTITIONS, RECORDS, avro_records, write_job

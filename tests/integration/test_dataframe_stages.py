@@ -20,7 +20,7 @@ from events.log import open_log
 from projections.views import RunStatus
 from replay.audit import audit
 from replay.render import audit_json
-from spark_pipeline.config_validation import load_job_config
+from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher
 from spark_pipeline.sources.synthetic import synthetic_record
 from tests.fault.pipeline_checks import DATASETS, PARTITIONS, RECORDS, assert_exactly_once, avro_records, write_job

@@ -29,8 +29,8 @@ from filesystems.urls import join
 from projections.projector import Projector
 from projections.views import RunStatus
 from replay.verify import verify
-from spark_pipeline.config import JobConfig
-from spark_pipeline.config_validation import load_job_config
+from spark_pipeline.jobfile.config import JobConfig
+from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.constructs import Extractor, Record, SourceError, SourceState, WorkUnitState
 from spark_pipeline.launcher import JobLauncher, RunResult
 from spark_pipeline.sources.directory import (
@@ -45,7 +45,7 @@ from spark_pipeline.sources.directory import (
     complete,
     position,
 )
-from spark_pipeline.task_engine import InProcessTaskEngine
+from spark_pipeline.engines.base import InProcessTaskEngine
 
 DIRECTORY_SOURCE = "spark_pipeline.sources.directory.DirectorySource"
 STOP_MARKER = "test.directory.stop.marker"

@@ -17,10 +17,10 @@ from fsspec.implementations.webhdfs import WebHDFS
 from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 
-from filesystems.servers import hdfs_local
-from filesystems.servers.hdfs_cli import app
+from localservers import hdfs as hdfs_local
+from localservers.hdfs_cli import app
 from events.errors import HdfsProvisioningError
-from filesystems.servers.hdfs_local import HdfsDaemon, LocalHdfs
+from localservers.hdfs import HdfsDaemon, LocalHdfs
 
 
 def _webhdfs(server: LocalHdfs) -> WebHDFS:

@@ -21,10 +21,10 @@ from pyspark.sql import SparkSession
 
 from events.codec import Record
 from events.commit import CommitSequencePlanned
-from events.kafka_local import LocalKafkaCluster, SaslMechanism, SecureEndpoints
+from localservers.kafka import LocalKafkaCluster, SaslMechanism, SecureEndpoints
 from events.log import EventLog, LoggedEvent, open_log
 from projections.views import RunStatus
-from spark_pipeline.config_validation import load_job_config
+from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher, RunResult
 from tests.fault.pipeline_checks import assert_exactly_once, write_job
 

@@ -11,10 +11,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from typer.testing import CliRunner
 
-from events import kafka_local
+from localservers import kafka as kafka_local
 from events.errors import KafkaProvisioningError
-from events.kafka_cli import app
-from events.kafka_local import LocalKafkaBroker
+from localservers.kafka_cli import app
+from localservers.kafka import LocalKafkaBroker
 from localservers.tools import find_tool
 from tests.kafka_plugin import create_topic
 

@@ -1,6 +1,6 @@
 """The live projector (`oncelog serve`) against a real Kafka broker: events appended, the views answer.
 
-The live projector runs in a subprocess (`python -m projections.live.cli serve`), the events are appended through
+The live projector runs in a subprocess (`python -m oncelog.cli.serve serve`), the events are appended through
 `open_log(url)`, and the HTTP views are polled until they show them (bounded waits). `test_live_view.py` checks the
 catch-up (503 with the lag, then the full state), paging and metrics step by step in-process.
 """
@@ -37,11 +37,11 @@ from events.commit import (
 )
 from events.dataset import DatasetStateCommitted, WatermarkAdvanced
 from events.job import JobLockAcquired, JobRunStarted
-from events.kafka_store import KafkaLog
+from events.log.kafka.store import KafkaLog
 from events.keys import partition_for
 from events.log import EventLog, open_log
 from events.model import Event
-from projections.live.cli import app as live_cli
+from oncelog.cli.serve import app as live_cli
 from projections.timefmt import when
 from tests.factories import at, one_of_each
 
@@ -132,7 +132,7 @@ def start_worker(kafka_log: EventLog, tmp_path: Path) -> Iterator[WorkerFactory]
 
     def start() -> LiveWorker:
         port, log_path = _free_port(), tmp_path / f"worker-{len(started)}.log"
-        command = [sys.executable, "-m", "projections.live.cli", "serve", "--log", kafka_log.url, "--port", str(port),
+        command = [sys.executable, "-m", "oncelog.cli.serve", "serve", "--log", kafka_log.url, "--port", str(port),
                    "--snapshot-every", "1", "--loglevel", os.environ.get("LIVE_LOGLEVEL", "info")]
         with log_path.open("wb") as out:
             process = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)

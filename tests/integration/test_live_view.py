@@ -21,11 +21,11 @@ import pytest
 
 from events.job import JobRunStarted
 from events.log import EventLog, open_log
-from projections.live.documents import dataset_doc, run_doc
-from projections.live.metrics import label_value, sample
-from projections.live.server import open_view
-from projections.live.settings import LiveSettings
-from projections.live.view import LiveView, Phase
+from replay.live.documents import dataset_doc, run_doc
+from replay.live.metrics import label_value, sample
+from replay.live.server import open_view
+from replay.live.settings import LiveSettings
+from replay.live.view import LiveView, Phase
 from projections.projector import Projector
 from projections.synthetic import HistoryShape, synthetic_history
 from tests.factories import at

@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from events.codec import Record
 from events.errors import ConfigError, LogNotStableError, LogUnavailableError
-from events.kafka_store import KafkaLog, check_topic_configs
+from events.log.kafka.store import KafkaLog, check_topic_configs
 from events.log import open_log
 from tests.factories import step_events
 from tests.kafka_plugin import create_topic
@@ -150,7 +150,7 @@ def test_an_events_topic_with_retention_is_refused(kafka_bootstrap: str) -> None
 @pytest.mark.kafka
 def test_a_single_replica_topic_warns_once(kafka_bootstrap: str, caplog: pytest.LogCaptureFixture) -> None:
     brokers = len(AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=30).brokers)
-    with caplog.at_level(logging.WARNING, logger="events.kafka_store"):
+    with caplog.at_level(logging.WARNING, logger="events.log.kafka.store"):
         log = kafka_log(kafka_bootstrap, partitions=1)
         log.ensure_topic()
         assert log.durability_warning == log.durability_warning

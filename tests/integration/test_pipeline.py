@@ -23,7 +23,7 @@ from events.task import TaskEvent, TaskRetried, TaskStarted
 from oncelog.cli import app
 from projections.projector import Projector
 from projections.views import RunStatus
-from spark_pipeline.config_validation import load_job_config
+from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.constructs import Converter, Record, RowLevelPolicy, Schema, WorkUnitState
 from spark_pipeline.launcher import JobLauncher
 from tests.fault.pipeline_checks import assert_exactly_once, published_records, write_job

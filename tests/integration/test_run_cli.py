@@ -21,9 +21,9 @@ from events.job import JobRunStarted
 from events.log import open_log
 from oncelog.cli import app
 from projections.projector import Projector
-from spark_pipeline.config_validation import load_job_config
+from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher
-from spark_pipeline.paths import absolute_config
+from spark_pipeline.jobfile.paths import absolute_config
 from spark_pipeline.progress import Phase, RichProgress
 from tests.fault.pipeline_checks import DATASETS, PARTITIONS, write_job
 

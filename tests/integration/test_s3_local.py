@@ -18,10 +18,10 @@ import pytest
 from botocore.exceptions import ClientError
 from typer.testing import CliRunner
 
-from filesystems.servers import s3_local
-from filesystems.servers.s3_cli import app
+from localservers import s3 as s3_local
+from localservers.s3_cli import app
 from events.errors import S3ProvisioningError
-from filesystems.servers.s3_local import LocalS3
+from localservers.s3 import LocalS3
 
 MIB = 1 << 20
 

@@ -31,11 +31,11 @@ from spark_pipeline.commit.session import IncompleteHistoryError, open_session
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.steps import CommitStepError, FsRenameCommitStep, PublishRoots
 from spark_pipeline.commit.store import CommitStepStore
-from spark_pipeline.config import JobConfig
-from spark_pipeline.config_validation import load_job_config
+from spark_pipeline.jobfile.config import JobConfig
+from spark_pipeline.jobfile.validation import load_job_config
 from filesystems.local import LOCAL
 from spark_pipeline.launcher import JobLauncher, RunResult, commit_settings
-from spark_pipeline.task_engine import InProcessTaskEngine
+from spark_pipeline.engines.base import InProcessTaskEngine
 from tests.fault.pipeline_checks import published_records
 from tests.integration.test_log_stability import kill_inside_a_transaction
 

@@ -21,8 +21,8 @@ import pytest
 from confluent_kafka import Producer
 
 from events.errors import ConfigError
-from events.kafka_local import SecureEndpoints
-from spark_pipeline.config import JobConfig
+from localservers.kafka import SecureEndpoints
+from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.connectors import fetch_connectors
 from spark_pipeline.spark_kafka import job_kafka_options, redaction_conf, spark_kafka_options
 from tests.kafka_plugin import create_topic

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from events.job import JobLockAcquired
-from events.job_lock import FencingJobLock, Holder, HolderStatus
+from events.log.lock import FencingJobLock, Holder, HolderStatus
 from events.log import open_log
 from oncelog.cli import app
 from tests.fault.pipeline_checks import write_job

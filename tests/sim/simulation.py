@@ -38,7 +38,7 @@ import yaml
 from events.codec import UNCHECKED_FRAME_MAGIC, Record
 from events.errors import OncelogError
 from events.log import EventLog, open_log
-from events.sqlite_store import SqliteLog
+from events.log.sqlite import SqliteLog
 from filesystems.local import LOCAL
 from projections.projector import Projector
 from replay.verify import verify
@@ -47,13 +47,13 @@ from spark_pipeline.commit.engine import InProcessCommitEngine, job_publisher
 from spark_pipeline.commit.session import IncompleteHistoryError, open_session
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.shards import ShardSummary, ShardWork, commit_shard
-from spark_pipeline.config import JobConfig, TaskEngineKind
-from spark_pipeline.dataframe.choice import EngineChoice
-from spark_pipeline.dataframe.engine import DataFrameTaskEngine
-from spark_pipeline.config_validation import load_job_config
+from spark_pipeline.jobfile.config import JobConfig, TaskEngineKind
+from spark_pipeline.engines.choice import EngineChoice
+from spark_pipeline.engines.dataframe.engine import DataFrameTaskEngine
+from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher, commit_settings
-from spark_pipeline.paths import RUN_ID
-from spark_pipeline.task_engine import InProcessTaskEngine
+from spark_pipeline.jobfile.paths import RUN_ID
+from spark_pipeline.engines.base import InProcessTaskEngine
 from tests.fault.pipeline_checks import published_records_of
 from tests.sim.faults import FaultPlan, FaultyEventLog, FaultyFileSystem, SimulatedCrash
 
@@ -342,7 +342,7 @@ def run_scenario(seed: int, work: Path, open_scenario_log: OpenLog = sqlite_log,
 
 def local_spark() -> SparkSession:
     """The local[2] Spark session of dataframe scenarios (one for all), as oncelog starts it (connectors included)."""
-    from spark_pipeline.spark_runner import spark_session
+    from spark_pipeline.engines.spark import spark_session
 
     return spark_session(JobConfig.from_properties({
         "job.name": "simulation", "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from events.codec import EventCodec
 from events.dataset import WatermarkAdvanced
 from events.errors import CorruptEventError, EventDecodeError
-from events.sqlite_store import SqliteLog
+from events.log.sqlite import SqliteLog
 from tests.factories import at, one_of_each
 
 EVENTS = one_of_each()

@@ -26,9 +26,9 @@ from events.task import OutputFile, TaskFailed, TaskStarted, TaskSucceeded, Work
 from projections.projector import Projector
 from projections.views import RunStatus
 from replay.verify import verify
-from spark_pipeline.config_validation import load_job_config
+from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher
-from spark_pipeline.task_engine import InProcessTaskEngine
+from spark_pipeline.engines.base import InProcessTaskEngine
 
 WORK_UNITS = 10_000
 RUN: RunFields = {"job": "orders", "run_id": "20261123T120000000Z-abcdef"}

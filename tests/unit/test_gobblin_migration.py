@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from spark_pipeline.config import JobConfigError
-from spark_pipeline.config_validation import (
+from spark_pipeline.jobfile.config import JobConfigError
+from spark_pipeline.jobfile.validation import (
     MigrationReport,
     Verdict,
     load_job,

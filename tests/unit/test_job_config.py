@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from events.errors import ConfigError
-from spark_pipeline.config import (
+from spark_pipeline.jobfile.config import (
     DEFAULT_PUBLISHER,
     DEFAULT_WRITER_BUILDER,
     JobCommitPolicy,
@@ -29,8 +29,8 @@ from spark_pipeline.config import (
     WorkUnitRetryPolicy,
     WriterOutputFormat,
 )
-from spark_pipeline.config_validation import load_job, load_job_config, load_job_dir
-from spark_pipeline.cron import parse_cron
+from spark_pipeline.jobfile.validation import load_job, load_job_config, load_job_dir
+from spark_pipeline.jobfile.cron import parse_cron
 
 M = __name__  # the constructs below are named by dotted path, as a job file names them
 

@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError
 
 from events.errors import ConfigError, KafkaSecurityError
-from events.kafka_config import (
+from events.log.kafka.config import (
     ClientMonitor,
     is_transient,
     redact_message,
@@ -141,7 +141,7 @@ def test_the_source_security_precedence() -> None:
 def test_serve_never_repeats_the_password_of_the_log_url() -> None:
     from typer.testing import CliRunner
 
-    from projections.live.cli import app
+    from oncelog.cli.serve import app
 
     result = CliRunner().invoke(app, ["serve", "--log", SECURED + "&partitions=many"])
     assert result.exit_code == 2 and "partitions='many'" in result.output.replace('"', "'")

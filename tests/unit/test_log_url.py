@@ -8,7 +8,7 @@ import pytest
 
 from events.errors import ConfigError
 from events.log import open_log
-from events.sqlite_store import SqliteLog
+from events.log.sqlite import SqliteLog
 
 
 def test_sqlite_urls_relative_and_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,1 +1,0 @@
-"""Real file-system servers (HDFS, S3-compatible) run locally on loopback for development and tests."""

@@ -1,0 +1,78 @@
+"""``oncelog hdfs up|down|status|jars``: a local single-node HDFS (NameNode + DataNode) that outlives the command.
+
+A thin shell over :mod:`localservers.hdfs`, for developers who want ``hdfs://127.0.0.1:<port>``
+without Docker. ``up`` and ``status`` print only the file system URL on stdout, so scripts can capture it; the
+``HADOOP_CONF_DIR`` to export for Hadoop clients (Spark, WebHDFS) goes to stderr.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from localservers import hdfs as hdfs_local
+from localservers.hdfs import LocalHdfs
+from localservers.cli import one_line_errors, report_down, require_running, server_app
+
+app = server_app("hdfs", f"Run a local single-node Apache Hadoop {hdfs_local.HADOOP_VERSION} HDFS (NameNode + DataNode) from its "
+         "jars, no Docker.")
+
+StateDir = Annotated[
+    Path,
+    typer.Option("--state-dir", help="Directory holding the HDFS data, conf/, pids and logs (namenode.log, "
+                                     "datanode.log)."),
+]
+
+
+
+def _describe(hdfs: LocalHdfs) -> None:
+    """Print the URL on stdout and, on stderr, how Hadoop clients find the rest of the configuration."""
+    typer.echo(hdfs.url)
+    typer.echo(f"WebHDFS at {hdfs.webhdfs_url}; for Hadoop clients: export HADOOP_CONF_DIR={hdfs.conf_dir}", err=True)
+
+
+@app.command()
+def up(
+    state_dir: StateDir = Path(".oncelog/hdfs"),
+    port: Annotated[
+        int | None,
+        typer.Option("--port", min=1, max=65535,
+                     help="NameNode RPC port (default: the previous one, else a free one)."),
+    ] = None,
+    http_port: Annotated[
+        int | None,
+        typer.Option("--http-port", min=1, max=65535,
+                     help="NameNode HTTP (WebHDFS) port (default: the previous one, else a free one)."),
+    ] = None,
+) -> None:
+    """Start HDFS in the background (or find the running one) and print its URL."""
+    with one_line_errors():
+        hdfs = hdfs_local.up(state_dir, port, http_port)
+    _describe(hdfs)
+
+
+@app.command()
+def jars() -> None:
+    """Resolve Hadoop's HDFS jars with Maven into the cache (once) and print where they are."""
+    with one_line_errors():
+        path = hdfs_local.ensure_jars()
+    typer.echo(str(path))
+
+
+@app.command()
+def down(state_dir: StateDir = Path(".oncelog/hdfs")) -> None:
+    """Stop the HDFS that `up` started (its data stays in the state dir)."""
+    with one_line_errors():
+        stopped = hdfs_local.down(state_dir)
+    report_down(stopped, "HDFS", state_dir)
+
+
+@app.command()
+def status(state_dir: StateDir = Path(".oncelog/hdfs")) -> None:
+    """Print the running HDFS's URL; exit code 1 if none runs in the state dir."""
+    with one_line_errors():
+        hdfs = hdfs_local.status(state_dir)
+    hdfs = require_running(hdfs, "HDFS", state_dir)
+    _describe(hdfs)

@@ -1,4 +1,0 @@
-"""The DataFrame task engine: Spark reads a task's work units as one DataFrame and writes them with its own writers.
-
-Same events and staged output as the record engine (spark_pipeline.task_runner), so the publish protocol is unchanged.
-"""

@@ -1,0 +1,166 @@
+"""`task.engine`: which engine runs a job's tasks, and why (recorded in the run's JobRunStarted properties).
+
+Reads the job's configuration only (and asks its record converters their output schema, see avro_types.py), so
+validation can ask it too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from events.errors import ConfigError
+from filesystems import urls
+from spark_pipeline.engines.dataframe.avro_types import converter_problem
+from spark_pipeline.jobfile.config import (
+    DEFAULT_WRITER_BUILDER,
+    DIRECTORY_SOURCE_FOLDER as DIRECTORY_FOLDER_KEY,
+    JobCommitPolicy,
+    JobConfig,
+    JobConfigError,
+    TaskEngineKind,
+    WriterOutputFormat,
+)
+
+ENGINE_PROPERTY = "oncelog.task.engine"
+REASON_PROPERTY = "oncelog.task.engine.reason"
+SYNTHETIC_SOURCE = "spark_pipeline.sources.synthetic.SyntheticSource"
+KAFKA_SOURCE = "spark_pipeline.sources.kafka_topic.KafkaTopicSource"
+DIRECTORY_SOURCE = "spark_pipeline.sources.directory.DirectorySource"
+INPUT_FORMAT_KEY = "source.filebased.format"
+SPARK_ONLY_INPUTS = frozenset({"parquet", "orc", "csv"})
+"""The directory source's input formats only the DataFrame engine reads (directory.SPARK_ONLY_FORMATS)."""
+DATAFRAME_FORMATS = frozenset({WriterOutputFormat.AVRO, WriterOutputFormat.PARQUET, WriterOutputFormat.ORC,
+                               WriterOutputFormat.JSON})
+
+
+class SourceKind(StrEnum):
+    """The sources the DataFrame engine reads as one DataFrame."""
+
+    SYNTHETIC = SYNTHETIC_SOURCE
+    KAFKA = KAFKA_SOURCE
+    DIRECTORY = DIRECTORY_SOURCE
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """The engine a run uses and why: `kind` is dataframe or records, never auto."""
+
+    kind: TaskEngineKind
+    reason: str
+
+    def properties(self) -> dict[str, str]:
+        """What JobRunStarted records about the choice."""
+        return {ENGINE_PROPERTY: self.kind.value, REASON_PROPERTY: self.reason}
+
+
+def unsupported(config: JobConfig) -> list[str]:
+    """What in the job the DataFrame engine cannot run yet, one line per construct (empty: it runs the job)."""
+    reasons = []
+    if config.source_class not in {k.value for k in SourceKind}:
+        reasons.append(f"source.class={config.source_class} has no DataFrame reader (it has: "
+                       f"{', '.join(k.value for k in SourceKind)})")
+    if config.fork_operator_class is not None:
+        reasons.append(f"fork.operator.class={config.fork_operator_class} is a record construct (the DataFrame "
+                       f"engine forks every record to every branch, Gobblin's IdentityForkOperator)")
+    if config.source_class == DIRECTORY_SOURCE:
+        folder = config.properties.get(DIRECTORY_FOLDER_KEY, "")
+        if folder and urls.parse(folder).scheme is not urls.Scheme.FILE:
+            reasons.append(f"{DIRECTORY_FOLDER_KEY}={folder} is on a remote file system: the DataFrame engine reads "
+                           f"local directories only so far")
+    for branch in config.branches:
+        where = f" (branch {branch.index})" if config.fork_branches > 1 else ""
+        for key, value in (("converter.classes", branch.converter_classes),  # `.N` keys: a branch's own
+                           ("qualitychecker.row.policies", branch.row_policy_classes)):
+            if value:
+                reasons.append(f"{key}.{branch.index} names a branch's record constructs ({', '.join(value)}): "
+                               f"only the master branch's run on the DataFrame engine")
+        if branch.writer_builder_class != DEFAULT_WRITER_BUILDER:
+            reasons.append(f"writer.builder.class{where}={branch.writer_builder_class} is a record writer")
+        remote = [key for key, folder in (("writer.staging.dir", branch.writer_staging_dir),
+                                          ("writer.output.dir", branch.writer_output_dir))
+                  if folder is not None and urls.parse(folder).scheme is not urls.Scheme.FILE]
+        if remote:
+            reasons.append(f"{' and '.join(remote)}{where} name a remote file system: the DataFrame engine writes "
+                           f"local folders only so far")
+        if branch.writer_output_format not in DATAFRAME_FORMATS:
+            reasons.append(f"writer.output.format{where}={branch.writer_output_format.value} is not a format of "
+                           f"Spark's writers here ({', '.join(sorted(DATAFRAME_FORMATS))})")
+    if config.source_class == DIRECTORY_SOURCE and (config.converter_classes or config.row_policy_classes):
+        reasons.append("converter.classes / qualitychecker.row.policies with the directory source: its records reach "
+                       "record constructs on the records engine only so far")
+    else:
+        converters = converter_problem(config)  # the master branch's, through mapInArrow, when Spark can hold them
+        if converters is not None:
+            reasons.append(converters)
+    return list(dict.fromkeys(reasons))
+
+
+def spark_only_input(config: JobConfig) -> str | None:
+    """The directory source's input format when only Spark's readers read it (None otherwise)."""
+    if config.source_class != DIRECTORY_SOURCE:
+        return None
+    given = config.properties.get(INPUT_FORMAT_KEY, "").strip().lower()
+    return given if given in SPARK_ONLY_INPUTS else None
+
+
+def spark_only_error(config: JobConfig, file_format: str, why: str) -> ConfigError:
+    """The error for an input format only Spark reads in a job the DataFrame engine will not run."""
+    return ConfigError(f"{INPUT_FORMAT_KEY}={file_format} is read by the DataFrame engine only, but job "
+                       f"{config.job_name!r} cannot run on it: {why}")
+
+
+def dataframe_blocker(config: JobConfig) -> str | None:
+    """Why the job will not run on the DataFrame engine (None: it may); for validating Spark-only output formats."""
+    if config.task_engine is TaskEngineKind.RECORDS:
+        return "task.engine=records"
+    try:
+        reasons = unsupported(config)
+    except JobConfigError as e:
+        return f"its branch settings are invalid ({e})"
+    return "; ".join(reasons) or None
+
+
+def sql_stages_error(config: JobConfig, keys: list[str], why: str) -> ConfigError:
+    """The error for SQL stages in a job the DataFrame engine will not run."""
+    return ConfigError(f"{' and '.join(keys)}: Spark SQL stages run on the DataFrame engine only, but job "
+                       f"{config.job_name!r} cannot run on it: {why}")
+
+
+def choose(config: JobConfig) -> EngineChoice:
+    """The engine `task.engine` asks for; a ConfigError naming the key when `dataframe` is asked for a job it cannot
+    run, or when the records engine would have to run Spark SQL stages or write a format only Spark's writers
+    write."""
+    kind = config.task_engine
+    stages = [key for key, value in (("converter.sql.select", config.converter_sql_select),
+                                     ("qualitychecker.row.sql", config.row_policy_sql),
+                                     ("converter.dataframe.functions", config.converter_dataframe_functions or None))
+              if value is not None]
+    spark_input = spark_only_input(config)
+    if kind is TaskEngineKind.RECORDS:
+        if stages:
+            raise sql_stages_error(config, stages, "task.engine=records")
+        if spark_input:
+            raise spark_only_error(config, spark_input, "task.engine=records")
+        return EngineChoice(TaskEngineKind.RECORDS, "task.engine=records")
+    reasons = unsupported(config)
+    if stages and reasons:
+        raise sql_stages_error(config, stages, "; ".join(reasons))
+    if spark_input and reasons and kind is TaskEngineKind.AUTO:
+        raise spark_only_error(config, spark_input, "; ".join(reasons))
+    formats = {b.writer_output_format for b in config.branches} - {WriterOutputFormat.AVRO}
+    if reasons and kind is TaskEngineKind.DATAFRAME:
+        raise ConfigError(f"task.engine=dataframe: job {config.job_name!r} cannot run on the DataFrame engine: "
+                          f"{'; '.join(reasons)} (set task.engine to auto or records)")
+    if reasons and formats:
+        raise ConfigError(f"task.engine=auto: writer.output.format={', '.join(sorted(formats))} is written by the "
+                          f"DataFrame engine only, but job {config.job_name!r} cannot run on it: {'; '.join(reasons)}")
+    if reasons:
+        return EngineChoice(TaskEngineKind.RECORDS, f"task.engine=auto chose records: {'; '.join(reasons)}")
+    if kind is TaskEngineKind.AUTO and config.job_commit_policy is JobCommitPolicy.PARTIAL and not formats:
+        return EngineChoice(TaskEngineKind.RECORDS, "task.engine=auto chose records: job.commit.policy=partial, and "
+                                                    "a failed Spark job keeps no partial output to publish (set "
+                                                    "task.engine=dataframe to run it anyway: a failed task then "
+                                                    "publishes nothing)")
+    return EngineChoice(TaskEngineKind.DATAFRAME, f"task.engine={kind.value}: every construct of the job has a "
+                                                  f"DataFrame stage")

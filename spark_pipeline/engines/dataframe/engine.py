@@ -1,0 +1,318 @@
+"""The DataFrame task engine: each task (MultiWorkUnit) is one Spark job reading its work units as one DataFrame and
+writing them with Spark's writers, its attempts recorded by the driver through the task's own log writer.
+
+A task's TaskStarted is appended before its Spark job, its TaskSucceeded / TaskFailed after; `task.maxretries`
+retries an attempt in a fresh attempt folder. Tasks run concurrently (one driver thread each, in the run's Spark job
+group, so a cancellation cancels them). A failed attempt leaves no output: Spark's commit protocol is all or nothing
+per job, so there is no partial result for the `partial` commit policy to publish.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, Observation, SparkSession
+
+from events.errors import ConfigError
+from events.log import open_log
+from events.job import WorkUnitSpec
+from events.model import Event, TaskFields
+from events.task import TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
+from filesystems import urls
+from filesystems.router import FileSystems
+from spark_pipeline.jobfile.config import JobCommitPolicy, JobConfig, TaskEngineKind, WriterOutputFormat
+from spark_pipeline.connectors import Connector, given_connectors
+from spark_pipeline.constructs import MultiWorkUnit
+from spark_pipeline.engines.dataframe import stages
+from spark_pipeline.engines.choice import EngineChoice, SourceKind, choose
+from spark_pipeline.engines.dataframe.avro_types import converted_schema
+from spark_pipeline.engines.dataframe.errfile import write_diverted
+from spark_pipeline.engines.dataframe.files import directory_settings
+from spark_pipeline.engines.dataframe.record_stages import Attempt
+from spark_pipeline.engines.dataframe.results import (
+    StagedFile,
+    counted,
+    move_files,
+    observed,
+    staged_files,
+    unit_counts,
+    unit_metrics,
+    unit_results,
+)
+from spark_pipeline.engines.dataframe.sources import read_units, record_schema, source_kind
+from spark_pipeline.engines.dataframe.task_policies import check_units
+from spark_pipeline.engines.dataframe.writers import WriterSettings, write_attempt
+from spark_pipeline.engines.records.flow import TaskQualityError
+from spark_pipeline.engines.spark import TaskProgress, submitted_settings, task_writer_name
+from spark_pipeline.engines.base import SparkTaskEngine, TaskEngine, job_group
+from spark_pipeline.engines.records.task import TaskOutcome, executor_name
+from spark_pipeline.writers import path_segment
+
+Emit = Callable[[Sequence[Event]], object]
+log = logging.getLogger(__name__)
+ERROR_CHARS = 4000
+
+
+def engine_for(config: JobConfig, spark: SparkSession | None = None) -> TaskEngine:
+    """The engine `task.engine` chooses for the job (auto: dataframe when it can run every construct); its writer
+    settings checked before anything runs (a ConfigError naming the key)."""
+    choice = choose(config)
+    missing = missing_connectors(config, submitted_settings()) if choice.kind is TaskEngineKind.DATAFRAME else []
+    if missing:
+        what = (f"spark-submit was not given Spark's {' and '.join(missing)} connector(s): pass "
+                f"`spark-submit $(oncelog spark jars) …`")
+        if config.task_engine is TaskEngineKind.DATAFRAME:
+            raise ConfigError(f"task.engine=dataframe: {what}")
+        choice = EngineChoice(TaskEngineKind.RECORDS, f"task.engine=auto chose records: {what}")
+    if choice.kind is TaskEngineKind.DATAFRAME:
+        branch_writers(config, writer_schema(config))
+        return DataFrameTaskEngine(config, spark, choice)
+    return SparkTaskEngine(config, spark, choice)
+
+
+def missing_connectors(config: JobConfig, submitted: Mapping[str, str]) -> list[str]:
+    """The connectors the job's DataFrame stages need that spark-submit did not give (none when oncelog started
+    Spark itself: spark_session puts them on the classpath)."""
+    if not submitted:
+        return []
+    kind = source_kind(config)
+    needed = {Connector.KAFKA} if kind is SourceKind.KAFKA else set()
+    if any(b.writer_output_format is WriterOutputFormat.AVRO for b in config.branches) or (
+            kind is SourceKind.DIRECTORY and reads_avro(config)):
+        needed.add(Connector.AVRO)
+    return sorted(c.value for c in needed - given_connectors(submitted))
+
+
+def reads_avro(config: JobConfig) -> bool:
+    """Whether the directory source needs spark-avro to read (Avro files, or JSON by an Avro schema)."""
+    settings = directory_settings(config)
+    return settings.format == "avro" or (settings.format == "json" and settings.json_schema is not None)
+
+
+def branch_writers(config: JobConfig, schema: str | None) -> tuple[WriterSettings, ...]:
+    """Each branch's writer settings, in branch order (one for an unforked job)."""
+    return tuple(WriterSettings.of(config, schema, i) for i in range(config.fork_branches))
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """What every task of a run shares: its job, run, each branch's writer settings and retry count."""
+
+    config: JobConfig
+    run_id: str
+    writers: tuple[WriterSettings, ...]
+
+    @property
+    def attempts(self) -> int:
+        """Attempts per task: the first and `task.maxretries` retries."""
+        return 1 + self.config.task_max_retries
+
+
+class DataFrameTaskEngine(SparkTaskEngine):
+    """Runs each task as one Spark DataFrame job (same events and staged output as the record engine)."""
+
+    def __init__(self, config: JobConfig, spark: SparkSession | None = None, choice: EngineChoice | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        super().__init__(config, spark, choice or EngineChoice(TaskEngineKind.DATAFRAME, "given by the caller"))
+        self.sleep = sleep
+
+    def slots(self) -> int:
+        """Under job.commit.policy=full, one task per run: a failed task fails the run anyway, and the task's Spark
+        job spreads its partitions over every executor itself, so more tasks would only add Spark jobs (each with its
+        fixed cost) competing for them. Under successful (or partial), a task per core as on the records engine, so
+        that a failing work unit fails only the task it is packed into."""
+        if self.config.job_commit_policy is JobCommitPolicy.FULL:
+            return 1
+        return super().slots()
+
+    def run(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], progress: TaskProgress
+            ) -> list[TaskOutcome]:
+        units = [u for mwu in mwus for u in mwu.work_units]
+        plan = TaskPlan(config, run_id, branch_writers(config, writer_schema(config, units)))
+        check_stages(self.spark, config, mwus)
+        lock = threading.Lock()
+        done = [0, 0]
+
+        def task(mwu: MultiWorkUnit) -> TaskOutcome:
+            outcome = self._task(plan, mwu)
+            with lock:
+                done[0] += 1
+                done[1] += sum(r.records_written for r in outcome.results)
+                progress(done[0], done[1])
+            return outcome
+
+        with ThreadPoolExecutor(max_workers=max(1, len(mwus)), thread_name_prefix="oncelog-df-task") as pool:
+            return list(pool.map(task, mwus))
+
+    def _task(self, plan: TaskPlan, mwu: MultiWorkUnit) -> TaskOutcome:
+        """One task with its retries, recorded through its own writer (pinned threads: its own Spark job group)."""
+        config, run_id = plan.config, plan.run_id
+        self.spark.sparkContext.setJobGroup(job_group(run_id), f"{config.job_name} run {run_id} task "
+                                            f"{mwu.multi_work_unit_id}", interruptOnCancel=True)
+        with open_log(config.log_url, config.log_settings) as log, \
+                log.writer(task_writer_name(config, run_id, mwu)) as writer:
+            return run_task(self.spark, plan, mwu, writer.append, self.sleep)
+
+
+def run_task(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, emit: Emit,
+             sleep: Callable[[float], None]) -> TaskOutcome:
+    """A task's attempts: TaskStarted, the Spark job, then TaskSucceeded, or TaskFailed (and TaskRetried)."""
+    config = plan.config
+    task: TaskFields = {"job": config.job_name, "run_id": plan.run_id, "task_id": mwu.multi_work_unit_id}
+    unit_ids = tuple(u.work_unit_id for u in mwu.work_units)
+    for attempt in range(1, plan.attempts + 1):
+        started = time.perf_counter()
+        emit(TaskStarted(**task, attempt=attempt, work_unit_ids=unit_ids, executor=executor_name()).in_parts())
+        try:
+            results = run_attempt(spark, plan, mwu, attempt)
+        except Exception as e:
+            error = attempt_error(e)
+            emit(TaskFailed(**task, attempt=attempt, error=error, results=(),
+                            duration_ms=_since(started)).in_parts())
+            if attempt == plan.attempts:
+                return TaskOutcome(mwu.multi_work_unit_id, False, attempt, (), error.splitlines()[0])
+            delay = float(config.task_retry_interval_s)
+            emit([TaskRetried(**task, attempt=attempt, next_attempt=attempt + 1, delay_s=delay,
+                              reason=error.splitlines()[0])])
+            sleep(delay)
+            continue
+        except BaseException as stopped:  # interrupted: the attempt still ends in the log
+            emit([TaskFailed(**task, attempt=attempt, error=attempt_error(stopped), results=(),
+                             duration_ms=_since(started))])
+            raise
+        emit(TaskSucceeded(**task, attempt=attempt, results=results, duration_ms=_since(started)).in_parts())
+        return TaskOutcome(mwu.multi_work_unit_id, True, attempt, results)
+    raise AssertionError("unreachable: the last attempt returns")
+
+
+def run_attempt(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, attempt: int
+                ) -> tuple[WorkUnitResult, ...]:
+    """Read, then write every branch (Spark's commit protocol) into a fresh attempt folder of the branch, judge the
+    counts by the task-level policies, then, once every branch is written, move each file to its branch's task output
+    and write the diverted records to the error file. A forked job's records are cached once and written once per
+    branch."""
+    config, units = plan.config, mwu.work_units
+    frame = read_units(spark, config, units, attempt)
+    if frame is None:
+        zeros = [0] * len(units)
+        judge_units(config, units, zeros, zeros, zeros, [])
+        return unit_results(units, zeros, [None] * len(units), [])
+    kind = source_kind(config)
+    read = Observation() if kind is not SourceKind.SYNTHETIC else None
+    if read is not None:  # Kafka's markers take offsets, a file's records are counted: Spark counts them
+        frame = frame.observe(read, *unit_metrics(units, "offset" if kind is SourceKind.KAFKA else None))
+    staged = stages.transform(config, frame, Attempt(plan.run_id, mwu.multi_work_unit_id, attempt, units))
+    wrote = Observation() if staged.drops else None
+    records_frame = staged.written if wrote is None else staged.written.observe(wrote, *unit_counts(units))
+    forked = len(plan.writers) > 1
+    if forked:
+        records_frame = records_frame.persist(StorageLevel.MEMORY_AND_DISK)
+    folders = [attempt_folder(plan, mwu, attempt, branch) for branch in range(len(plan.writers))]
+    try:
+        staged_out = [write_branch(plan, mwu, folders[branch], records_frame, branch)
+                      for branch in range(len(plan.writers))]
+        records, last_offsets = read_counts(units, read)
+        written = records if wrote is None else counted(wrote, units)
+        judge_units(config, units, records, written, staged.rejected_counts(len(units)), folders)
+        moved = [move_files(spark, config.properties, files) for files in staged_out]  # every branch written
+        results = merge_branches([unit_results(units, records, last_offsets, files, branch, written=written)
+                                  for branch, files in enumerate(moved)])
+        diverted = write_diverted(config.row_err_file, plan.run_id, mwu.multi_work_unit_id, units, staged.diverted)
+    finally:
+        if forked:
+            records_frame.unpersist()
+        staged.release()
+    if staged.flagged or diverted:
+        log.info("task %s attempt %d: %d record(s) failed an OPTIONAL row policy, %d diverted to the error file",
+                 mwu.multi_work_unit_id, attempt, staged.flagged_count(), diverted)
+    return results
+
+
+def attempt_folder(plan: TaskPlan, mwu: MultiWorkUnit, attempt: int, branch: int) -> str:
+    """A branch's fresh attempt folder, under the branch's writer.staging.dir."""
+    staging = plan.config.branch(branch).writer_staging_dir
+    return urls.join(str(staging), plan.run_id, path_segment(mwu.multi_work_unit_id), f"attempt-{attempt}")
+
+
+def write_branch(plan: TaskPlan, mwu: MultiWorkUnit, folder: str, frame: DataFrame, index: int
+                 ) -> list[StagedFile]:
+    """One branch's write into its attempt folder, and where each of its files goes in the branch's task output (its
+    writer.output.dir: the record engine's folders and names)."""
+    config = plan.config
+    write_attempt(frame, plan.writers[index], folder)
+    output_root = urls.join(str(config.branch(index).writer_output_dir), plan.run_id)
+    return staged_files(FileSystems.of(config.properties), folder, mwu.work_units, output_root)
+
+
+def merge_branches(per_branch: Sequence[tuple[WorkUnitResult, ...]]) -> tuple[WorkUnitResult, ...]:
+    """One result per work unit holding every branch's file, counted as the record engine counts a forked unit."""
+    if len(per_branch) == 1:
+        return per_branch[0]
+    merged = []
+    for results in zip(*per_branch):
+        files = tuple(f for r in results for f in r.output_files)
+        merged.append(results[0].model_copy(update={
+            "output_files": files, "records_written": sum(f.records for f in files),
+            "bytes_written": sum(f.size for f in files)}))
+    return tuple(merged)
+
+
+def writer_schema(config: JobConfig, units: Sequence[WorkUnitSpec] = ()) -> str | None:
+    """The Avro schema (JSON) the writers get: the record converters' output when the job has some, else the
+    source's records' (None: Spark derives it from the columns)."""
+    if config.converter_classes:
+        return json.dumps(converted_schema(config))
+    return record_schema(config, units)
+
+
+def read_counts(units: Sequence[WorkUnitSpec], read: Observation | None) -> tuple[list[int], list[int | None]]:
+    """Each work unit's records read and last offset: the plan's for the synthetic source (one record per offset),
+    else what Spark observed (Kafka: transaction markers and aborted records take offsets)."""
+    if read is not None:
+        return observed(read, units)
+    records = [u.expected_high_watermark - u.low_watermark for u in units]
+    return records, [u.expected_high_watermark - 1 if n else None for u, n in zip(units, records)]
+
+
+def judge_units(config: JobConfig, units: Sequence[WorkUnitSpec], read: list[int], written: list[int],
+                rejected: list[int], folders: Sequence[str]) -> None:
+    """The job's task-level policies on each work unit's counts; a MANDATORY failure drops the attempt's output."""
+    if not config.branch(0).task_policies:
+        return
+    try:
+        check_units(config, units, read, written, rejected)
+    except TaskQualityError:
+        fs = FileSystems.of(config.properties)
+        for folder in folders:
+            fs.remove_tree(folder)
+        raise
+
+
+def check_stages(spark: SparkSession, config: JobConfig, mwus: Sequence[MultiWorkUnit]) -> None:
+    """The job's SQL stages analysed over the source's columns before any task starts (a ConfigError naming the key:
+    Spark analyses without reading a record)."""
+    units = [u for mwu in mwus for u in mwu.work_units if u.expected_high_watermark > u.low_watermark][:1]
+    frame = read_units(spark, config, units, 1) if units and stages.has_stages(config) else None
+    if frame is not None:
+        stages.transform(config, frame, Attempt("planning", "planning", 1, tuple(units))).release()
+
+
+def attempt_error(error: BaseException) -> str:
+    """An attempt's error for its TaskFailed: type and message first (Spark's Java trace cut), then where."""
+    message = str(error).strip()
+    first = message.split("\n\tat ", 1)[0][:2000]
+    where = "".join(traceback.format_exception(error)[-3:]).strip()[-1500:]
+    return f"{type(error).__name__}: {first}\n{where}"[:ERROR_CHARS]
+
+
+def _since(started: float) -> int:
+    """Milliseconds since a perf_counter reading."""
+    return int((time.perf_counter() - started) * 1000)

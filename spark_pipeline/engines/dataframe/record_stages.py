@@ -1,0 +1,135 @@
+"""The records engine's converters and row policies on the DataFrame engine, through an Arrow-batch adapter
+(`DataFrame.mapInArrow`): each batch's rows become the record engine's records (dicts), go through the job's
+`converter.classes` chain and `qualitychecker.row.policies`, and come back as a batch of the converters' output
+schema.
+
+Same semantics as task_flow.py's master branch: each converter converts every output of the one before (1:0, 1:1
+or 1:N); then every row policy judges each record: a failing MANDATORY one drops it, a failing ERR_FILE one diverts
+it to the error file (once per failing ERR_FILE policy, as the record engine appends it), a failing OPTIONAL one
+lets it through. The verdict column says which, for the split in stages.py and the rejected counts of task-level
+policies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import IntegerType, StructField, StructType
+
+from events.job import WorkUnitSpec
+from spark_pipeline.jobfile.config import JobConfig, PolicyType
+from spark_pipeline.constructs import Converter, Record, RowLevelPolicy, Schema, WorkUnitState
+from spark_pipeline.engines.dataframe.avro_types import CONVERTERS_KEY, converted_schema, source_schema, struct_type
+from spark_pipeline.engines.dataframe.sources import UNIT
+from spark_pipeline.engines.records.flow import chain_schema, convert, make_construct
+
+POLICIES_KEY = "qualitychecker.row.policies"
+VERDICT = "_oncelog_verdict"
+"""What the row policies made of a record (never written): one of the Verdict values."""
+
+
+class Verdict(IntEnum):
+    """A record's fate: written, or not, and whether it goes to the error file and counts as rejected."""
+
+    KEPT = 0
+    DIVERTED = 1  # to the error file, and rejected (counted once per record)
+    DIVERTED_AGAIN = 2  # a further ERR_FILE policy's copy (the record engine appends it once per failing policy)
+    DROPPED = 3  # rejected by a MANDATORY policy only
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The task attempt a frame belongs to: what the constructs' WorkUnitState says (placeholders when planning)."""
+
+    run_id: str
+    task_id: str
+    attempt: int
+    units: tuple[WorkUnitSpec, ...]
+
+
+def has_record_stages(config: JobConfig) -> bool:
+    """Whether the job names record converters or row policies of its master branch."""
+    return bool(config.converter_classes or config.row_policy_classes)
+
+
+def diverts(config: JobConfig) -> bool:
+    """Whether a row policy of the job diverts records to the error file."""
+    return any(p.type is PolicyType.ERR_FILE for p in config.row_policies)
+
+
+def output_struct(config: JobConfig) -> StructType:
+    """The adapter's output columns: the converters' Avro schema as Spark's, the work unit, and the verdict."""
+    return StructType([*struct_type(converted_schema(config)).fields, StructField(UNIT, IntegerType(), False),
+                       StructField(VERDICT, IntegerType(), False)])
+
+
+def record_stage(config: JobConfig, frame: DataFrame, attempt: Attempt) -> DataFrame:
+    """`frame` through the job's record converters and row policies, batch by batch on the executors."""
+    struct = output_struct(config)
+    adapter = BatchAdapter(config, attempt, to_arrow_schema(struct))
+    return frame.mapInArrow(adapter, struct)
+
+
+class BatchAdapter:
+    """The mapInArrow function: built on the driver, shipped to the executors, constructs built once per partition."""
+
+    def __init__(self, config: JobConfig, attempt: Attempt, schema: pa.Schema) -> None:
+        self.config = config
+        self.attempt = attempt
+        self.schema = schema
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        flow = RecordFlow(self.config, self.attempt)
+        for batch in batches:
+            rows = [out for record in batch.to_pylist() for out in flow.process(record)]
+            yield pa.RecordBatch.from_pylist(rows, schema=self.schema)
+
+
+class RecordFlow:
+    """One partition's converters and row policies, with a WorkUnitState per work unit."""
+
+    def __init__(self, config: JobConfig, attempt: Attempt) -> None:
+        self.config = config
+        self.attempt = attempt
+        self.converters = [make_construct(config, CONVERTERS_KEY, p, Converter) for p in config.converter_classes]
+        self.policies = [make_construct(config, POLICIES_KEY, p.class_path, RowLevelPolicy, p.type)
+                         for p in config.row_policies]
+        self.units: dict[int, tuple[WorkUnitState, list[Schema]]] = {}
+
+    def unit(self, index: int) -> tuple[WorkUnitState, list[Schema]]:
+        """A work unit's state and its converters' schemas, made on its first record."""
+        if index not in self.units:
+            a = self.attempt
+            state = WorkUnitState(a.units[index], self.config, a.run_id, a.task_id, a.attempt)
+            self.units[index] = (state, chain_schema(self.converters, source_schema(self.config), state)[1])
+        return self.units[index]
+
+    def process(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        """The rows one source record becomes: each converted record with its verdict."""
+        index = row.pop(UNIT)
+        state, schemas = self.unit(index)
+        outputs = convert(self.converters, schemas, row, state) if self.converters else [row]
+        rows: list[dict[str, Any]] = []
+        for record in outputs:
+            keep, diverted = judge(self.policies, record)
+            verdicts = ([Verdict.KEPT] if keep else [Verdict.DIVERTED] if diverted else [Verdict.DROPPED])
+            verdicts += [Verdict.DIVERTED_AGAIN] * max(0, diverted - 1)
+            rows += [{**record, UNIT: index, VERDICT: int(v)} for v in verdicts]
+        return rows
+
+
+def judge(policies: list[RowLevelPolicy], record: Record) -> tuple[bool, int]:
+    """Whether the record goes on, and how many ERR_FILE policies divert it (task_flow._RowChecks's rules)."""
+    keep, diverted = True, 0
+    for policy in policies:
+        if policy.check(record) or policy.policy_type is PolicyType.OPTIONAL:
+            continue
+        diverted += policy.policy_type is PolicyType.ERR_FILE
+        keep = False
+    return keep, diverted

@@ -1,0 +1,77 @@
+"""Spark's file writers for a task attempt: one write of the task's DataFrame, through Spark's commit protocol.
+
+The attempt's folder gets one `_wu=<index>` folder per work unit (Spark's `partitionBy`), whose files appear only
+when Spark commits the job: a failed attempt leaves nothing there. results.py then moves each file to the run's task
+output as `<dataset>/<partition>_<low>-<high>.<ext>`, the record engine's name for a watermark range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame
+
+from events.errors import ConfigError
+from filesystems import urls
+from spark_pipeline.jobfile.config import JobConfig, WriterOutputFormat
+from spark_pipeline.engines.dataframe.sources import UNIT
+
+CODEC_KEY = "writer.codec.type"
+CODECS: dict[WriterOutputFormat, dict[str, str]] = {
+    # Gobblin's names (and Spark's) → Spark's `compression` option; the first is the default.
+    WriterOutputFormat.AVRO: {"snappy": "snappy", "deflate": "deflate", "null": "uncompressed",
+                              "uncompressed": "uncompressed", "bzip2": "bzip2", "xz": "xz", "zstandard": "zstandard"},
+    WriterOutputFormat.PARQUET: {"snappy": "snappy", "gzip": "gzip", "zstd": "zstd", "lz4": "lz4",
+                                 "none": "none", "null": "none", "uncompressed": "uncompressed"},
+    WriterOutputFormat.ORC: {"snappy": "snappy", "zlib": "zlib", "zstd": "zstd", "lz4": "lz4", "none": "none",
+                             "null": "none"},
+    WriterOutputFormat.JSON: {"none": "none", "null": "none", "gzip": "gzip", "bzip2": "bzip2", "deflate": "deflate",
+                              "snappy": "snappy", "lz4": "lz4"},
+}
+SPARK_FORMATS = {WriterOutputFormat.AVRO: "avro", WriterOutputFormat.PARQUET: "parquet",
+                 WriterOutputFormat.ORC: "orc", WriterOutputFormat.JSON: "json"}
+
+
+@dataclass(frozen=True)
+class WriterSettings:
+    """How a job's output is written: Spark's format, its compression, and the Avro schema of the records."""
+
+    output_format: WriterOutputFormat
+    compression: str
+    avro_schema: str | None
+    """The records' Avro schema; None when SQL stages or DataFrame functions make the columns (Spark derives it)."""
+
+    @classmethod
+    def of(cls, config: JobConfig, schema: str | None, branch: int = 0) -> WriterSettings:
+        """A branch's writer.output.format and writer.codec.type (their `.N` forms first, in a forked job); a
+        ConfigError naming the key if not written here. `schema`: the records' Avro schema (JSON), if known."""
+        output_format = config.branch(branch).writer_output_format
+        where = f" (branch {branch})" if config.fork_branches > 1 else ""
+        codecs = CODECS.get(output_format)
+        if codecs is None:
+            raise ConfigError(f"writer.output.format{where}={output_format.value} is not written by the DataFrame "
+                              f"engine ({', '.join(f.value for f in CODECS)})")
+        key = codec_key(config, branch)
+        given = config.properties.get(key, "").strip().lower()
+        codec = given or next(iter(codecs))
+        if codec not in codecs:
+            raise ConfigError(f"{key}={given!r} is not a codec of {output_format.value} output (one of "
+                              f"{', '.join(codecs)})")
+        converted = config.converter_sql_select is not None or bool(config.converter_dataframe_functions)
+        return cls(output_format, codecs[codec], None if converted else schema)
+
+
+def codec_key(config: JobConfig, branch: int) -> str:
+    """The key a branch's codec is read from: `writer.codec.type.N` over `writer.codec.type` (the records engine's
+    rule for a branch's writer keys)."""
+    own = f"{CODEC_KEY}.{branch}"
+    return own if config.properties.get(own, "").strip() else CODEC_KEY
+
+
+def write_attempt(frame: DataFrame, settings: WriterSettings, folder: str) -> None:
+    """Write the attempt's records under `folder`, one `_wu=<index>` folder per work unit (Spark's commit protocol)."""
+    writer = (frame.write.format(SPARK_FORMATS[settings.output_format]).mode("errorifexists")
+              .option("compression", settings.compression).partitionBy(UNIT))
+    if settings.output_format is WriterOutputFormat.AVRO and settings.avro_schema is not None:
+        writer = writer.option("avroSchema", settings.avro_schema)
+    writer.save(urls.hadoop_uri(folder))

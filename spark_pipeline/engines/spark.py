@@ -1,0 +1,175 @@
+"""Tasks on Spark: one Spark task per MultiWorkUnit, run on the executors, each recording its attempts in the log."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from py4j.protocol import Py4JError
+from pyspark import Accumulator, AccumulatorParam, SparkConf, SparkContext, TaskContext
+from pyspark.sql import SparkSession
+
+from events.errors import ConfigError
+from events.log import open_log
+from filesystems.router import FileSystems
+from spark_pipeline.commit.engine import CommitEngine, job_publisher
+from spark_pipeline.commit.settings import CommitSettings
+from spark_pipeline.commit.shards import ShardLostError, ShardSummary, ShardWork, commit_shard
+from spark_pipeline.jobfile.config import SPECULATION, JobConfig
+from spark_pipeline.connectors import with_connectors
+from spark_pipeline.constructs import MultiWorkUnit
+from spark_pipeline.engines.records.task import TaskOutcome, run_task
+
+PROGRESS_POLL_S = 0.25
+TaskProgress = Callable[[int, int], None]
+"""Told the tasks finished so far and the records they wrote (from a polling thread)."""
+
+SPARK_DEFAULTS = {
+    "spark.ui.showConsoleProgress": "false",
+    "spark.task.maxFailures": "1",  # retries are task.maxretries', recorded in the log; Spark's would be silent
+    "spark.sql.shuffle.partitions": "8",
+    SPECULATION: "false",  # two attempts of one task would write the same file names
+}
+
+
+def spark_session(config: JobConfig) -> SparkSession:
+    """The Spark session for a job: its spark.* settings over oncelog's defaults (spark-submit's win over both)."""
+    # PySpark starts its Python workers with $PYSPARK_PYTHON (spark.pyspark.python is read by spark-submit only):
+    # without it they would run the system's python3, which lacks oncelog's packages.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(f"oncelog {config.job_name}")
+    submitted = submitted_settings()
+    check_speculation(submitted, "set by spark-submit (--conf or spark-defaults.conf)")
+    # Spark's Kafka and Avro connectors from the cache (spark.jars), unless the job or spark-submit gives them.
+    settings = with_connectors({**SPARK_DEFAULTS, **config.spark_conf},
+                               jvm_running="PYSPARK_GATEWAY_PORT" in os.environ)
+    for key, value in settings.items():
+        if key not in submitted:
+            builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    check_speculation(dict(session.sparkContext.getConf().getAll()), "in the running Spark session's configuration")
+    return session
+
+
+def submitted_settings() -> dict[str, str]:
+    """The settings spark-submit set (its --master, --conf ...): they win over the job file's."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not started by spark-submit
+        return {}
+    # Without a connection to spark-submit's JVM, SparkConf() is an empty Python-side conf: connect first.
+    SparkContext._ensure_initialized()
+    return dict(SparkConf().getAll())
+
+
+def check_speculation(settings: Mapping[str, str], where: str) -> None:
+    """Refuse speculative execution: a second attempt of a task would write the same file names as the first."""
+    value = settings.get(SPECULATION, "false").strip()
+    if value.lower() != "false":
+        raise ConfigError(f"{SPECULATION!r} is {value!r} {where}: oncelog needs it false, since two attempts of one "
+                          f"task write the same file names (oncelog retries tasks itself: task.maxretries)")
+
+
+def task_writer_name(config: JobConfig, run_id: str, mwu: MultiWorkUnit) -> str:
+    """The name of a task's log writer: opening it again (a cancelled run does) fences the task."""
+    return f"{config.job_name}.{run_id}.{mwu.multi_work_unit_id}"
+
+
+def execute(config: JobConfig, run_id: str, mwu: MultiWorkUnit, log_url: str, log_settings: Mapping[str, str]
+            ) -> TaskOutcome:
+    """Run one task where it is (an executor), recording its attempts through a writer of its own.
+
+    Spark runs a task again when its executor is lost (that does not count against spark.task.maxFailures): the
+    new run's attempts are numbered after the lost one's, and its writer (same name) fences the lost one's."""
+    context = TaskContext.get()
+    first_attempt = (context.attemptNumber() if context else 0) * (config.task_max_retries + 1) + 1
+    with open_log(log_url, log_settings) as log, log.writer(task_writer_name(config, run_id, mwu)) as w:
+        return run_task(config, run_id, mwu, w.append, first_attempt=first_attempt)
+
+
+def run_tasks(spark: SparkSession, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], log_url: str,
+              log_settings: Mapping[str, str], progress: TaskProgress) -> list[TaskOutcome]:
+    """Run every task on the cluster (one Spark task each) and bring their outcomes back; `progress` hears of each
+    finished task (Spark merges a task's accumulator update into the driver's value when the task ends)."""
+    settings = dict(log_settings)
+    counts = spark.sparkContext.accumulator((0, 0), PairSum())
+
+    def tasks(units: Iterable[MultiWorkUnit]) -> Iterable[TaskOutcome]:
+        for unit in units:
+            outcome = execute(config, run_id, unit, log_url, settings)
+            counts.add((1, sum(r.records_written for r in outcome.results)))
+            yield outcome
+
+    spark.sparkContext.setJobGroup(f"oncelog-{run_id}", f"{config.job_name} run {run_id}", interruptOnCancel=True)
+    finished = threading.Event()
+    poller = threading.Thread(target=report_progress, args=(counts, progress, finished), daemon=True,
+                              name="oncelog-task-progress")
+    poller.start()
+    try:
+        return spark.sparkContext.parallelize(mwus, len(mwus)).mapPartitions(tasks).collect()
+    finally:
+        finished.set()
+        poller.join()
+        progress(*counts.value)
+
+
+class PairSum(AccumulatorParam):
+    """Adds (tasks, records) pairs: the tasks' progress, summed on the driver."""
+
+    def zero(self, value: tuple[int, int]) -> tuple[int, int]:
+        return 0, 0
+
+    def addInPlace(self, value1: tuple[int, int], value2: tuple[int, int]) -> tuple[int, int]:  # noqa: N802
+        return value1[0] + value2[0], value1[1] + value2[1]
+
+
+def report_progress(counts: Accumulator[tuple[int, int]], progress: TaskProgress, finished: threading.Event) -> None:
+    """Pass the accumulated (tasks, records) on whenever it changes, until the tasks are over."""
+    last = (0, 0)
+    while not finished.wait(PROGRESS_POLL_S):
+        now = counts.value
+        if now != last:
+            progress(*now)
+            last = now
+
+
+def slots(spark: SparkSession) -> int:
+    """How many tasks run at once: the cluster's default parallelism."""
+    return max(1, int(spark.sparkContext.defaultParallelism))
+
+
+class SparkCommitEngine(CommitEngine):
+    """One Spark task per commit shard, on the executors; each opens the log, the file systems and its shard's
+    writer where it runs, and sends back a summary. A task that dies (its Python worker killed, its executor lost) is
+    not run again (spark.task.maxFailures=1): ShardLostError, and the next run recovers the shard."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+
+    def run(self, config: JobConfig, work: Sequence[ShardWork], settings: CommitSettings) -> list[ShardSummary]:
+        if not work:
+            return []
+        log_url, log_settings = config.log_url, dict(config.log_settings)
+
+        def shards(assigned: Iterable[ShardWork]) -> Iterable[ShardSummary]:
+            for shard in assigned:
+                yield execute_shard(config, shard, log_url, log_settings, settings)
+
+        run_id = work[0].run_id
+        context = self.spark.sparkContext
+        # A group of its own: cancelling the run (SIGINT) cancels its tasks, never a commit past its point of no return.
+        context.setJobGroup(f"oncelog-{run_id}-commit", f"{config.job_name} run {run_id}: commit")
+        try:
+            return context.parallelize(list(work), len(work)).mapPartitions(shards).collect()
+        except Py4JError as e:
+            lost = ", ".join(str(w.shard) for w in work)
+            raise ShardLostError(f"a task of commit shards {lost} died before it answered: "
+                                 f"{str(e).strip().splitlines()[0][:500]}; what the shards appended stands, their "
+                                 f"pending sequences are finished by the next run (or `oncelog recover`)") from e
+
+
+def execute_shard(config: JobConfig, work: ShardWork, log_url: str, log_settings: Mapping[str, str],
+                  settings: CommitSettings) -> ShardSummary:
+    """Commit one shard where it is (an executor): its own log connection, file systems and writer."""
+    with open_log(log_url, log_settings) as log:
+        return commit_shard(work, log, FileSystems.of(config.properties), settings, job_publisher(config))

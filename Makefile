@@ -62,7 +62,7 @@ simulate: $(STAMP)
 	$(BIN)/python -m tests.sim.simulation --first $(SIM_FIRST) --count $(SIM_SCENARIOS)
 
 demo: $(STAMP) spark-jars
-	$(BIN)/python -m spark_pipeline.demo
+	$(BIN)/python -m oncelog.demo
 
 kafka-up: kafka-jars
 	$(BIN)/oncelog kafka up

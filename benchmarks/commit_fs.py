@@ -47,7 +47,12 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.common import emit_result, note, time_once
-from events.commit import CommitSequencePlanned, DatasetStateStep, FsRenameStep, HighWatermarkStep
+from events.commit import (
+    CommitSequencePlanned,
+    DatasetStateStep,
+    FsRenameStep,
+    HighWatermarkStep,
+)
 from events.log import open_log
 from filesystems import urls
 from filesystems.router import FileSystems

@@ -86,9 +86,9 @@ def child_run(path: Path, shards_on: str = "in-process") -> dict[str, Any]:
     on the way)."""
     from events.log import open_log
     from spark_pipeline.commit.faults import FaultInjector
+    from spark_pipeline.engines.base import InProcessTaskEngine
     from spark_pipeline.jobfile.validation import load_job_config
     from spark_pipeline.launcher import JobLauncher
-    from spark_pipeline.engines.base import InProcessTaskEngine
 
     config = load_job_config(path)
     with open_log(config.log_url, config.log_settings) as log:
@@ -108,8 +108,8 @@ def spark_shards_engine(log: Any, config: Any) -> Any:
     """Tasks in this process, commit shards as Spark tasks on the session's executors (local[*]: one Python worker
     per core), as a cluster commits them; the session is started before the run's clock."""
     from spark_pipeline.commit.engine import CommitEngine
-    from spark_pipeline.engines.spark import SparkCommitEngine, spark_session
     from spark_pipeline.engines.base import InProcessTaskEngine
+    from spark_pipeline.engines.spark import SparkCommitEngine, spark_session
 
     class SparkShards(InProcessTaskEngine):
         def __init__(self) -> None:

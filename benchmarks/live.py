@@ -39,10 +39,16 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import emit_result, kafka_bootstrap, note
-from benchmarks.rebuild import PARTITIONS, check, delete_topics, history_records, prepare_log
+from benchmarks.rebuild import (
+    PARTITIONS,
+    check,
+    delete_topics,
+    history_records,
+    prepare_log,
+)
 from events.log import open_log
-from replay.live.documents import dataset_doc, run_doc
 from projections.projector import Projector
+from replay.live.documents import dataset_doc, run_doc
 
 TARGETS = {"start_s": ("<=", 10.0), "live_eps": (">=", 20_000.0)}
 WAIT_S = 600.0

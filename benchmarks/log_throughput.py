@@ -30,15 +30,35 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from benchmarks.common import Timing, emit_result, freeze_fixtures, kafka_bootstrap, measure, note, time_once
+from benchmarks.common import (
+    Timing,
+    emit_result,
+    freeze_fixtures,
+    kafka_bootstrap,
+    measure,
+    note,
+    time_once,
+)
 from events.codec import EventCodec, Record
-from events.commit import CommitSequencePlanned, CommitStepApplied, DatasetStateStep, FsRenameStep, HighWatermarkStep
+from events.commit import (
+    CommitSequencePlanned,
+    CommitStepApplied,
+    DatasetStateStep,
+    FsRenameStep,
+    HighWatermarkStep,
+)
 from events.dataset import WatermarkAdvanced
-from events.log.kafka.store import BOUNDED_READ_SETTINGS, CONSUME_BATCH, CONSUME_WAIT_S, READER_SETTINGS, KafkaLog
-from events.log.kafka.writer import PRODUCER_TUNING
 from events.log import EventLog, LogWriter, open_log
-from events.model import Event, RunFields, SequenceFields
+from events.log.kafka.store import (
+    BOUNDED_READ_SETTINGS,
+    CONSUME_BATCH,
+    CONSUME_WAIT_S,
+    READER_SETTINGS,
+    KafkaLog,
+)
+from events.log.kafka.writer import PRODUCER_TUNING
 from events.log.sqlite import SqliteLog
+from events.model import Event, RunFields, SequenceFields
 from events.task import OutputFile, TaskSucceeded, WorkUnitResult
 
 PARTITIONS = 3

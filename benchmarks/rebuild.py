@@ -42,8 +42,14 @@ from confluent_kafka.admin import AdminClient
 
 from benchmarks.common import Timing, emit_result, kafka_bootstrap, note
 from events.codec import EventCodec, Record
-from events.log.kafka.store import BOUNDED_READ_SETTINGS, CONSUME_BATCH, CONSUME_WAIT_S, READER_SETTINGS, KafkaLog
 from events.log import EventLog, open_log
+from events.log.kafka.store import (
+    BOUNDED_READ_SETTINGS,
+    CONSUME_BATCH,
+    CONSUME_WAIT_S,
+    READER_SETTINGS,
+    KafkaLog,
+)
 from events.log.sqlite import SqliteLog
 from projections.projector import Projector
 from projections.snapshot_codec import decode_state

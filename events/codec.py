@@ -30,7 +30,12 @@ from fastavro.types import Schema
 from pydantic import BaseModel, ValidationError
 
 from events.avro_schema import NAMESPACE, SCHEMA_DIR, envelope_schema, schema_path
-from events.errors import CorruptEventError, EventDecodeError, LogWriteError, UnknownEventTypeError
+from events.errors import (
+    CorruptEventError,
+    EventDecodeError,
+    LogWriteError,
+    UnknownEventTypeError,
+)
 from events.keys import event_id_bytes, partition_for
 from events.model import Event
 

@@ -85,19 +85,3 @@ class LogNotStableError(OncelogError):
             f"that writer's transaction.timeout.ms; or restart that writer (same transactional id) or abort its "
             f"transaction; then run again"
         )
-
-
-class KafkaProvisioningError(OncelogError):
-    """The local Kafka broker could not be resolved, formatted, started or stopped."""
-
-
-class HdfsProvisioningError(OncelogError):
-    """The local HDFS could not be provisioned: jars, Java, ports, formatting or a daemon's start-up."""
-
-
-class S3ProvisioningError(OncelogError):
-    """The local S3 server could not be built, started, reached or stopped."""
-
-
-class SparkClusterError(OncelogError):
-    """The local standalone cluster could not start, or a worker could not be started or killed; names its log."""

@@ -6,8 +6,8 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from events.model import Count, Frozen, Name, Parted, RunEvent
 from events.keys import key_of
+from events.model import Count, Frozen, Name, Parted, RunEvent
 
 
 class WorkUnitSpec(Frozen):
@@ -21,6 +21,12 @@ class WorkUnitSpec(Frozen):
     multi_work_unit_id: Name | None = None
     estimated_records: Count = 0
     properties: dict[str, str] = Field(default_factory=dict)
+
+
+ENGINE_PROPERTY = "oncelog.task.engine"
+"""JobRunStarted's property naming the task engine that ran the run (dataframe or records)."""
+REASON_PROPERTY = "oncelog.task.engine.reason"
+"""JobRunStarted's property saying why that engine ran it (`task.engine` and what the job needs)."""
 
 
 class JobRunStarted(RunEvent):

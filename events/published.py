@@ -11,8 +11,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-from events.commit import CommitStepSpec, DatasetStateStep, FsRenameStep, HighWatermarkStep
-from events.model import MAX_PART_BYTES, Count, DatasetEvent, Frozen, Name, Parted, SequenceFields
+from events.commit import (
+    CommitStepSpec,
+    DatasetStateStep,
+    FsRenameStep,
+    HighWatermarkStep,
+)
+from events.model import (
+    MAX_PART_BYTES,
+    Count,
+    DatasetEvent,
+    Frozen,
+    Name,
+    Parted,
+    SequenceFields,
+)
 
 
 class PublishedFile(Frozen):

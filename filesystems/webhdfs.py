@@ -18,7 +18,13 @@ import requests
 import requests.adapters
 from fsspec.implementations.webhdfs import WebHDFS
 
-from filesystems.base import CHECKSUM_CHUNK, FileInfo, FileSystem, FileSystemError, WritableFile
+from filesystems.base import (
+    CHECKSUM_CHUNK,
+    FileInfo,
+    FileSystem,
+    FileSystemError,
+    WritableFile,
+)
 from filesystems.settings import FileSystemSettings
 from filesystems.urls import Location, Scheme, parse
 

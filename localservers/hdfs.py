@@ -20,17 +20,24 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import Enum
-from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from xml.sax.saxutils import escape
 
-from events.errors import HdfsProvisioningError
 from localservers.daemon import Daemon, runs_command, signal_and_wait
+from localservers.errors import HdfsProvisioningError
 from localservers.maven import resolve_jars
-from localservers.tools import JAVA_HINT, default_cache_dir, find_tool, free_port, port_is_free, tail
+from localservers.tools import (
+    JAVA_HINT,
+    default_cache_dir,
+    find_tool,
+    free_port,
+    port_is_free,
+    tail,
+)
 
 HADOOP_VERSION = "3.5.0"
 

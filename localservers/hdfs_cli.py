@@ -13,8 +13,8 @@ from typing import Annotated
 import typer
 
 from localservers import hdfs as hdfs_local
-from localservers.hdfs import LocalHdfs
 from localservers.cli import one_line_errors, report_down, require_running, server_app
+from localservers.hdfs import LocalHdfs
 
 app = server_app("hdfs", f"Run a local single-node Apache Hadoop {hdfs_local.HADOOP_VERSION} HDFS (NameNode + DataNode) from its "
          "jars, no Docker.")

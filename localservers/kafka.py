@@ -31,10 +31,17 @@ from types import TracebackType
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from events.errors import KafkaProvisioningError
 from localservers.daemon import Daemon, runs_command, signal_and_wait
+from localservers.errors import KafkaProvisioningError
 from localservers.maven import resolve_jars
-from localservers.tools import JAVA_HINT, default_cache_dir, find_tool, free_port, port_is_free, tail
+from localservers.tools import (
+    JAVA_HINT,
+    default_cache_dir,
+    find_tool,
+    free_port,
+    port_is_free,
+    tail,
+)
 
 KAFKA_VERSION = "3.9.1"
 KAFKA4_VERSION = "4.4.0"

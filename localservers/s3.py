@@ -27,8 +27,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from events.errors import S3ProvisioningError
 from localservers.daemon import Daemon, runs_command, signal_and_wait
+from localservers.errors import S3ProvisioningError
 from localservers.maven import build_once
 from localservers.tools import default_cache_dir, free_port, port_is_free
 

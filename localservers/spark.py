@@ -26,7 +26,7 @@ from typing import Any
 
 import pyspark
 
-from events.errors import SparkClusterError
+from localservers.errors import SparkClusterError
 
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"

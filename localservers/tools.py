@@ -8,7 +8,6 @@ import shutil
 import socket
 from pathlib import Path
 
-
 JAVA_HINT = "install a Java 17+ JDK (e.g. `apt install openjdk-17-jdk-headless`, `brew install openjdk@17`)"
 MAVEN_HINT = "install Apache Maven (e.g. `apt install maven`, `brew install maven`)"
 

@@ -26,9 +26,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from events.log.lock import HolderStatus
     from events.log import DEFAULT_URL, EventLog, open_log
+    from events.log.lock import HolderStatus
     from events.model import LoggedEvent
+    from events.published import DatasetPublished
     from oncelog.errors import *  # noqa: F403 (the errors, for type checkers)
     from oncelog.folds import rebuild
     from oncelog.jobs import recover, run_job
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
     from projections.state import State
     from projections.views import RunStatus
     from replay.audit import AuditTimeline, audit
-    from events.published import DatasetPublished
     from replay.subscriptions import OnError, follow
     from replay.time_travel import state_as_of
     from replay.verify import VerifyReport, verify

@@ -48,19 +48,21 @@ from events.errors import (
     CorruptEventError,
     EventDecodeError,
     FencedError,
-    HdfsProvisioningError,
-    KafkaProvisioningError,
     KafkaSecurityError,
     LogNotStableError,
     LogUnavailableError,
     LogWriteError,
     OncelogError,
-    S3ProvisioningError,
-    SparkClusterError,
     UnknownEventTypeError,
 )
 from events.log.lock import JobLockedError
 from filesystems.base import FileSystemError
+from localservers.errors import (
+    HdfsProvisioningError,
+    KafkaProvisioningError,
+    S3ProvisioningError,
+    SparkClusterError,
+)
 from projections.projector import ProjectionStopped
 from projections.snapshot_codec import SnapshotFormatError
 from projections.state import DamagedHistoryError
@@ -69,10 +71,10 @@ from replay.history_html import JobNotFoundError
 from spark_pipeline.commit.session import IncompleteHistoryError
 from spark_pipeline.commit.shards import ShardFailedError, ShardLostError
 from spark_pipeline.commit.steps import CommitStepError, UnsafeCommitStepError
-from spark_pipeline.jobfile.config import JobConfigError
 from spark_pipeline.connectors import SparkConnectorError
 from spark_pipeline.constructs import SourceError
 from spark_pipeline.engines.records.flow import TaskQualityError
+from spark_pipeline.jobfile.config import JobConfigError
 
 if TYPE_CHECKING:
     from replay.lineage_client import LineageError

@@ -12,9 +12,9 @@ from filesystems.router import FileSystems
 from spark_pipeline.commit.sequence import CommitResult
 from spark_pipeline.commit.session import open_session
 from spark_pipeline.jobfile.config import JobConfig
+from spark_pipeline.jobfile.paths import absolute_config
 from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher, RunResult, commit_settings
-from spark_pipeline.jobfile.paths import absolute_config
 
 
 def job_config(job: JobConfig | str | Path) -> JobConfig:

@@ -25,7 +25,14 @@ from pydantic import BaseModel, TypeAdapter
 
 from events.errors import OncelogError
 from projections.state import Problem, State
-from projections.views import DatasetView, JobView, RunView, SequenceView, TaskView, WorkUnitView
+from projections.views import (
+    DatasetView,
+    JobView,
+    RunView,
+    SequenceView,
+    TaskView,
+    WorkUnitView,
+)
 
 FORMAT_VERSION = 2
 

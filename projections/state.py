@@ -38,15 +38,21 @@ from events.published import DatasetPublished
 from events.task import TaskEvent, TaskFailed, TaskRetried, TaskStarted, TaskSucceeded
 from projections.commits import reduce_dataset, reduce_sequence
 from projections.runs import evolve, reduce_job, reduce_run
-from projections.tasks import planned_work_unit, reduce_task, work_unit_committed, work_unit_ended, work_unit_started
+from projections.tasks import (
+    planned_work_unit,
+    reduce_task,
+    work_unit_committed,
+    work_unit_ended,
+    work_unit_started,
+)
 from projections.views import (
     AttemptView,
     DatasetView,
     JobView,
     RunView,
+    SequenceStatus,
     SequenceView,
     TaskView,
-    SequenceStatus,
     WorkUnitView,
 )
 

@@ -34,7 +34,14 @@ from events.job import (
     WorkUnitsPlanned,
 )
 from events.model import Event, RunFields, SequenceFields, TaskFields
-from events.task import OutputFile, TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
+from events.task import (
+    OutputFile,
+    TaskFailed,
+    TaskRetried,
+    TaskStarted,
+    TaskSucceeded,
+    WorkUnitResult,
+)
 
 EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -3,8 +3,22 @@
 from __future__ import annotations
 
 from events.job import WorkUnitSpec
-from events.task import TaskEvent, TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
-from projections.views import AttemptStatus, AttemptView, TaskView, WorkUnitStatus, WorkUnitView, evolve
+from events.task import (
+    TaskEvent,
+    TaskFailed,
+    TaskRetried,
+    TaskStarted,
+    TaskSucceeded,
+    WorkUnitResult,
+)
+from projections.views import (
+    AttemptStatus,
+    AttemptView,
+    TaskView,
+    WorkUnitStatus,
+    WorkUnitView,
+    evolve,
+)
 
 
 def _attempt_of(view: TaskView, number: int) -> AttemptView | None:

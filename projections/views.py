@@ -7,12 +7,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from typing import Any, TypeVar
 
 from events.commit import CommitStepSpec
 from events.job import WorkUnitSpec
 from events.task import WorkUnitResult
+
+
+class Phase(StrEnum):
+    """The steps of a run, in order (`start` is the engine's start-up: Spark's JVM); the audit and the progress
+    display name them alike."""
+
+    START = "start"
+    LOCK = "lock"
+    RECOVER = "recover"
+    PLAN = "plan"
+    TASKS = "tasks"
+    COMMIT = "commit"
+    CLEANUP = "cleanup"
 
 
 class RunStatus(IntEnum):

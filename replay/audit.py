@@ -9,7 +9,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from typing import TypeVar
 
 from events.commit import (
@@ -26,6 +25,8 @@ from events.commit import (
 from events.dataset import WatermarkAdvanced
 from events.errors import OncelogError
 from events.job import (
+    ENGINE_PROPERTY,
+    REASON_PROPERTY,
     DatasetSkipped,
     JobLockAcquired,
     JobLockReleased,
@@ -40,8 +41,14 @@ from events.log import EventLog
 from events.model import DatasetEvent, Event, LoggedEvent, RunEvent
 from events.task import TaskFailed, TaskStarted, TaskSucceeded, WorkUnitResult
 from projections.state import State
-from projections.views import AttemptStatus, AttemptView, RunView, TaskView, WorkUnitView
-from spark_pipeline.engines.choice import ENGINE_PROPERTY, REASON_PROPERTY
+from projections.views import (
+    AttemptStatus,
+    AttemptView,
+    Phase,
+    RunView,
+    TaskView,
+    WorkUnitView,
+)
 
 Progress = Callable[[int], None]
 E = TypeVar("E", bound=Event)
@@ -54,17 +61,6 @@ ENDINGS = (JobRunCommitted, JobRunFailed, JobRunCancelled)
 
 class RunNotFoundError(OncelogError):
     """No run with that id in the log (or several jobs have one, and the job was not named)."""
-
-
-class Phase(StrEnum):
-    """The launcher's phases, in the order a run goes through them."""
-
-    LOCK = "lock"
-    RECOVER = "recover"
-    PLAN = "plan"
-    TASKS = "tasks"
-    COMMIT = "commit"
-    CLEANUP = "cleanup"
 
 
 @dataclass(frozen=True)

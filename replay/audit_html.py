@@ -19,7 +19,15 @@ from html import escape
 from pathlib import Path
 
 from events.job import DatasetSkipped
-from replay.audit import SPARK_APP_ID, AuditTimeline, DatasetRow, Phase, SequenceRow, StepRow, TaskRow
+from projections.views import Phase
+from replay.audit import (
+    SPARK_APP_ID,
+    AuditTimeline,
+    DatasetRow,
+    SequenceRow,
+    StepRow,
+    TaskRow,
+)
 
 LARGE_RUN_DATASETS = 100
 """From this many datasets on, commit steps are rolled up per dataset and the datasets table gets a filter."""

@@ -16,7 +16,14 @@ from typing import ClassVar, TypeVar
 from urllib.parse import urlsplit
 
 import attr
-from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
+from openlineage.client.event_v2 import (
+    InputDataset,
+    Job,
+    OutputDataset,
+    Run,
+    RunEvent,
+    RunState,
+)
 from openlineage.client.facet_v2 import (
     InputDatasetFacet,
     JobFacet,
@@ -29,7 +36,14 @@ from openlineage.client.facet_v2 import (
 )
 
 from events.commit import CommitSequenceCompleted, CommitSequencePlanned
-from events.job import JobRunCancelled, JobRunCommitted, JobRunFailed, JobRunStarted, WorkUnitsPlanned, WorkUnitSpec
+from events.job import (
+    JobRunCancelled,
+    JobRunCommitted,
+    JobRunFailed,
+    JobRunStarted,
+    WorkUnitSpec,
+    WorkUnitsPlanned,
+)
 from events.keys import key_of
 from events.model import Event, SequenceFields
 from events.published import DatasetPublished, PublishedFile, published_events

@@ -11,13 +11,13 @@ from rich.text import Text
 
 from events.job import DatasetSkipped
 from events.log.lock import HolderStatus
-from replay.live.documents import dataset_doc, sequence_doc
 from projections.projector import FoldReport
 from projections.state import State
 from projections.timefmt import when
 from projections.views import RunView
 from replay.audit import AuditTimeline
-from oncelog.cli.console import Block, Sheet, rich_table
+from replay.live.documents import dataset_doc, sequence_doc
+from replay.sheet import Block, Sheet, rich_table
 from replay.verify import VerifyReport
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection
 from enum import StrEnum
 
 from events.errors import ConfigError, EventDecodeError
-from events.log import EventLog, raise_error, ErrorHandler
+from events.log import ErrorHandler, EventLog, raise_error
 from events.model import LoggedEvent
 from events.registry import EVENT_TYPES_BY_NAME
 

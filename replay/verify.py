@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from events.codec import EventCodec
 from events.commit import (
     CommitSequenceAbandoned,
     CommitSequenceCompleted,
@@ -31,7 +32,6 @@ from events.commit import (
     FsRenameStep,
     HighWatermarkStep,
 )
-from events.codec import EventCodec
 from events.dataset import DatasetStateCommitted, WatermarkAdvanced
 from events.errors import EventDecodeError
 from events.log import EventLog, StoredRecord

@@ -18,7 +18,8 @@ import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from importlib.metadata import PackageNotFoundError, version as package_version
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
 from pathlib import Path
 
 from events.errors import OncelogError

@@ -17,14 +17,14 @@ from pyspark.sql import SparkSession
 from events.job import WorkUnitSpec
 from events.log import open_log
 from projections.projector import Projector
-from spark_pipeline.jobfile.config import JobConfig, TaskEngineKind
 from spark_pipeline.constructs import MultiWorkUnit, SourceState
-from spark_pipeline.engines.dataframe import stages
 from spark_pipeline.engines.choice import choose
+from spark_pipeline.engines.dataframe import stages
 from spark_pipeline.engines.dataframe.sources import read_units
+from spark_pipeline.engines.spark import slots, spark_session
+from spark_pipeline.jobfile.config import JobConfig, TaskEngineKind
 from spark_pipeline.launcher import skip_reason
 from spark_pipeline.planning import plan_work_units
-from spark_pipeline.engines.spark import slots, spark_session
 
 EXPLAIN_RUN_ID = "explain"
 """The run id planning sees (sources may name files or work units after it); never logged."""

@@ -23,6 +23,8 @@ from pyspark.sql import SparkSession
 
 from events.errors import ConfigError, FencedError, OncelogError
 from events.job import (
+    ENGINE_PROPERTY,
+    REASON_PROPERTY,
     DatasetSkipped,
     JobLockAcquired,
     JobLockReleased,
@@ -33,33 +35,43 @@ from events.job import (
     JobRunSucceeded,
     WorkUnitsPlanned,
 )
-from events.log.kafka.config import redact_settings
 from events.keys import partition_for
 from events.log import EventLog, open_log
+from events.log.kafka.config import redact_settings
 from events.model import RunFields
 from filesystems import urls
 from filesystems.base import FileSystem
 from filesystems.router import FileSystems
 from projections.state import State
-from projections.views import RunStatus, SequenceView
+from projections.views import Phase, RunStatus, SequenceView
 from replay.lineage_client import LineageClient
 from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector, FaultPoint
 from spark_pipeline.commit.sequence import CommitResult, Outcome
 from spark_pipeline.commit.session import CommitSession, open_session, shard_writer_name
 from spark_pipeline.commit.settings import CommitSettings
-from spark_pipeline.commit.shards import ShardAction, ShardLostError, ShardWork, results_of, shard_of
+from spark_pipeline.commit.shards import (
+    ShardAction,
+    ShardLostError,
+    ShardWork,
+    results_of,
+    shard_of,
+)
 from spark_pipeline.commit.steps import PublishRoots
-from spark_pipeline.jobfile.config import JobCommitPolicy, JobConfig
-from spark_pipeline.constructs import DataPublisher, DatasetOutput, MultiWorkUnit, SourceState
-from spark_pipeline.engines.choice import ENGINE_PROPERTY, REASON_PROPERTY
-from spark_pipeline.engines.dataframe.engine import engine_for
-from spark_pipeline.lineage import RunLineage
-from spark_pipeline.jobfile.paths import JobRoots, absolute_config, overlaps, run_dirs
-from spark_pipeline.planning import plan_work_units
-from spark_pipeline.progress import SILENT, Phase, RunObserver
+from spark_pipeline.constructs import (
+    DataPublisher,
+    DatasetOutput,
+    MultiWorkUnit,
+    SourceState,
+)
 from spark_pipeline.engines.base import TaskEngine
+from spark_pipeline.engines.dataframe.engine import engine_for
 from spark_pipeline.engines.records.flow import make_construct
 from spark_pipeline.engines.records.task import TaskOutcome
+from spark_pipeline.jobfile.config import JobCommitPolicy, JobConfig
+from spark_pipeline.jobfile.paths import JobRoots, absolute_config, overlaps, run_dirs
+from spark_pipeline.lineage import RunLineage
+from spark_pipeline.planning import plan_work_units
+from spark_pipeline.progress import SILENT, RunObserver
 
 
 class RunCancelled(OncelogError):

@@ -17,9 +17,10 @@ from openlineage.client.event_v2 import RunEvent
 from events.errors import EventDecodeError, OncelogError
 from events.log import EventLog, Offsets
 from events.model import Event
+from projections.views import Phase
 from replay.lineage import end_event, start_event
 from replay.lineage_client import LineageClient, LineageError
-from spark_pipeline.progress import Phase, RunObserver
+from spark_pipeline.progress import RunObserver
 
 log = logging.getLogger(__name__)
 START_PHASE = Phase.TASKS

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from events.job import WorkUnitSpec
 from projections.views import WorkUnitStatus
-from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.constructs import MultiWorkUnit, Source, SourceState
 from spark_pipeline.engines.records.flow import make_construct
+from spark_pipeline.jobfile.config import JobConfig
 
 
 def retried_work_units(config: JobConfig, state: SourceState, planned: list[WorkUnitSpec]) -> list[WorkUnitSpec]:

@@ -14,7 +14,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import IO, Protocol, TextIO
 
@@ -31,20 +30,11 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from projections.views import Phase
+
 LOGS_DIR = Path(".oncelog/logs")
 """Where `oncelog run` keeps each run's Spark / librdkafka output (relative to where it is started)."""
 
-
-class Phase(StrEnum):
-    """The steps of a run, in order (`start` is the engine's start-up: Spark's JVM)."""
-
-    START = "start"
-    LOCK = "lock"
-    RECOVER = "recover"
-    PLAN = "plan"
-    TASKS = "tasks"
-    COMMIT = "commit"
-    CLEANUP = "cleanup"
 
 
 PHASE_TEXT = {Phase.START: "starting Spark", Phase.LOCK: "taking the job lock",

@@ -9,7 +9,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 
-from events.commit import CommitSequencePlanned, CommitStepSpec, DatasetStateStep, FsRenameStep, HighWatermarkStep
+from events.commit import (
+    CommitSequencePlanned,
+    CommitStepSpec,
+    DatasetStateStep,
+    FsRenameStep,
+    HighWatermarkStep,
+)
 from filesystems import urls
 from projections.views import DatasetView
 from spark_pipeline.constructs import DataPublisher, DatasetOutput

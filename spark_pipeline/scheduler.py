@@ -18,10 +18,10 @@ from pyspark.sql import SparkSession
 
 from events.errors import OncelogError
 from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
+from spark_pipeline.engines.spark import spark_session
 from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.jobfile.validation import load_job_dir
 from spark_pipeline.launcher import JobLauncher, RunResult
-from spark_pipeline.engines.spark import spark_session
 
 Report = Callable[[RunResult, float], None]
 

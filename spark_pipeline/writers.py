@@ -18,8 +18,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from events.task import OutputFile
 from filesystems import urls
 from filesystems.base import WritableFile
+from spark_pipeline.constructs import (
+    DataWriter,
+    DataWriterBuilder,
+    Record,
+    Schema,
+    WriterDestination,
+)
 from spark_pipeline.jobfile.config import JobConfig
-from spark_pipeline.constructs import DataWriter, DataWriterBuilder, Record, Schema, WriterDestination
 
 
 class AvroWriterSettings(BaseModel):

@@ -30,7 +30,14 @@ from events.job import (
 )
 from events.model import Event, RunFields, SequenceFields
 from events.published import DatasetPublished, PublishedFile, WatermarkRange
-from events.task import OutputFile, TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
+from events.task import (
+    OutputFile,
+    TaskFailed,
+    TaskRetried,
+    TaskStarted,
+    TaskSucceeded,
+    WorkUnitResult,
+)
 
 T0 = datetime(2026, 11, 21, 12, 0, 0, 123456, tzinfo=timezone.utc)
 

@@ -14,10 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from events.errors import HdfsProvisioningError
+from localservers.errors import HdfsProvisioningError
 from localservers.hdfs import LocalHdfs
 from tests.unavailable import unavailable
-
 
 
 @pytest.fixture(scope="session")

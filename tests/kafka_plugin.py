@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from events.errors import KafkaProvisioningError
+from localservers.errors import KafkaProvisioningError
 from localservers.kafka import (
     KAFKA4_VERSION,
     KAFKA_VERSION,

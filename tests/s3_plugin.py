@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from events.errors import S3ProvisioningError
+from localservers.errors import S3ProvisioningError
 from localservers.s3 import LocalS3
 from tests.unavailable import unavailable
 

@@ -12,10 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from events.errors import SparkClusterError
+from localservers.errors import SparkClusterError
 from localservers.spark import LocalSparkCluster
 from tests.unavailable import unavailable
-
 
 
 @pytest.fixture(scope="session")

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.engines.spark import spark_session
+from spark_pipeline.jobfile.config import JobConfig
 
 
 @pytest.fixture(scope="session")

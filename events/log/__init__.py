@@ -15,8 +15,8 @@ from typing import Self
 from urllib.parse import parse_qsl, urlsplit
 
 from events.codec import EventCodec, Record
-from events.log.lock import JobLock
 from events.errors import ConfigError, EventDecodeError
+from events.log.lock import JobLock
 from events.model import Event, LoggedEvent
 
 DEFAULT_TOPIC = "oncelog.events"

@@ -14,7 +14,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from events.codec import EventCodec, Record
-from events.log.lock import FileJobLock
 from events.errors import ConfigError, FencedError, LogUnavailableError, LogWriteError
 from events.log import (
     DEFAULT_TOPIC,
@@ -28,6 +27,7 @@ from events.log import (
     int_setting,
     raise_error,
 )
+from events.log.lock import FileJobLock
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS oncelog_topics (

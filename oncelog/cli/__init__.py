@@ -7,18 +7,19 @@ wait until a command needs them. Conventions for all of them (help, exit codes, 
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version as package_version
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
 from typing import Annotated
 
 import typer
 
-from localservers.kafka_cli import app as kafka_app
 from localservers.hdfs_cli import app as hdfs_app
+from localservers.kafka_cli import app as kafka_app
 from localservers.s3_cli import app as s3_app
-from oncelog.cli.serve import register as register_live
+from oncelog.cli.connectors import app as spark_app
 from oncelog.cli.replay import register as register_replay
 from oncelog.cli.run import register as register_pipeline
-from oncelog.cli.connectors import app as spark_app
+from oncelog.cli.serve import register as register_live
 
 app = typer.Typer(
     name="oncelog",

@@ -14,24 +14,41 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, Task, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.text import Text
 
 from events.errors import ConfigError, EventDecodeError, OncelogError
-from events.log.lock import HolderStatus
-from events.log.kafka.config import redact_message, redact_url
 from events.log import DEFAULT_URL, EventLog, Offsets, open_log, parse_url
+from events.log.kafka.config import redact_message, redact_url
+from events.log.lock import HolderStatus
 from events.model import LoggedEvent
 from events.registry import EVENT_TYPES_BY_NAME
 from filesystems.base import FileSystemError
-from projections.projector import Projector, ProjectionStopped
+from oncelog.cli.console import (
+    ExitCode,
+    fail,
+    stderr_console,
+    stdout_console,
+    suggest,
+    warn,
+)
+from projections.projector import ProjectionStopped, Projector
 from projections.state import State
 from projections.timefmt import when
 from projections.views import RunView
 from replay.audit import AuditTimeline, RunNotFoundError, audit
 from replay.audit_html import write_html
 from replay.history_html import write_history_html
-from oncelog.cli.console import Block, ExitCode, fail, show, stderr_console, stdout_console, suggest, warn
+from replay.lineage import run_lineage
+from replay.lineage_client import LineageClient, LineageError, past_runs
 from replay.render import (
     audit_blocks,
     audit_json,
@@ -43,8 +60,7 @@ from replay.render import (
     verify_json,
 )
 from replay.retention import gc as run_gc
-from replay.lineage import run_lineage
-from replay.lineage_client import LineageClient, LineageError, past_runs
+from replay.sheet import Block, show
 from replay.subscriptions import OnError, error_handler, follow
 from replay.time_travel import parse_until
 from replay.verify import verify as run_verify

@@ -25,22 +25,38 @@ from rich.console import Console
 from rich.markup import escape
 
 from events.errors import ConfigError, FencedError, OncelogError
-from events.log.lock import JobLockedError
-from events.log.kafka.config import redact_url
 from events.log import open_log, parse_url
+from events.log.kafka.config import redact_url
+from events.log.lock import JobLockedError
 from filesystems.router import FileSystems
+from oncelog.cli.console import ExitCode, fail, stderr_console, stdout_console, warn
 from projections.projector import Projector
 from projections.views import RunStatus
-from oncelog.cli.console import ExitCode, fail, stderr_console, stdout_console, warn
 from spark_pipeline.commit.faults import FaultInjector
 from spark_pipeline.commit.session import open_session
+from spark_pipeline.explain import explain
 from spark_pipeline.jobfile.config import JobConfig, JobConfigError
 from spark_pipeline.jobfile.formats import JOB_FILE_SUFFIXES, Entry, parse_job_file
-from spark_pipeline.jobfile.validation import load_job_dir, migration_report, validate_parsed
-from spark_pipeline.explain import explain
-from spark_pipeline.launcher import JobLauncher, RunResult, check_own_folders, commit_settings, new_run_id
 from spark_pipeline.jobfile.paths import JobRoots, absolute_config, overlaps
-from spark_pipeline.progress import LOGS_DIR, PlainProgress, RichProgress, RunObserver, quiet_native_output
+from spark_pipeline.jobfile.validation import (
+    load_job_dir,
+    migration_report,
+    validate_parsed,
+)
+from spark_pipeline.launcher import (
+    JobLauncher,
+    RunResult,
+    check_own_folders,
+    commit_settings,
+    new_run_id,
+)
+from spark_pipeline.progress import (
+    LOGS_DIR,
+    PlainProgress,
+    RichProgress,
+    RunObserver,
+    quiet_native_output,
+)
 
 LOG_KEY = "oncelog.log.url"
 LOG_ENV = "ONCELOG_LOG"

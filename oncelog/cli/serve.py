@@ -13,8 +13,8 @@ from typing import Annotated
 import typer
 
 from events.errors import ConfigError, OncelogError
-from events.log.kafka.config import redact_message
 from events.log import DEFAULT_URL
+from events.log.kafka.config import redact_message
 from replay.live.settings import (
     DEFAULT_HOST,
     DEFAULT_POLL_S,
@@ -72,7 +72,8 @@ def serve(
 ) -> None:
     """Serve /health, /metrics, /datasets, /datasets/{urn}, /runs, /runs/{run_id}, /commits/pending (503 until
     caught up)."""
-    from replay.live.server import open_view, serve as serve_view
+    from replay.live.server import open_view
+    from replay.live.server import serve as serve_view
 
     logging.basicConfig(level=loglevel.value.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = LiveSettings(log_url=log, port=port, host=host, poll_s=poll_s, snapshot_every=snapshot_every,

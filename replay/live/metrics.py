@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from replay.live.view import LiveView, Phase
 from projections.views import SequenceStatus
+from replay.live.view import LiveView, Phase
 
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

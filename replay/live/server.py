@@ -21,11 +21,11 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from events.errors import ConfigError
 from events.log import open_log
+from projections.state import State
 from replay.live.documents import ViewError, dataset_doc, page, run_doc, sequence_doc
 from replay.live.metrics import METRICS_TYPE, metrics_text
 from replay.live.settings import LiveSettings
 from replay.live.view import LiveView, Phase
-from projections.state import State
 
 logger = logging.getLogger(__name__)
 

@@ -22,12 +22,12 @@ from typing import Any
 from events.errors import EventDecodeError
 from events.log import EventLog, Snapshot, StoredRecord
 from events.model import Position
-from replay.live.documents import ViewError
-from replay.live.settings import LiveSettings
 from projections.projector import Projector, fold_gc
 from projections.snapshot_codec import encode_state
 from projections.state import State
 from projections.timefmt import when
+from replay.live.documents import ViewError
+from replay.live.settings import LiveSettings
 
 logger = logging.getLogger(__name__)
 

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 
 from events.errors import OncelogError
 from events.log import Closing, EventLog, LogWriter, Offsets
+from filesystems.base import FileSystem
 from projections.projector import ProjectionStopped, Projector
 from projections.state import State
 from spark_pipeline.commit.sequence import Committer
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.sink import EventSink
-from filesystems.base import FileSystem
 
 WHAT_TO_DO = (
     "nothing was planned or published. A record of a newer schema version needs a newer oncelog (upgrade, then run "

@@ -6,7 +6,10 @@ from dataclasses import dataclass
 
 from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
 from spark_pipeline.commit.steps import PublishRoots
-from spark_pipeline.jobfile.config import DEFAULT_EXECUTORS_MIN_DATASETS, CommitOnExecutors
+from spark_pipeline.jobfile.config import (
+    DEFAULT_EXECUTORS_MIN_DATASETS,
+    CommitOnExecutors,
+)
 
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_PARALLELISM = 32

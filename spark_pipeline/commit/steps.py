@@ -9,11 +9,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from os import PathLike
 from dataclasses import dataclass
+from os import PathLike
 from typing import Generic, TypeVar
 
-from events.commit import CommitStepSpec, DatasetStateStep, FsRenameStep, HighWatermarkStep
+from events.commit import (
+    CommitStepSpec,
+    DatasetStateStep,
+    FsRenameStep,
+    HighWatermarkStep,
+)
 from events.dataset import DatasetStateCommitted, WatermarkAdvanced
 from events.errors import OncelogError
 from events.model import Event, SequenceFields

@@ -5,10 +5,15 @@ A store is a job (store name = job name); a dataset URN in it holds at most one 
 
 from __future__ import annotations
 
-from events.commit import CommitSequenceAbandoned, CommitSequenceCompleted, CommitSequencePlanned, CommitStepSpec
+from events.commit import (
+    CommitSequenceAbandoned,
+    CommitSequenceCompleted,
+    CommitSequencePlanned,
+    CommitStepSpec,
+)
 from events.model import Event, SequenceFields
-from spark_pipeline.commit.sequence import CommitSequence, Committer
 from projections.views import SequenceView
+from spark_pipeline.commit.sequence import CommitSequence, Committer
 
 
 class CommitStepStore:

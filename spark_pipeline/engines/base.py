@@ -15,9 +15,9 @@ from pyspark.sql import SparkSession
 from events.log import EventLog, LogWriter
 from filesystems.base import FileSystem
 from spark_pipeline.commit.engine import CommitEngine, InProcessCommitEngine
-from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.constructs import MultiWorkUnit
 from spark_pipeline.engines.choice import EngineChoice
+from spark_pipeline.engines.records.task import TaskOutcome, run_task
 from spark_pipeline.engines.spark import (
     SparkCommitEngine,
     TaskProgress,
@@ -26,7 +26,7 @@ from spark_pipeline.engines.spark import (
     spark_session,
     task_writer_name,
 )
-from spark_pipeline.engines.records.task import TaskOutcome, run_task
+from spark_pipeline.jobfile.config import JobConfig
 
 STOP_WAIT_S = 30.0
 STOP_POLL_S = 0.1

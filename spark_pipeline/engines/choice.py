@@ -10,20 +10,21 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from events.errors import ConfigError
+from events.job import ENGINE_PROPERTY, REASON_PROPERTY
 from filesystems import urls
 from spark_pipeline.engines.dataframe.avro_types import converter_problem
 from spark_pipeline.jobfile.config import (
     DEFAULT_WRITER_BUILDER,
-    DIRECTORY_SOURCE_FOLDER as DIRECTORY_FOLDER_KEY,
     JobCommitPolicy,
     JobConfig,
     JobConfigError,
     TaskEngineKind,
     WriterOutputFormat,
 )
+from spark_pipeline.jobfile.config import (
+    DIRECTORY_SOURCE_FOLDER as DIRECTORY_FOLDER_KEY,
+)
 
-ENGINE_PROPERTY = "oncelog.task.engine"
-REASON_PROPERTY = "oncelog.task.engine.reason"
 SYNTHETIC_SOURCE = "spark_pipeline.sources.synthetic.SyntheticSource"
 KAFKA_SOURCE = "spark_pipeline.sources.kafka_topic.KafkaTopicSource"
 DIRECTORY_SOURCE = "spark_pipeline.sources.directory.DirectorySource"

@@ -16,11 +16,16 @@ from events.log import open_log
 from filesystems.router import FileSystems
 from spark_pipeline.commit.engine import CommitEngine, job_publisher
 from spark_pipeline.commit.settings import CommitSettings
-from spark_pipeline.commit.shards import ShardLostError, ShardSummary, ShardWork, commit_shard
-from spark_pipeline.jobfile.config import SPECULATION, JobConfig
+from spark_pipeline.commit.shards import (
+    ShardLostError,
+    ShardSummary,
+    ShardWork,
+    commit_shard,
+)
 from spark_pipeline.connectors import with_connectors
 from spark_pipeline.constructs import MultiWorkUnit
 from spark_pipeline.engines.records.task import TaskOutcome, run_task
+from spark_pipeline.jobfile.config import SPECULATION, JobConfig
 
 PROGRESS_POLL_S = 0.25
 TaskProgress = Callable[[int, int], None]

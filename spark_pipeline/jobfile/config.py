@@ -16,14 +16,21 @@ from enum import StrEnum
 from types import UnionType
 from typing import Annotated, Any, Union, cast, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+)
 
 from events.errors import ConfigError
-from events.log.kafka.config import is_secret
 from events.log import DEFAULT_URL, parse_url
+from events.log.kafka.config import is_secret
 from filesystems import urls
-from spark_pipeline.jobfile.formats import Entry, ParsedFile, Problem
 from spark_pipeline.jobfile.cron import CronSchedule, parse_cron
+from spark_pipeline.jobfile.formats import Entry, ParsedFile, Problem
 
 DEFAULT_WRITER_BUILDER = "spark_pipeline.writers.AvroDataWriterBuilder"
 DEFAULT_PUBLISHER = "spark_pipeline.publisher.BaseDataPublisher"
@@ -302,7 +309,9 @@ class JobConfig(BranchKeys):
     def from_properties(cls, properties: Mapping[str, str], *, source: str = "<properties>",
                         environ: Mapping[str, str] | None = None) -> JobConfig:
         """Validate flat properties as a job file would be (substitution included); raises JobConfigError."""
-        from spark_pipeline.jobfile.validation import validate_parsed  # it builds JobConfigs: imported late
+        from spark_pipeline.jobfile.validation import (
+            validate_parsed,  # it builds JobConfigs: imported late
+        )
 
         parsed = ParsedFile(source, {k: Entry(v) for k, v in properties.items()})
         return validate_parsed(parsed, os.environ if environ is None else environ)

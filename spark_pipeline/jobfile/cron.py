@@ -7,8 +7,6 @@ from datetime import UTC, datetime
 
 from croniter import croniter
 
-
-
 _QUARTZ_DAYS = frozenset("SUN MON TUE WED THU FRI SAT".split())
 
 

@@ -16,7 +16,12 @@ from typing import TypeVar
 from events.errors import ConfigError
 from events.log import parse_url
 from filesystems import urls
-from spark_pipeline.jobfile.config import JobConfig, branch_sources, folder_value, split_suffix
+from spark_pipeline.jobfile.config import (
+    JobConfig,
+    branch_sources,
+    folder_value,
+    split_suffix,
+)
 
 RUN_ID = re.compile(r"^\d{8}T\d{9}Z-[0-9a-f]{6}$")
 DIRECTORY_KEYS = ("writer.staging.dir", "writer.output.dir", "data.publisher.final.dir", "qualitychecker.row.err.file")

@@ -20,6 +20,12 @@ from pydantic import ValidationError
 
 from filesystems import urls
 from filesystems.settings import HADOOP_PREFIXES
+from spark_pipeline.engines.choice import (
+    DATAFRAME_FORMATS,
+    INPUT_FORMAT_KEY,
+    dataframe_blocker,
+    spark_only_input,
+)
 from spark_pipeline.jobfile.config import (
     BRANCH_KEYS,
     COMMIT_PARALLELIZE,
@@ -35,7 +41,6 @@ from spark_pipeline.jobfile.config import (
     GOBBLIN_PREFIXES_NOT_USED,
     LOG_PREFIX,
     MAX_BRANCHES,
-    PolicyType,
     PARALLEL_COMMITS,
     PATH_KEYS,
     PUBLISHER_FS_URI,
@@ -53,6 +58,7 @@ from spark_pipeline.jobfile.config import (
     BranchConfig,
     JobConfig,
     JobConfigError,
+    PolicyType,
     WriterOutputFormat,
     branch_sources,
     build_branch,
@@ -69,8 +75,14 @@ from spark_pipeline.jobfile.config import (
     split_suffix,
     validation_messages,
 )
-from spark_pipeline.jobfile.formats import JOB_FILE_SUFFIXES, Entry, ParsedFile, Problem, parse_job_file, substitute
-from spark_pipeline.engines.choice import DATAFRAME_FORMATS, INPUT_FORMAT_KEY, dataframe_blocker, spark_only_input
+from spark_pipeline.jobfile.formats import (
+    JOB_FILE_SUFFIXES,
+    Entry,
+    ParsedFile,
+    Problem,
+    parse_job_file,
+    substitute,
+)
 from spark_pipeline.jobfile.paths import JobRoots, nested_pairs, overlaps, resolved_path
 
 _TRUE = ("true", "yes", "on", "1")

@@ -54,14 +54,29 @@ from fastavro.read import SchemaResolutionError
 from fastavro.schema import SchemaParseException
 from fastavro.validation import ValidationError as AvroValidationError
 from fastavro.validation import validate
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+)
 
 from events.job import WorkUnitSpec
 from filesystems import urls
 from filesystems.base import FileInfo, FileSystem, FileSystemError
 from filesystems.router import FileSystems
 from projections.views import DatasetView
-from spark_pipeline.constructs import Extractor, Record, Schema, Source, SourceError, SourceState, WorkUnitState
+from spark_pipeline.constructs import (
+    Extractor,
+    Record,
+    Schema,
+    Source,
+    SourceError,
+    SourceState,
+    WorkUnitState,
+)
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +225,10 @@ def _spark_schema(settings: DirectorySettings, paths: list[str]) -> str | None:
     """The Spark schema (DDL) of a format only Spark reads: the job's, or inferred by Spark over the run's files."""
     if settings.format not in SPARK_ONLY_FORMATS:
         return None
-    from spark_pipeline.engines.dataframe.files import checked_schema, infer_schema  # Spark only for Spark's formats
+    from spark_pipeline.engines.dataframe.files import (  # Spark only for Spark's formats
+        checked_schema,
+        infer_schema,
+    )
     if settings.spark_schema is not None:
         return checked_schema(settings.spark_schema)
     return infer_schema(settings.format, paths, settings.csv_header)

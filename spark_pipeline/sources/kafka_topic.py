@@ -51,9 +51,17 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from events.errors import ConfigError, OncelogError
 from events.job import WorkUnitSpec
-from events.log.kafka.config import ClientMonitor, is_security_setting
 from events.log import parse_url
-from spark_pipeline.constructs import Extractor, Record, Schema, Source, SourceError, SourceState, WorkUnitState
+from events.log.kafka.config import ClientMonitor, is_security_setting
+from spark_pipeline.constructs import (
+    Extractor,
+    Record,
+    Schema,
+    Source,
+    SourceError,
+    SourceState,
+    WorkUnitState,
+)
 
 log = logging.getLogger(__name__)
 

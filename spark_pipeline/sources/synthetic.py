@@ -17,7 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from events.errors import OncelogError
 from events.job import WorkUnitSpec
-from spark_pipeline.constructs import Extractor, Record, Schema, Source, SourceState, WorkUnitState
+from spark_pipeline.constructs import (
+    Extractor,
+    Record,
+    Schema,
+    Source,
+    SourceState,
+    WorkUnitState,
+)
 
 SCHEMA: dict[str, Any] = {
     "type": "record",

@@ -15,7 +15,13 @@ import pytest
 
 from events.codec import Record
 from events.commit import CommitStepApplied
-from events.errors import ConfigError, CorruptEventError, EventDecodeError, FencedError, UnknownEventTypeError
+from events.errors import (
+    ConfigError,
+    CorruptEventError,
+    EventDecodeError,
+    FencedError,
+    UnknownEventTypeError,
+)
 from events.log import EventLog, LoggedEvent, Snapshot, open_log
 from events.model import Event
 from tests.factories import one_of_each, step_events

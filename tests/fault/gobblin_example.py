@@ -14,12 +14,12 @@ from pathlib import Path
 
 from events.commit import FsRenameStep, HighWatermarkStep
 from events.log import open_log
-from spark_pipeline.commit.store import CommitStepStore
+from filesystems.local import LOCAL
 from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
 from spark_pipeline.commit.session import open_session
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.steps import PublishRoots
-from filesystems.local import LOCAL
+from spark_pipeline.commit.store import CommitStepStore
 
 JOB = "MyTopicIngestion"
 URN = "MyTopic"

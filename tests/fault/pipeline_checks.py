@@ -15,9 +15,9 @@ import yaml
 from events.log import open_log
 from filesystems import urls
 from filesystems.router import FileSystems
-from spark_pipeline.commit.faults import CRASH_ENV
 from projections.projector import Projector
 from replay.verify import verify
+from spark_pipeline.commit.faults import CRASH_ENV
 from spark_pipeline.jobfile.paths import RUN_ID
 
 RECORDS = 200

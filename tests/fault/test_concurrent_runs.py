@@ -14,14 +14,13 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from events.job import JobRunStarted, WorkUnitsPlanned
-from events.log.kafka.config import LOG_EVERY_S
-from localservers.kafka import LocalKafkaBroker
+from events.job import ENGINE_PROPERTY, JobRunStarted, WorkUnitsPlanned
 from events.log import open_log
+from events.log.kafka.config import LOG_EVERY_S
+from events.log.lock import JobLockedError
+from localservers.kafka import LocalKafkaBroker
 from projections.views import RunStatus
 from spark_pipeline.jobfile.validation import load_job_config
-from spark_pipeline.engines.choice import ENGINE_PROPERTY
-from events.log.lock import JobLockedError
 from spark_pipeline.launcher import JobLauncher
 from tests.fault.pipeline_checks import assert_exactly_once, write_job
 

@@ -13,7 +13,14 @@ from projections.views import RunStatus
 from spark_pipeline.commit.faults import CRASH_EXIT_CODE, POINTS
 from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher
-from tests.fault.pipeline_checks import DATASETS, PARTITIONS, RECORDS, assert_exactly_once, run_cli, write_job
+from tests.fault.pipeline_checks import (
+    DATASETS,
+    PARTITIONS,
+    RECORDS,
+    assert_exactly_once,
+    run_cli,
+    write_job,
+)
 from tests.remote_fs_plugin import Remote
 
 pytestmark = [pytest.mark.spark]

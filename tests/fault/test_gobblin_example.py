@@ -10,11 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from events.commit import CommitSequenceCompleted, CommitSequencePlanned, CommitStepApplied
+from events.commit import (
+    CommitSequenceCompleted,
+    CommitSequencePlanned,
+    CommitStepApplied,
+)
 from events.dataset import WatermarkAdvanced
 from events.log import EventLog
-from spark_pipeline.commit.faults import CRASH_ENV, CRASH_EXIT_CODE
 from projections.projector import Projector
+from spark_pipeline.commit.faults import CRASH_ENV, CRASH_EXIT_CODE
 from tests.fault.gobblin_example import FILES, JOB, URN, WATERMARKS, write_task_output
 
 pytestmark = pytest.mark.kafka

@@ -16,7 +16,15 @@ import yaml
 from filesystems import urls
 from spark_pipeline.commit.faults import CRASH_EXIT_CODE
 from tests.fault.pipeline_checks import run_cli
-from tests.fault.soak import JOB, PARTITIONS, REPO, Source, check_no_duplicates, check_none_missing, create_topic
+from tests.fault.soak import (
+    JOB,
+    PARTITIONS,
+    REPO,
+    Source,
+    check_no_duplicates,
+    check_none_missing,
+    create_topic,
+)
 from tests.fault.test_standalone_cluster import produce
 from tests.remote_fs_plugin import Remote
 

@@ -29,11 +29,16 @@ from projections.views import RunStatus
 from spark_pipeline.commit.engine import CommitEngine, job_publisher
 from spark_pipeline.commit.faults import FaultInjector, FaultPoint
 from spark_pipeline.commit.settings import CommitSettings
-from spark_pipeline.commit.shards import ShardLostError, ShardSummary, ShardWork, commit_shard
+from spark_pipeline.commit.shards import (
+    ShardLostError,
+    ShardSummary,
+    ShardWork,
+    commit_shard,
+)
+from spark_pipeline.engines.base import InProcessTaskEngine
 from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher
-from spark_pipeline.engines.base import InProcessTaskEngine
 from tests.fault.pipeline_checks import DATASETS, assert_exactly_once, write_job
 from tests.log_fixtures import LogFactory
 

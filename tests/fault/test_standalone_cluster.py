@@ -36,10 +36,10 @@ from events.task import TaskEvent, TaskStarted
 from filesystems import urls
 from filesystems.router import FileSystems
 from localservers.hdfs import LocalHdfs
+from localservers.spark import LocalSparkCluster
 from projections.projector import Projector
 from spark_pipeline.constructs import Converter, Record, Schema, WorkUnitState
 from spark_pipeline.jobfile.paths import RUN_ID
-from localservers.spark import LocalSparkCluster
 from tests.fault.soak import (
     JOB,
     JVM_OPTIONS,

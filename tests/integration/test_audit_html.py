@@ -33,12 +33,20 @@ from events.job import (
 )
 from events.log import EventLog, open_log
 from events.model import Event, RunFields, SequenceFields, TaskFields
-from events.task import OutputFile, TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
+from events.task import (
+    OutputFile,
+    TaskFailed,
+    TaskRetried,
+    TaskStarted,
+    TaskSucceeded,
+    WorkUnitResult,
+)
+from oncelog.cli import app
 from projections.state import State
-from replay.audit import Phase, audit
+from projections.views import Phase
+from replay.audit import audit
 from replay.audit_html import LABEL_WIDTH, write_html
 from replay.history_html import JobNotFoundError, write_history_html
-from oncelog.cli import app
 from tests.browser import Browser, Element, loaded_ms, parse_dom
 
 T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)

@@ -17,13 +17,13 @@ from events.commit import (
 )
 from events.log import EventLog, open_log
 from events.model import SequenceFields
+from filesystems.local import LOCAL
+from projections.views import RunStatus
+from replay.verify import verify
 from spark_pipeline.commit.sequence import Outcome
 from spark_pipeline.commit.session import open_session
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.steps import CommitStepError, PublishRoots
-from filesystems.local import LOCAL
-from projections.views import RunStatus
-from replay.verify import verify
 from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher
 from tests.fault.pipeline_checks import write_job

@@ -19,17 +19,28 @@ from filesystems.base import FileSystem
 from filesystems.local import LOCAL, LocalFileSystem
 from projections.views import RunStatus
 from replay.verify import verify
-from spark_pipeline.commit.engine import CommitEngine, InProcessCommitEngine, job_publisher
+from spark_pipeline.commit.engine import (
+    CommitEngine,
+    InProcessCommitEngine,
+    job_publisher,
+)
 from spark_pipeline.commit.faults import CRASH_ENV, FaultInjector, FaultPoint
+from spark_pipeline.commit.sequence import Outcome
 from spark_pipeline.commit.session import open_session, shard_writer_name
 from spark_pipeline.commit.settings import CommitSettings
-from spark_pipeline.commit.sequence import Outcome
-from spark_pipeline.commit.shards import ShardSummary, ShardWork, commit_shard, fold_shard, shard_of, shard_partitions
+from spark_pipeline.commit.shards import (
+    ShardSummary,
+    ShardWork,
+    commit_shard,
+    fold_shard,
+    shard_of,
+    shard_partitions,
+)
 from spark_pipeline.commit.steps import PublishRoots
+from spark_pipeline.engines.base import InProcessTaskEngine
 from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher
-from spark_pipeline.engines.base import InProcessTaskEngine
 from tests.fault.pipeline_checks import assert_exactly_once, write_job
 from tests.log_fixtures import LogFactory
 

@@ -20,7 +20,6 @@ from confluent_kafka import Producer
 from typer.testing import CliRunner
 
 from oncelog.cli import app
-from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.connectors import (
     JARS,
     PACKAGES,
@@ -34,6 +33,7 @@ from spark_pipeline.connectors import (
     with_connectors,
 )
 from spark_pipeline.engines.spark import spark_session
+from spark_pipeline.jobfile.config import JobConfig
 from tests.kafka_plugin import create_topic
 
 RECORDS = 1_000

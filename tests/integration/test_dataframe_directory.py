@@ -18,18 +18,23 @@ import yaml
 from pyspark.sql import SparkSession
 
 from events.errors import ConfigError
-from events.job import JobRunStarted, WorkUnitSpec, WorkUnitsPlanned
+from events.job import ENGINE_PROPERTY, JobRunStarted, WorkUnitSpec, WorkUnitsPlanned
 from events.log import open_log
 from events.task import TaskFailed, TaskSucceeded
 from projections.projector import Projector
+from projections.views import RunStatus
 from replay.verify import verify
+from spark_pipeline.engines.choice import choose, unsupported
+from spark_pipeline.engines.dataframe.files import directory_settings, file_frame
 from spark_pipeline.jobfile.config import JobConfig, JobConfigError, TaskEngineKind
 from spark_pipeline.jobfile.validation import load_job_config
-from spark_pipeline.engines.choice import ENGINE_PROPERTY, choose, unsupported
 from spark_pipeline.launcher import JobLauncher
-from spark_pipeline.engines.dataframe.files import directory_settings, file_frame
-from spark_pipeline.sources.directory import FILE, SPARK_SCHEMA_PROPERTY, complete, position
-from projections.views import RunStatus
+from spark_pipeline.sources.directory import (
+    FILE,
+    SPARK_SCHEMA_PROPERTY,
+    complete,
+    position,
+)
 from tests.fault.pipeline_checks import avro_records
 
 pytestmark = [pytest.mark.spark]

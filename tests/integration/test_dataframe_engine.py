@@ -15,21 +15,28 @@ from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from events.errors import ConfigError
-from events.job import JobRunStarted
+from events.job import ENGINE_PROPERTY, REASON_PROPERTY, JobRunStarted
 from events.log import open_log
 from events.task import TaskFailed, TaskRetried, TaskSucceeded
 from filesystems import urls
 from projections.projector import Projector
 from projections.views import RunStatus
 from replay.verify import verify
+from spark_pipeline.engines.choice import SYNTHETIC_SOURCE, choose
+from spark_pipeline.engines.dataframe.engine import DataFrameTaskEngine, engine_for
 from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.jobfile.validation import load_job_config
-from spark_pipeline.engines.choice import ENGINE_PROPERTY, REASON_PROPERTY, SYNTHETIC_SOURCE, choose
-from spark_pipeline.engines.dataframe.engine import DataFrameTaskEngine, engine_for
 from spark_pipeline.launcher import JobLauncher, RunResult
 from spark_pipeline.sources.synthetic import synthetic_record
-from tests.fault.pipeline_checks import (DATASETS, PARTITIONS, RECORDS, assert_exactly_once, avro_records, run_cli,
-                                         write_job)
+from tests.fault.pipeline_checks import (
+    DATASETS,
+    PARTITIONS,
+    RECORDS,
+    assert_exactly_once,
+    avro_records,
+    run_cli,
+    write_job,
+)
 from tests.kafka_plugin import create_topic
 
 pytestmark = [pytest.mark.spark]

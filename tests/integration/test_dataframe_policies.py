@@ -23,8 +23,6 @@ from events.task import TaskFailed, TaskStarted, TaskSucceeded, WorkUnitResult
 from projections.projector import Projector
 from projections.views import RunStatus
 from replay.verify import verify
-from spark_pipeline.jobfile.config import JobConfig, TaskEngineKind
-from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.constructs import (
     Converter,
     Record,
@@ -35,9 +33,17 @@ from spark_pipeline.constructs import (
     WorkUnitState,
 )
 from spark_pipeline.engines.choice import choose
+from spark_pipeline.jobfile.config import JobConfig, TaskEngineKind
+from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher, RunResult
 from spark_pipeline.sources.synthetic import synthetic_record
-from tests.fault.pipeline_checks import DATASETS, PARTITIONS, RECORDS, avro_records, write_job
+from tests.fault.pipeline_checks import (
+    DATASETS,
+    PARTITIONS,
+    RECORDS,
+    avro_records,
+    write_job,
+)
 from tests.integration.test_dataframe_engine import KAFKA_SOURCE, kafka_job, produce
 from tests.kafka_plugin import create_topic
 

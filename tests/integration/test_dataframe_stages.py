@@ -15,15 +15,22 @@ from pyspark.sql import SparkSession
 
 from events.errors import ConfigError
 from events.job import JobRunFailed
-from events.task import TaskFailed, TaskStarted
 from events.log import open_log
+from events.task import TaskFailed, TaskStarted
 from projections.views import RunStatus
 from replay.audit import audit
 from replay.render import audit_json
 from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher
 from spark_pipeline.sources.synthetic import synthetic_record
-from tests.fault.pipeline_checks import DATASETS, PARTITIONS, RECORDS, assert_exactly_once, avro_records, write_job
+from tests.fault.pipeline_checks import (
+    DATASETS,
+    PARTITIONS,
+    RECORDS,
+    assert_exactly_once,
+    avro_records,
+    write_job,
+)
 
 pytestmark = [pytest.mark.spark]
 

@@ -29,23 +29,29 @@ from filesystems.urls import join
 from projections.projector import Projector
 from projections.views import RunStatus
 from replay.verify import verify
+from spark_pipeline.constructs import (
+    Extractor,
+    Record,
+    SourceError,
+    SourceState,
+    WorkUnitState,
+)
+from spark_pipeline.engines.base import InProcessTaskEngine
 from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.jobfile.validation import load_job_config
-from spark_pipeline.constructs import Extractor, Record, SourceError, SourceState, WorkUnitState
 from spark_pipeline.launcher import JobLauncher, RunResult
 from spark_pipeline.sources.directory import (
-    FILE,
-    AvroFileExtractor,
     COMPLETE,
+    FILE,
     READ_BUFFER,
     SCALE,
+    AvroFileExtractor,
     DirectorySettings,
     DirectorySource,
     LinesExtractor,
     complete,
     position,
 )
-from spark_pipeline.engines.base import InProcessTaskEngine
 
 DIRECTORY_SOURCE = "spark_pipeline.sources.directory.DirectorySource"
 STOP_MARKER = "test.directory.stop.marker"

@@ -18,9 +18,9 @@ from pyspark.sql import SparkSession
 from typer.testing import CliRunner
 
 from localservers import hdfs as hdfs_local
-from localservers.hdfs_cli import app
-from events.errors import HdfsProvisioningError
+from localservers.errors import HdfsProvisioningError
 from localservers.hdfs import HdfsDaemon, LocalHdfs
+from localservers.hdfs_cli import app
 
 
 def _webhdfs(server: LocalHdfs) -> WebHDFS:

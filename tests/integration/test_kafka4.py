@@ -15,7 +15,15 @@ from pyspark.sql import SparkSession
 
 from events.log import open_log
 from replay.verify import verify
-from tests.integration.test_sources import KAFKA_SOURCE, produce, published, run_job, transaction, values_of, write_job
+from tests.integration.test_sources import (
+    KAFKA_SOURCE,
+    produce,
+    published,
+    run_job,
+    transaction,
+    values_of,
+    write_job,
+)
 from tests.kafka_plugin import create_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]

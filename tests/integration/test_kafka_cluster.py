@@ -21,8 +21,8 @@ from pyspark.sql import SparkSession
 
 from events.codec import Record
 from events.commit import CommitSequencePlanned
-from localservers.kafka import LocalKafkaCluster, SaslMechanism, SecureEndpoints
 from events.log import EventLog, LoggedEvent, open_log
+from localservers.kafka import LocalKafkaCluster, SaslMechanism, SecureEndpoints
 from projections.views import RunStatus
 from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher, RunResult

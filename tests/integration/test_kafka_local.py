@@ -12,9 +12,9 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from typer.testing import CliRunner
 
 from localservers import kafka as kafka_local
-from events.errors import KafkaProvisioningError
-from localservers.kafka_cli import app
+from localservers.errors import KafkaProvisioningError
 from localservers.kafka import LocalKafkaBroker
+from localservers.kafka_cli import app
 from localservers.tools import find_tool
 from tests.kafka_plugin import create_topic
 

@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from events.errors import KafkaProvisioningError, LogUnavailableError
+from events.errors import LogUnavailableError
 from events.log import open_log
+from localservers.errors import KafkaProvisioningError
 from localservers.tools import free_port
 from projections.projector import Projector
 

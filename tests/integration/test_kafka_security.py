@@ -10,11 +10,11 @@ import pytest
 from confluent_kafka import Producer
 
 from events.errors import KafkaSecurityError
-from localservers.kafka import SecureEndpoints
 from events.log import Snapshot, open_log
 from events.model import LoggedEvent
-from spark_pipeline.jobfile.config import JobConfig
+from localservers.kafka import SecureEndpoints
 from spark_pipeline.constructs import SourceState, WorkUnitState
+from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.sources.kafka_topic import KafkaTopicSource
 from tests.factories import one_of_each
 from tests.kafka_plugin import create_topic

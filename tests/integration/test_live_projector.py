@@ -37,9 +37,9 @@ from events.commit import (
 )
 from events.dataset import DatasetStateCommitted, WatermarkAdvanced
 from events.job import JobLockAcquired, JobRunStarted
-from events.log.kafka.store import KafkaLog
 from events.keys import partition_for
 from events.log import EventLog, open_log
+from events.log.kafka.store import KafkaLog
 from events.model import Event
 from oncelog.cli.serve import app as live_cli
 from projections.timefmt import when

@@ -21,13 +21,13 @@ import pytest
 
 from events.job import JobRunStarted
 from events.log import EventLog, open_log
+from projections.projector import Projector
+from projections.synthetic import HistoryShape, synthetic_history
 from replay.live.documents import dataset_doc, run_doc
 from replay.live.metrics import label_value, sample
 from replay.live.server import open_view
 from replay.live.settings import LiveSettings
 from replay.live.view import LiveView, Phase
-from projections.projector import Projector
-from projections.synthetic import HistoryShape, synthetic_history
 from tests.factories import at
 
 CLI_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")

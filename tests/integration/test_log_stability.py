@@ -23,8 +23,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from events.codec import Record
 from events.errors import ConfigError, LogNotStableError, LogUnavailableError
-from events.log.kafka.store import KafkaLog, check_topic_configs
 from events.log import open_log
+from events.log.kafka.store import KafkaLog, check_topic_configs
 from tests.factories import step_events
 from tests.kafka_plugin import create_topic
 

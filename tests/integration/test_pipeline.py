@@ -23,10 +23,20 @@ from events.task import TaskEvent, TaskRetried, TaskStarted
 from oncelog.cli import app
 from projections.projector import Projector
 from projections.views import RunStatus
+from spark_pipeline.constructs import (
+    Converter,
+    Record,
+    RowLevelPolicy,
+    Schema,
+    WorkUnitState,
+)
 from spark_pipeline.jobfile.validation import load_job_config
-from spark_pipeline.constructs import Converter, Record, RowLevelPolicy, Schema, WorkUnitState
 from spark_pipeline.launcher import JobLauncher
-from tests.fault.pipeline_checks import assert_exactly_once, published_records, write_job
+from tests.fault.pipeline_checks import (
+    assert_exactly_once,
+    published_records,
+    write_job,
+)
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).parents[2]
@@ -194,7 +204,7 @@ def test_spark_submit_runs_a_job(tmp_path: Path) -> None:
 
 
 def test_the_demo_runs_twice_and_shows_state_and_audits(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "spark_pipeline.demo"], cwd=tmp_path, capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "oncelog.demo"], cwd=tmp_path, capture_output=True,
                             text=True, timeout=600, check=False, env={**os.environ, "PYTHONPATH": str(ROOT),
                                                                        "COLUMNS": "200"})
     assert result.returncode == 0, result.stderr[-3000:]

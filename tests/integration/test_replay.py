@@ -11,15 +11,20 @@ import pytest
 from typer.testing import CliRunner
 
 from events.codec import Record
-from events.commit import CommitSequenceCompleted, CommitSequencePlanned, CommitStepApplied, HighWatermarkStep
+from events.commit import (
+    CommitSequenceCompleted,
+    CommitSequencePlanned,
+    CommitStepApplied,
+    HighWatermarkStep,
+)
 from events.dataset import WatermarkAdvanced
+from events.job import JobRunCommitted
 from events.keys import partition_for
 from events.log import EventLog
-from events.job import JobRunCommitted
 from events.model import SequenceFields
 from events.task import TaskStarted, TaskSucceeded
 from oncelog.cli import app
-from projections.projector import Projector, ProjectionStopped
+from projections.projector import ProjectionStopped, Projector
 from projections.state import State
 from projections.synthetic import HistoryShape, synthetic_history
 from tests.factories import at

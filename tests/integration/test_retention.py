@@ -22,7 +22,13 @@ from events.commit import (
     HighWatermarkStep,
 )
 from events.dataset import DatasetStateCommitted, WatermarkAdvanced
-from events.job import JobLockAcquired, JobLockReleased, JobRunCommitted, JobRunStarted, JobRunSucceeded
+from events.job import (
+    JobLockAcquired,
+    JobLockReleased,
+    JobRunCommitted,
+    JobRunStarted,
+    JobRunSucceeded,
+)
 from events.log import EventLog
 from events.model import Event, RunEvent, RunFields, SequenceFields
 from oncelog.cli import app

@@ -21,10 +21,11 @@ from events.job import JobRunStarted
 from events.log import open_log
 from oncelog.cli import app
 from projections.projector import Projector
+from projections.views import Phase
+from spark_pipeline.jobfile.paths import absolute_config
 from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher
-from spark_pipeline.jobfile.paths import absolute_config
-from spark_pipeline.progress import Phase, RichProgress
+from spark_pipeline.progress import RichProgress
 from tests.fault.pipeline_checks import DATASETS, PARTITIONS, write_job
 
 pytestmark = pytest.mark.spark

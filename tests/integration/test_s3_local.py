@@ -19,9 +19,9 @@ from botocore.exceptions import ClientError
 from typer.testing import CliRunner
 
 from localservers import s3 as s3_local
-from localservers.s3_cli import app
-from events.errors import S3ProvisioningError
+from localservers.errors import S3ProvisioningError
 from localservers.s3 import LocalS3
+from localservers.s3_cli import app
 
 MIB = 1 << 20
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +21,7 @@ from events.commit import CommitSequencePlanned, CommitStepRolledBack, FsRenameS
 from events.errors import ConfigError, LogNotStableError
 from events.job import DatasetSkipped, WorkUnitsPlanned
 from events.log import EventLog, open_log
+from filesystems.local import LOCAL
 from projections.projector import Projector
 from projections.views import RunStatus
 from replay.audit import audit
@@ -29,13 +30,16 @@ from replay.render import audit_json
 from replay.verify import verify
 from spark_pipeline.commit.session import IncompleteHistoryError, open_session
 from spark_pipeline.commit.settings import CommitSettings
-from spark_pipeline.commit.steps import CommitStepError, FsRenameCommitStep, PublishRoots
+from spark_pipeline.commit.steps import (
+    CommitStepError,
+    FsRenameCommitStep,
+    PublishRoots,
+)
 from spark_pipeline.commit.store import CommitStepStore
+from spark_pipeline.engines.base import InProcessTaskEngine
 from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.jobfile.validation import load_job_config
-from filesystems.local import LOCAL
 from spark_pipeline.launcher import JobLauncher, RunResult, commit_settings
-from spark_pipeline.engines.base import InProcessTaskEngine
 from tests.fault.pipeline_checks import published_records
 from tests.integration.test_log_stability import kill_inside_a_transaction
 

@@ -24,8 +24,6 @@ from events.log import open_log
 from projections.state import State
 from projections.views import DatasetView, RunStatus
 from replay.verify import verify
-from spark_pipeline.jobfile.config import JobConfig
-from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.constructs import (
     MultiWorkUnit,
     Source,
@@ -33,6 +31,10 @@ from spark_pipeline.constructs import (
     SourceState,
     WorkUnitState,
 )
+from spark_pipeline.engines.records.flow import build_constructs
+from spark_pipeline.engines.records.task import run_attempt
+from spark_pipeline.jobfile.config import JobConfig
+from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher
 from spark_pipeline.sources.directory import (
     COMPLETE,
@@ -42,8 +44,6 @@ from spark_pipeline.sources.directory import (
     position,
 )
 from spark_pipeline.sources.kafka_topic import LOST, KafkaTopicSource
-from spark_pipeline.engines.records.flow import build_constructs
-from spark_pipeline.engines.records.task import run_attempt
 from tests.kafka_plugin import create_topic
 
 KAFKA_SOURCE = "spark_pipeline.sources.kafka_topic.KafkaTopicSource"

@@ -22,9 +22,13 @@ from confluent_kafka import Producer
 
 from events.errors import ConfigError
 from localservers.kafka import SecureEndpoints
-from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.connectors import fetch_connectors
-from spark_pipeline.spark_kafka import job_kafka_options, redaction_conf, spark_kafka_options
+from spark_pipeline.jobfile.config import JobConfig
+from spark_pipeline.spark_kafka import (
+    job_kafka_options,
+    redaction_conf,
+    spark_kafka_options,
+)
 from tests.kafka_plugin import create_topic
 
 REPO = Path(__file__).resolve().parents[2]

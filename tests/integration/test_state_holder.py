@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from events.job import JobLockAcquired
-from events.log.lock import FencingJobLock, Holder, HolderStatus
 from events.log import open_log
+from events.log.lock import FencingJobLock, Holder, HolderStatus
 from oncelog.cli import app
 from tests.fault.pipeline_checks import write_job
 from tests.fault.soak import kill_session, start_run

@@ -15,14 +15,20 @@ from events.job import WorkUnitSpec
 from events.log import open_log
 from events.model import Event
 from events.task import TaskFailed, TaskRetried, TaskStarted, TaskSucceeded
-from spark_pipeline.jobfile.config import JobConfig
 from projections.views import RunStatus
-from spark_pipeline.jobfile.validation import load_job_config
-from spark_pipeline.constructs import Extractor, MultiWorkUnit, Record, SourceState, WorkUnitState
-from spark_pipeline.launcher import JobLauncher
+from spark_pipeline.constructs import (
+    Extractor,
+    MultiWorkUnit,
+    Record,
+    SourceState,
+    WorkUnitState,
+)
 from spark_pipeline.engines.base import InProcessTaskEngine
-from spark_pipeline.sources.synthetic import SyntheticExtractor, SyntheticSource
 from spark_pipeline.engines.records.task import run_task
+from spark_pipeline.jobfile.config import JobConfig
+from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.launcher import JobLauncher
+from spark_pipeline.sources.synthetic import SyntheticExtractor, SyntheticSource
 from spark_pipeline.writers import path_segment
 from tests.fault.pipeline_checks import RECORDS, assert_exactly_once, write_job
 

@@ -17,10 +17,18 @@ from typing import BinaryIO, TypeVar
 
 from events.codec import Record
 from events.errors import LogWriteError
+from events.log import (
+    ErrorHandler,
+    EventLog,
+    LogWriter,
+    Offsets,
+    Snapshot,
+    StoredRecord,
+    Subscription,
+    raise_error,
+)
 from events.log.lock import JobLock
-from events.log import ErrorHandler, EventLog, LogWriter, Offsets, Snapshot, StoredRecord, Subscription, raise_error
 from filesystems.base import FileInfo, FileSystem, WritableFile
-
 
 T = TypeVar("T")
 

@@ -39,21 +39,21 @@ from events.codec import UNCHECKED_FRAME_MAGIC, Record
 from events.errors import OncelogError
 from events.log import EventLog, open_log
 from events.log.sqlite import SqliteLog
+from filesystems.base import FileSystem
 from filesystems.local import LOCAL
 from projections.projector import Projector
 from replay.verify import verify
-from filesystems.base import FileSystem
 from spark_pipeline.commit.engine import InProcessCommitEngine, job_publisher
 from spark_pipeline.commit.session import IncompleteHistoryError, open_session
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.shards import ShardSummary, ShardWork, commit_shard
-from spark_pipeline.jobfile.config import JobConfig, TaskEngineKind
+from spark_pipeline.engines.base import InProcessTaskEngine
 from spark_pipeline.engines.choice import EngineChoice
 from spark_pipeline.engines.dataframe.engine import DataFrameTaskEngine
+from spark_pipeline.jobfile.config import JobConfig, TaskEngineKind
+from spark_pipeline.jobfile.paths import RUN_ID
 from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher, commit_settings
-from spark_pipeline.jobfile.paths import RUN_ID
-from spark_pipeline.engines.base import InProcessTaskEngine
 from tests.fault.pipeline_checks import published_records_of
 from tests.sim.faults import FaultPlan, FaultyEventLog, FaultyFileSystem, SimulatedCrash
 

@@ -20,7 +20,14 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.sim.simulation import OpenLog, ScenarioFailed, kafka_log_at, run_scenario, scratch_dir, sqlite_log
+from tests.sim.simulation import (
+    OpenLog,
+    ScenarioFailed,
+    kafka_log_at,
+    run_scenario,
+    scratch_dir,
+    sqlite_log,
+)
 
 SQLITE_SCENARIOS = int(os.environ.get("ONCELOG_SIM_SQLITE", "2000"))
 KAFKA_SCENARIOS = int(os.environ.get("ONCELOG_SIM_KAFKA", "50"))

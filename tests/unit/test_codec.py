@@ -9,7 +9,13 @@ from typing import ClassVar
 import pytest
 
 from events.avro_schema import SCHEMA_DIR, payload_schema, schema_path
-from events.codec import CHECKSUM_SIZE, FRAME_MAGIC, UNCHECKED_FRAME_MAGIC, EventCodec, SchemaRegistry
+from events.codec import (
+    CHECKSUM_SIZE,
+    FRAME_MAGIC,
+    UNCHECKED_FRAME_MAGIC,
+    EventCodec,
+    SchemaRegistry,
+)
 from events.errors import CorruptEventError, EventDecodeError, UnknownEventTypeError
 from events.model import Event, RunEvent
 from events.registry import EVENT_TYPES

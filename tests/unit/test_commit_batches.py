@@ -9,11 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from events.commit import CommitSequencePlanned, CommitStepApplied, FsRenameStep, HighWatermarkStep
+from events.codec import Record
+from events.commit import (
+    CommitSequencePlanned,
+    CommitStepApplied,
+    FsRenameStep,
+    HighWatermarkStep,
+)
 from events.errors import FencedError
 from events.log import EventLog, LogWriter, open_log
 from events.model import Event
-from events.codec import Record
 from filesystems.local import LOCAL
 from projections.state import State
 from replay.verify import verify

@@ -17,7 +17,13 @@ from events.commit import CommitSequencePlanned, CommitStepApplied, FsRenameStep
 from events.job import JobRunCommitted, JobRunStarted, WorkUnitSpec, WorkUnitsPlanned
 from events.log import open_log
 from events.model import Event, Parted, Position, RunFields, SequenceFields, TaskFields
-from events.task import OutputFile, TaskFailed, TaskStarted, TaskSucceeded, WorkUnitResult
+from events.task import (
+    OutputFile,
+    TaskFailed,
+    TaskStarted,
+    TaskSucceeded,
+    WorkUnitResult,
+)
 from projections.state import DamagedHistoryError, State
 from projections.synthetic import HistoryShape, synthetic_history
 from projections.views import AttemptView, RunView, SequenceView, TaskView

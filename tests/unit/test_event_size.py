@@ -15,20 +15,33 @@ import pytest
 import yaml
 
 from events.avro_schema import SCHEMA_DIR, envelope_schema, schema_path
-from events.codec import CHECKSUM_SIZE, EPOCH, FRAME_MAGIC, MAX_EVENT_BYTES, MICROSECOND, EventCodec
+from events.codec import (
+    CHECKSUM_SIZE,
+    EPOCH,
+    FRAME_MAGIC,
+    MAX_EVENT_BYTES,
+    MICROSECOND,
+    EventCodec,
+)
 from events.commit import CommitSequencePlanned, FsRenameStep
 from events.errors import LogWriteError
 from events.job import JobRunCommitted, WorkUnitSpec, WorkUnitsPlanned
 from events.keys import event_id_bytes
 from events.log import open_log
 from events.model import Event, Parted, RunFields, TaskFields
-from events.task import OutputFile, TaskFailed, TaskStarted, TaskSucceeded, WorkUnitResult
+from events.task import (
+    OutputFile,
+    TaskFailed,
+    TaskStarted,
+    TaskSucceeded,
+    WorkUnitResult,
+)
 from projections.projector import Projector
 from projections.views import RunStatus
 from replay.verify import verify
+from spark_pipeline.engines.base import InProcessTaskEngine
 from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher
-from spark_pipeline.engines.base import InProcessTaskEngine
 
 WORK_UNITS = 10_000
 RUN: RunFields = {"job": "orders", "run_id": "20261123T120000000Z-abcdef"}

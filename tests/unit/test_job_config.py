@@ -29,8 +29,8 @@ from spark_pipeline.jobfile.config import (
     WorkUnitRetryPolicy,
     WriterOutputFormat,
 )
-from spark_pipeline.jobfile.validation import load_job, load_job_config, load_job_dir
 from spark_pipeline.jobfile.cron import parse_cron
+from spark_pipeline.jobfile.validation import load_job, load_job_config, load_job_dir
 
 M = __name__  # the constructs below are named by dotted path, as a job file names them
 

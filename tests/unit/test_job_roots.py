@@ -10,8 +10,13 @@ from hypothesis import strategies as st
 
 from events.errors import ConfigError
 from spark_pipeline.jobfile.config import JobConfig, JobConfigError
+from spark_pipeline.jobfile.paths import (
+    JobRoots,
+    absolute_config,
+    nested_pairs,
+    overlaps,
+)
 from spark_pipeline.launcher import public_properties
-from spark_pipeline.jobfile.paths import JobRoots, absolute_config, nested_pairs, overlaps
 from spark_pipeline.scheduler import Scheduler
 
 SOURCE = "spark_pipeline.sources.synthetic.SyntheticSource"

@@ -8,6 +8,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError
 
 from events.errors import ConfigError, KafkaSecurityError
+from events.log import open_log
 from events.log.kafka.config import (
     ClientMonitor,
     is_transient,
@@ -17,7 +18,6 @@ from events.log.kafka.config import (
     refresh_leaders,
     security_failure,
 )
-from events.log import open_log
 from spark_pipeline.sources.kafka_topic import KafkaSourceSettings
 
 SECURED = ("kafka://b1:9093,b2:9093?topic=orders&security.protocol=SASL_SSL&sasl.mechanism=SCRAM-SHA-512"

@@ -5,7 +5,13 @@ from __future__ import annotations
 import uuid
 
 from events.commit import CommitStepApplied
-from events.keys import EVENT_ID_NAMESPACE, event_id_bytes, event_id_for, key_of, partition_for
+from events.keys import (
+    EVENT_ID_NAMESPACE,
+    event_id_bytes,
+    event_id_for,
+    key_of,
+    partition_for,
+)
 from events.task import TaskSucceeded
 from tests.factories import one_of_each
 

@@ -16,7 +16,12 @@ from events.commit import (
 )
 from events.log import open_log
 from events.model import LoggedEvent, SequenceFields
-from events.published import DatasetPublished, PublishedFile, WatermarkRange, published_events
+from events.published import (
+    DatasetPublished,
+    PublishedFile,
+    WatermarkRange,
+    published_events,
+)
 from replay.subscriptions import follow
 
 SEQUENCE: SequenceFields = {"job": "orders", "run_id": "r1", "dataset_urn": "orders.eu", "sequence_id": "r1"}

@@ -14,8 +14,8 @@ import uuid
 from typing import TYPE_CHECKING
 
 from events.codec import Record
-from events.log.kafka.writer import KafkaWriter
 from events.log import Snapshot
+from events.log.kafka.writer import KafkaWriter
 
 if TYPE_CHECKING:
     from events.log.kafka.store import KafkaLog

@@ -11,16 +11,36 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, TopicMetadata
 
-from events.log.lock import FencingJobLock
 from events.codec import EventCodec
 from events.errors import ConfigError, LogNotStableError, LogUnavailableError
-from events.log.kafka.config import DEFAULT_PARTITIONS, ClientMonitor, KafkaSettings, is_transient, refresh_leaders
+from events.log import (
+    ErrorHandler,
+    EventLog,
+    Offsets,
+    Snapshot,
+    StoredRecord,
+    Subscription,
+    raise_error,
+)
+from events.log.kafka.config import (
+    DEFAULT_PARTITIONS,
+    ClientMonitor,
+    KafkaSettings,
+    is_transient,
+    refresh_leaders,
+)
 from events.log.kafka.snapshots import KafkaSnapshotStore
 from events.log.kafka.writer import KafkaWriter
-from events.log import ErrorHandler, EventLog, Offsets, Snapshot, StoredRecord, Subscription, raise_error
+from events.log.lock import FencingJobLock
 
 CONSUME_BATCH = 10_000
 CONSUME_WAIT_S = 0.02

@@ -12,12 +12,19 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from events.codec import EventCodec, Record
 from events.errors import FencedError, LogUnavailableError, LogWriteError
-from events.log.kafka.config import ClientMonitor, KafkaSettings, refresh_leaders
 from events.log import LogWriter
+from events.log.kafka.config import ClientMonitor, KafkaSettings, refresh_leaders
 
 FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 ABORTED_BATCH_RETRIES = 3

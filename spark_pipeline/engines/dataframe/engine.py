@@ -22,17 +22,23 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
 
 from events.errors import ConfigError
-from events.log import open_log
 from events.job import WorkUnitSpec
+from events.log import open_log
 from events.model import Event, TaskFields
-from events.task import TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
+from events.task import (
+    TaskFailed,
+    TaskRetried,
+    TaskStarted,
+    TaskSucceeded,
+    WorkUnitResult,
+)
 from filesystems import urls
 from filesystems.router import FileSystems
-from spark_pipeline.jobfile.config import JobCommitPolicy, JobConfig, TaskEngineKind, WriterOutputFormat
 from spark_pipeline.connectors import Connector, given_connectors
 from spark_pipeline.constructs import MultiWorkUnit
-from spark_pipeline.engines.dataframe import stages
+from spark_pipeline.engines.base import SparkTaskEngine, TaskEngine, job_group
 from spark_pipeline.engines.choice import EngineChoice, SourceKind, choose
+from spark_pipeline.engines.dataframe import stages
 from spark_pipeline.engines.dataframe.avro_types import converted_schema
 from spark_pipeline.engines.dataframe.errfile import write_diverted
 from spark_pipeline.engines.dataframe.files import directory_settings
@@ -47,13 +53,26 @@ from spark_pipeline.engines.dataframe.results import (
     unit_metrics,
     unit_results,
 )
-from spark_pipeline.engines.dataframe.sources import read_units, record_schema, source_kind
+from spark_pipeline.engines.dataframe.sources import (
+    read_units,
+    record_schema,
+    source_kind,
+)
 from spark_pipeline.engines.dataframe.task_policies import check_units
 from spark_pipeline.engines.dataframe.writers import WriterSettings, write_attempt
 from spark_pipeline.engines.records.flow import TaskQualityError
-from spark_pipeline.engines.spark import TaskProgress, submitted_settings, task_writer_name
-from spark_pipeline.engines.base import SparkTaskEngine, TaskEngine, job_group
 from spark_pipeline.engines.records.task import TaskOutcome, executor_name
+from spark_pipeline.engines.spark import (
+    TaskProgress,
+    submitted_settings,
+    task_writer_name,
+)
+from spark_pipeline.jobfile.config import (
+    JobCommitPolicy,
+    JobConfig,
+    TaskEngineKind,
+    WriterOutputFormat,
+)
 from spark_pipeline.writers import path_segment
 
 Emit = Callable[[Sequence[Event]], object]

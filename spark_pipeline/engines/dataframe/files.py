@@ -22,11 +22,20 @@ from pyspark.sql.types import DataType, StructType
 from events.errors import ConfigError
 from events.job import WorkUnitSpec
 from filesystems import urls
-from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.constructs import SourceError
-from spark_pipeline.sources.directory import (FILE, FORMAT_KEY, JSON_SCHEMA, LINES_SCHEMA, SCALE, SCHEMA_PROPERTY,
-                                              SPARK_SCHEMA_KEY, SPARK_SCHEMA_PROPERTY, DirectorySettings,
-                                              DirectorySource)
+from spark_pipeline.jobfile.config import JobConfig
+from spark_pipeline.sources.directory import (
+    FILE,
+    FORMAT_KEY,
+    JSON_SCHEMA,
+    LINES_SCHEMA,
+    SCALE,
+    SCHEMA_PROPERTY,
+    SPARK_SCHEMA_KEY,
+    SPARK_SCHEMA_PROPERTY,
+    DirectorySettings,
+    DirectorySource,
+)
 
 _GLOB = re.compile(r"([\\{}\[\]*?])")
 

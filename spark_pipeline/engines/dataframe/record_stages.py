@@ -23,11 +23,22 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import IntegerType, StructField, StructType
 
 from events.job import WorkUnitSpec
-from spark_pipeline.jobfile.config import JobConfig, PolicyType
-from spark_pipeline.constructs import Converter, Record, RowLevelPolicy, Schema, WorkUnitState
-from spark_pipeline.engines.dataframe.avro_types import CONVERTERS_KEY, converted_schema, source_schema, struct_type
+from spark_pipeline.constructs import (
+    Converter,
+    Record,
+    RowLevelPolicy,
+    Schema,
+    WorkUnitState,
+)
+from spark_pipeline.engines.dataframe.avro_types import (
+    CONVERTERS_KEY,
+    converted_schema,
+    source_schema,
+    struct_type,
+)
 from spark_pipeline.engines.dataframe.sources import UNIT
 from spark_pipeline.engines.records.flow import chain_schema, convert, make_construct
+from spark_pipeline.jobfile.config import JobConfig, PolicyType
 
 POLICIES_KEY = "qualitychecker.row.policies"
 VERDICT = "_oncelog_verdict"

@@ -18,9 +18,9 @@ from pyspark.sql import functions as F
 
 from events.errors import ConfigError
 from events.job import WorkUnitSpec
-from spark_pipeline.jobfile.config import JobConfig
-from spark_pipeline.engines.dataframe import files
 from spark_pipeline.engines.choice import SourceKind
+from spark_pipeline.engines.dataframe import files
+from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.sources import kafka_topic, synthetic
 from spark_pipeline.sources.synthetic import SyntheticSettings, SyntheticSource
 from spark_pipeline.spark_kafka import job_kafka_options

@@ -19,9 +19,16 @@ from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from events.errors import ConfigError
-from spark_pipeline.jobfile.config import JobConfig, PolicyType, import_function
-from spark_pipeline.engines.dataframe.record_stages import VERDICT, Attempt, Verdict, diverts, has_record_stages, record_stage
+from spark_pipeline.engines.dataframe.record_stages import (
+    VERDICT,
+    Attempt,
+    Verdict,
+    diverts,
+    has_record_stages,
+    record_stage,
+)
 from spark_pipeline.engines.dataframe.sources import UNIT
+from spark_pipeline.jobfile.config import JobConfig, PolicyType, import_function
 
 SELECT_KEY = "converter.sql.select"
 POLICY_KEY = "qualitychecker.row.sql"

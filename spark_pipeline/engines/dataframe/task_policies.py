@@ -10,9 +10,9 @@ import logging
 from collections.abc import Sequence
 
 from events.job import WorkUnitSpec
-from spark_pipeline.jobfile.config import JobConfig, PolicyType
 from spark_pipeline.constructs import TaskLevelPolicy, TaskStats
 from spark_pipeline.engines.records.flow import TaskQualityError, make_construct
+from spark_pipeline.jobfile.config import JobConfig, PolicyType
 
 POLICIES_KEY = "qualitychecker.task.policies"
 log = logging.getLogger(__name__)

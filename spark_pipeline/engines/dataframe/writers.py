@@ -13,8 +13,8 @@ from pyspark.sql import DataFrame
 
 from events.errors import ConfigError
 from filesystems import urls
-from spark_pipeline.jobfile.config import JobConfig, WriterOutputFormat
 from spark_pipeline.engines.dataframe.sources import UNIT
+from spark_pipeline.jobfile.config import JobConfig, WriterOutputFormat
 
 CODEC_KEY = "writer.codec.type"
 CODECS: dict[WriterOutputFormat, dict[str, str]] = {

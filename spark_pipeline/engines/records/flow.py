@@ -19,7 +19,6 @@ from events.task import OutputFile, WorkUnitResult
 from filesystems import urls
 from filesystems.base import FileSystem
 from filesystems.router import FileSystems
-from spark_pipeline.jobfile.config import BranchConfig, JobConfig, PolicyType, import_class
 from spark_pipeline.constructs import (
     Converter,
     DataWriter,
@@ -34,6 +33,12 @@ from spark_pipeline.constructs import (
     TaskStats,
     WorkUnitState,
     WriterDestination,
+)
+from spark_pipeline.jobfile.config import (
+    BranchConfig,
+    JobConfig,
+    PolicyType,
+    import_class,
 )
 from spark_pipeline.writers import path_segment
 

@@ -15,10 +15,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from events.model import Event, TaskFields
-from events.task import TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
-from spark_pipeline.jobfile.config import JobConfig
+from events.task import (
+    TaskFailed,
+    TaskRetried,
+    TaskStarted,
+    TaskSucceeded,
+    WorkUnitResult,
+)
 from spark_pipeline.constructs import MultiWorkUnit, WorkUnitState
-from spark_pipeline.engines.records.flow import Constructs, WorkUnitFlow, build_constructs
+from spark_pipeline.engines.records.flow import (
+    Constructs,
+    WorkUnitFlow,
+    build_constructs,
+)
+from spark_pipeline.jobfile.config import JobConfig
 
 Emit = Callable[[Sequence[Event]], object]
 Sleep = Callable[[float], None]

@@ -1,7 +1,7 @@
 """`make demo`: the example job, run twice on the embedded defaults — the second run continues from the first's
 watermarks — then the state and the audit of both runs.
 
-    python -m spark_pipeline.demo [--fresh]
+    python -m oncelog.demo [--fresh]
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from pathlib import Path
 from rich.console import Console
 
 from events.log import open_log
+from oncelog.cli.run import show
 from projections.projector import Projector
 from replay.audit import audit
 from replay.audit_html import write_html
 from replay.render import audit_json, audit_tables, state_json, state_tables
-from oncelog.cli.run import show
+from spark_pipeline.engines.spark import spark_session
 from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher
-from spark_pipeline.engines.spark import spark_session
 
 JOB_FILE = Path(__file__).parent / "examples" / "demo.yaml"
 WORK_DIR = Path(".oncelog/demo")

@@ -73,7 +73,7 @@ from spark_pipeline.commit.shards import ShardFailedError, ShardLostError
 from spark_pipeline.commit.steps import CommitStepError, UnsafeCommitStepError
 from spark_pipeline.connectors import SparkConnectorError
 from spark_pipeline.constructs import SourceError
-from spark_pipeline.engines.records.flow import TaskQualityError
+from spark_pipeline.engines.policies import TaskQualityError
 from spark_pipeline.jobfile.config import JobConfigError
 
 if TYPE_CHECKING:

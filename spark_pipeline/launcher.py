@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import FrameType
 
 from pyspark.sql import SparkSession
@@ -63,12 +63,12 @@ from spark_pipeline.constructs import (
     MultiWorkUnit,
     SourceState,
 )
+from spark_pipeline.engines.attempts import TaskOutcome
 from spark_pipeline.engines.base import TaskEngine
 from spark_pipeline.engines.dataframe.engine import engine_for
-from spark_pipeline.engines.records.flow import make_construct
-from spark_pipeline.engines.records.task import TaskOutcome
 from spark_pipeline.jobfile.config import JobCommitPolicy, JobConfig
 from spark_pipeline.jobfile.paths import JobRoots, absolute_config, overlaps, run_dirs
+from spark_pipeline.jobfile.plugins import make_construct
 from spark_pipeline.lineage import RunLineage
 from spark_pipeline.planning import plan_work_units
 from spark_pipeline.progress import SILENT, RunObserver
@@ -120,7 +120,7 @@ class JobLauncher:
         """Runs the tasks: the engine `task.engine` chooses (dataframe or records), unless one is given."""
         self.faults = faults
         self.fs = fs or FileSystems.of(self.config.properties)
-        self.run_id = run_id or new_run_id(datetime.now(timezone.utc))
+        self.run_id = run_id or new_run_id(datetime.now(UTC))
         self.cancel = threading.Event()
         self.lineage = RunLineage(lineage or LineageClient.from_environment(), self.config.job_name, self.run_id)
         """Sends the run's OpenLineage events (`lineage`, else OpenLineage's standard configuration; off if none)."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 from events.job import WorkUnitSpec
 from projections.views import WorkUnitStatus
 from spark_pipeline.constructs import MultiWorkUnit, Source, SourceState
-from spark_pipeline.engines.records.flow import make_construct
 from spark_pipeline.jobfile.config import JobConfig
+from spark_pipeline.jobfile.plugins import make_construct
 
 
 def retried_work_units(config: JobConfig, state: SourceState, planned: list[WorkUnitSpec]) -> list[WorkUnitSpec]:
@@ -23,7 +23,8 @@ def retried_work_units(config: JobConfig, state: SourceState, planned: list[Work
     return retried
 
 
-def plan_work_units(config: JobConfig, state: SourceState, slots: int) -> tuple[list[WorkUnitSpec], list[MultiWorkUnit]]:
+def plan_work_units(config: JobConfig, state: SourceState,
+                    slots: int) -> tuple[list[WorkUnitSpec], list[MultiWorkUnit]]:
     """The run's work units and the tasks that run them (at most `slots` tasks)."""
     source = make_construct(config, "source.class", config.source_class, Source)
     planned = [w for w in source.get_work_units(state) if w.dataset_urn not in state.blocked_datasets]

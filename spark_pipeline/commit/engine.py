@@ -14,8 +14,8 @@ from filesystems.base import FileSystem
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.shards import ShardSummary, ShardWork, commit_shard
 from spark_pipeline.constructs import DataPublisher
-from spark_pipeline.engines.records.flow import make_construct
 from spark_pipeline.jobfile.config import JobConfig
+from spark_pipeline.jobfile.plugins import make_construct
 
 
 class CommitEngine(ABC):

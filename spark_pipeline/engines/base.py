@@ -1,6 +1,6 @@
 """Where a run's tasks execute: on Spark (executors), or in this process (the seeded fault simulation, tests).
 
-Both run the same task flow (`task_runner.run_task`) and record the same events; the launcher sees only this
+Both run the records engine's task (`records.task.run_task`) and record the same events; the launcher sees only this
 interface. A cancelled run waits for `stop()` before it records its end, so that no task event follows it.
 """
 
@@ -16,8 +16,9 @@ from events.log import EventLog, LogWriter
 from filesystems.base import FileSystem
 from spark_pipeline.commit.engine import CommitEngine, InProcessCommitEngine
 from spark_pipeline.constructs import MultiWorkUnit
+from spark_pipeline.engines.attempts import TaskOutcome
 from spark_pipeline.engines.choice import EngineChoice
-from spark_pipeline.engines.records.task import TaskOutcome, run_task
+from spark_pipeline.engines.records.task import run_task
 from spark_pipeline.engines.spark import (
     SparkCommitEngine,
     TaskProgress,

@@ -24,7 +24,8 @@ from spark_pipeline.commit.shards import (
 )
 from spark_pipeline.connectors import with_connectors
 from spark_pipeline.constructs import MultiWorkUnit
-from spark_pipeline.engines.records.task import TaskOutcome, run_task
+from spark_pipeline.engines.attempts import TaskOutcome
+from spark_pipeline.engines.records.task import run_task
 from spark_pipeline.jobfile.config import SPECULATION, JobConfig
 
 PROGRESS_POLL_S = 0.25

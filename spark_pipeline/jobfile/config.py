@@ -1,20 +1,20 @@
 """Job configuration: Gobblin's keys in YAML or `.properties`/`.pull`/`.job` files, validated before anything runs.
 
-`config_validation.load_job_config(path)` parses, substitutes `${...}`, imports every configured construct class, checks every key
-against the core model and the `CONFIG_MODEL`s the constructs declare, and raises one `JobConfigError` listing every
-problem (file, line, key) — or returns a frozen `JobConfig`. The key reference is docs/job-config.md.
+`validation.load_job_config(path)` parses, substitutes `${...}`, imports every configured construct class,
+checks every key against the core model and the `CONFIG_MODEL`s the constructs declare, and raises one
+`JobConfigError` listing every problem (file, line, key) — or returns a frozen `JobConfig`. The key reference is
+docs/job-config.md.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from types import UnionType
-from typing import Annotated, Any, Union, cast, get_args, get_origin
+from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -564,52 +564,6 @@ def validation_messages(error: ValidationError, key_of: Callable[[str], str], ow
     return out
 
 
-def import_function(path: str) -> Callable[..., Any]:
-    """The function `module:function` or `module.function` names; a ValueError says why it cannot be used."""
-    module_name, _, name = path.partition(":") if ":" in path else path.rpartition(".")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as e:  # importing user code: any error is a configuration problem naming it
-        raise ValueError(f"cannot import module {module_name!r}: {type(e).__name__}: {e}") from e
-    function = getattr(module, name, None)
-    if not callable(function):
-        raise ValueError(f"module {module_name!r} has no function {name!r}")
-    return cast(Callable[..., Any], function)
-
-
-def import_class(path: str) -> type:
-    """Import `package.module.Class` (or a nested class); a ValueError says why it cannot be used."""
-    parts = path.split(".")
-    first: str | None = None  # the error for the longest module path: the one worth reporting
-    for split in range(len(parts) - 1, 0, -1):
-        module_name = ".".join(parts[:split])
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as e:
-            if e.name is None or not (module_name == e.name or module_name.startswith(f"{e.name}.")):
-                raise ValueError(f"importing module {module_name!r} failed: {e}") from e  # a dependency is missing
-            first = first or f"cannot import module {module_name!r}: {e}{_java_hint(path)}"
-            continue  # perhaps a nested class: try a shorter module path
-        except Exception as e:  # any error raised by importing user code is a configuration problem naming it
-            raise ValueError(f"importing module {module_name!r} failed: {type(e).__name__}: {e}") from e
-        target: Any = module
-        for attribute in parts[split:]:
-            if not hasattr(target, attribute):
-                raise ValueError(first or f"{module_name!r} has no attribute {'.'.join(parts[split:])!r}")
-            target = getattr(target, attribute)
-        if not isinstance(target, type):
-            raise ValueError(f"{path!r} is a {type(target).__name__}, not a class")
-        return target
-    raise ValueError(first or f"{path!r} is not a dotted path to a class (module.Class)")
-
-
-def _java_hint(path: str) -> str:
-    """A hint for Gobblin's Java class names, which cannot be imported."""
-    if path.startswith(("org.apache.gobblin.", "gobblin.", "com.linkedin.")):
-        return "; this is a Gobblin Java class: name a Python class (module.Class) instead"
-    return ""
-
-
 def construct_model(cls: type) -> type[BaseModel] | None:
     """The CONFIG_MODEL a construct class declares, or None; a CONFIG_MODEL that is no pydantic model is a TypeError."""
     model = getattr(cls, "CONFIG_MODEL", None)
@@ -688,8 +642,9 @@ def build_branch(values: Mapping[str, str], n: int,
         branch = BranchConfig.model_validate({"index": n, **data})
     except ValidationError as e:
         return None, sources, validation_messages(e, lambda alias: sources.get(alias, (alias, ""))[0])
-    errors = policy_messages(branch.row_policy_classes, branch.row_policy_types, sources.get(ROW_POLICY_TYPES, ("", ""))[0],
-                             row_level=True, row_err_file=branch.row_err_file)
+    errors = policy_messages(branch.row_policy_classes, branch.row_policy_types,
+                             sources.get(ROW_POLICY_TYPES, ("", ""))[0], row_level=True,
+                             row_err_file=branch.row_err_file)
     errors += policy_messages(branch.task_policy_classes, branch.task_policy_types,
                               sources.get(TASK_POLICY_TYPES, ("", ""))[0], row_level=False)
     stray = f"{TASK_POLICY_TYPES}.{n}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -65,8 +65,6 @@ from spark_pipeline.jobfile.config import (
     construct_input,
     construct_model,
     folder_value,
-    import_class,
-    import_function,
     is_folder_key,
     model_keys,
     policy_messages,
@@ -84,6 +82,7 @@ from spark_pipeline.jobfile.formats import (
     substitute,
 )
 from spark_pipeline.jobfile.paths import JobRoots, nested_pairs, overlaps, resolved_path
+from spark_pipeline.jobfile.plugins import import_class, import_function
 
 _TRUE = ("true", "yes", "on", "1")
 FUNCTIONS_KEY = "converter.dataframe.functions"
@@ -657,7 +656,7 @@ class _Checker:
                 model.model_validate(data)
             except ValidationError as e:
                 owner = f"read by {qualified_name(usage.cls)}, named by {usage.key!r}"
-                for key, message in validation_messages(e, lambda a: used.get(a, a), owner, self.failed):
+                for key, message in validation_messages(e, _key_of(used), owner, self.failed):
                     self.problem(key or usage.key, message)
 
     def _check_speculation(self) -> None:
@@ -763,6 +762,11 @@ class _Checker:
             if getattr(branch, PATH_KEYS[base]) is None:
                 per_branch = f" (or {base}.{branch.index} for branch {branch.index})" if core.fork_branches > 1 else ""
                 self.problem(None, f"required key {base!r}{per_branch} is missing: {user} needs it")
+
+
+def _key_of(used: Mapping[str, str]) -> Callable[[str], str]:
+    """A field alias's key: the one `used` maps it to, else the alias itself."""
+    return lambda alias: used.get(alias, alias)
 
 
 def _suggestion(key: str, known: frozenset[str] | set[str], branch_keys: set[str]) -> str:

@@ -25,7 +25,7 @@ unit's estimated_records is the bytes it has left to read. The state grows by on
 directory's files few (move old ones away, or lay them out in sub-directories: one dataset each).
 
 Formats (`source.filebased.format`): `lines`, `json` and `avro` on both engines; `parquet`, `orc` and `csv` on the
-DataFrame engine only (Spark's readers, spark_pipeline/dataframe/files.py), read whole, with the schema of
+DataFrame engine only (Spark's readers, spark_pipeline/engines/dataframe/files.py), read whole, with the schema of
 `source.filebased.schema` (Spark DDL) or inferred by Spark once when the run is planned, and recorded in each work
 unit's `source.filebased.spark.schema`, so the run's events say what schema its files were read with.
 
@@ -45,7 +45,7 @@ import logging
 import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import IO, Annotated, Any, BinaryIO, ClassVar, Literal
 
@@ -304,8 +304,8 @@ def _start(relative: str, size: int, mtime_ns: int, watermark: int | None, datas
 
 def _nanoseconds(moment: datetime) -> int:
     """A datetime (naive means UTC) as nanoseconds since the epoch, exactly."""
-    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
-    return (aware - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1) * 1_000
+    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return (aware - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1) * 1_000
 
 
 def _has_records(fs: FileSystem, candidate: Candidate, settings: DirectorySettings) -> bool:

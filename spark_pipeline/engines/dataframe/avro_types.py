@@ -25,8 +25,9 @@ from pyspark.sql.types import (
 
 from events.job import WorkUnitSpec
 from spark_pipeline.constructs import Converter, Schema, WorkUnitState
-from spark_pipeline.engines.records.flow import chain_schema, make_construct
+from spark_pipeline.engines.records.flow import chain_schema
 from spark_pipeline.jobfile.config import JobConfig
+from spark_pipeline.jobfile.plugins import make_construct
 from spark_pipeline.sources import kafka_topic, synthetic
 
 PRIMITIVES: dict[str, DataType] = {"boolean": BooleanType(), "int": IntegerType(), "long": LongType(),

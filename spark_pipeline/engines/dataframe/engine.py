@@ -13,7 +13,6 @@ import json
 import logging
 import threading
 import time
-import traceback
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,18 +23,14 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from events.errors import ConfigError
 from events.job import WorkUnitSpec
 from events.log import open_log
-from events.model import Event, TaskFields
 from events.task import (
-    TaskFailed,
-    TaskRetried,
-    TaskStarted,
-    TaskSucceeded,
     WorkUnitResult,
 )
 from filesystems import urls
 from filesystems.router import FileSystems
 from spark_pipeline.connectors import Connector, given_connectors
-from spark_pipeline.constructs import MultiWorkUnit
+from spark_pipeline.constructs import MultiWorkUnit, TaskLevelPolicy, TaskStats
+from spark_pipeline.engines.attempts import AttemptPlan, Emit, TaskOutcome, run_attempts
 from spark_pipeline.engines.base import SparkTaskEngine, TaskEngine, job_group
 from spark_pipeline.engines.choice import EngineChoice, SourceKind, choose
 from spark_pipeline.engines.dataframe import stages
@@ -58,10 +53,8 @@ from spark_pipeline.engines.dataframe.sources import (
     record_schema,
     source_kind,
 )
-from spark_pipeline.engines.dataframe.task_policies import check_units
 from spark_pipeline.engines.dataframe.writers import WriterSettings, write_attempt
-from spark_pipeline.engines.records.flow import TaskQualityError
-from spark_pipeline.engines.records.task import TaskOutcome, executor_name
+from spark_pipeline.engines.policies import TaskQualityError, check_task
 from spark_pipeline.engines.spark import (
     TaskProgress,
     submitted_settings,
@@ -73,11 +66,11 @@ from spark_pipeline.jobfile.config import (
     TaskEngineKind,
     WriterOutputFormat,
 )
+from spark_pipeline.jobfile.plugins import make_construct
 from spark_pipeline.writers import path_segment
 
-Emit = Callable[[Sequence[Event]], object]
 log = logging.getLogger(__name__)
-ERROR_CHARS = 4000
+TASK_POLICIES_KEY = "qualitychecker.task.policies"
 
 
 def engine_for(config: JobConfig, spark: SparkSession | None = None) -> TaskEngine:
@@ -129,11 +122,6 @@ class TaskPlan:
     run_id: str
     writers: tuple[WriterSettings, ...]
 
-    @property
-    def attempts(self) -> int:
-        """Attempts per task: the first and `task.maxretries` retries."""
-        return 1 + self.config.task_max_retries
-
 
 class DataFrameTaskEngine(SparkTaskEngine):
     """Runs each task as one Spark DataFrame job (same events and staged output as the record engine)."""
@@ -183,33 +171,9 @@ class DataFrameTaskEngine(SparkTaskEngine):
 
 def run_task(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, emit: Emit,
              sleep: Callable[[float], None]) -> TaskOutcome:
-    """A task's attempts: TaskStarted, the Spark job, then TaskSucceeded, or TaskFailed (and TaskRetried)."""
-    config = plan.config
-    task: TaskFields = {"job": config.job_name, "run_id": plan.run_id, "task_id": mwu.multi_work_unit_id}
-    unit_ids = tuple(u.work_unit_id for u in mwu.work_units)
-    for attempt in range(1, plan.attempts + 1):
-        started = time.perf_counter()
-        emit(TaskStarted(**task, attempt=attempt, work_unit_ids=unit_ids, executor=executor_name()).in_parts())
-        try:
-            results = run_attempt(spark, plan, mwu, attempt)
-        except Exception as e:
-            error = attempt_error(e)
-            emit(TaskFailed(**task, attempt=attempt, error=error, results=(),
-                            duration_ms=_since(started)).in_parts())
-            if attempt == plan.attempts:
-                return TaskOutcome(mwu.multi_work_unit_id, False, attempt, (), error.splitlines()[0])
-            delay = float(config.task_retry_interval_s)
-            emit([TaskRetried(**task, attempt=attempt, next_attempt=attempt + 1, delay_s=delay,
-                              reason=error.splitlines()[0])])
-            sleep(delay)
-            continue
-        except BaseException as stopped:  # interrupted: the attempt still ends in the log
-            emit([TaskFailed(**task, attempt=attempt, error=attempt_error(stopped), results=(),
-                             duration_ms=_since(started))])
-            raise
-        emit(TaskSucceeded(**task, attempt=attempt, results=results, duration_ms=_since(started)).in_parts())
-        return TaskOutcome(mwu.multi_work_unit_id, True, attempt, results)
-    raise AssertionError("unreachable: the last attempt returns")
+    """A task's attempts, each one Spark job (a failed attempt leaves no output, so no partial results)."""
+    return run_attempts(plan.config, plan.run_id, mwu, lambda attempt, _last: run_attempt(spark, plan, mwu, attempt),
+                        AttemptPlan.of(plan.config), emit, sleep)
 
 
 def run_attempt(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, attempt: int
@@ -303,11 +267,14 @@ def read_counts(units: Sequence[WorkUnitSpec], read: Observation | None) -> tupl
 
 def judge_units(config: JobConfig, units: Sequence[WorkUnitSpec], read: list[int], written: list[int],
                 rejected: list[int], folders: Sequence[str]) -> None:
-    """The job's task-level policies on each work unit's counts; a MANDATORY failure drops the attempt's output."""
-    if not config.branch(0).task_policies:
-        return
+    """Every branch's task-level policies on each work unit's counts (engines.policies, as on the records engine; a
+    branch here takes every record, so each sees the same counts); a MANDATORY failure drops the attempt's output."""
+    branches = [(b.index, [make_construct(config, TASK_POLICIES_KEY, p.class_path, TaskLevelPolicy, p.type, b.index)
+                           for p in b.task_policies]) for b in config.branches]
     try:
-        check_units(config, units, read, written, rejected)
+        for index, unit in enumerate(units):
+            for branch, policies in branches:
+                check_task(policies, TaskStats(unit, branch, read[index], written[index], rejected[index], ()))
     except TaskQualityError:
         fs = FileSystems.of(config.properties)
         for folder in folders:
@@ -322,16 +289,3 @@ def check_stages(spark: SparkSession, config: JobConfig, mwus: Sequence[MultiWor
     frame = read_units(spark, config, units, 1) if units and stages.has_stages(config) else None
     if frame is not None:
         stages.transform(config, frame, Attempt("planning", "planning", 1, tuple(units))).release()
-
-
-def attempt_error(error: BaseException) -> str:
-    """An attempt's error for its TaskFailed: type and message first (Spark's Java trace cut), then where."""
-    message = str(error).strip()
-    first = message.split("\n\tat ", 1)[0][:2000]
-    where = "".join(traceback.format_exception(error)[-3:]).strip()[-1500:]
-    return f"{type(error).__name__}: {first}\n{where}"[:ERROR_CHARS]
-
-
-def _since(started: float) -> int:
-    """Milliseconds since a perf_counter reading."""
-    return int((time.perf_counter() - started) * 1000)

@@ -3,7 +3,7 @@
 `converter.classes` chain and `qualitychecker.row.policies`, and come back as a batch of the converters' output
 schema.
 
-Same semantics as task_flow.py's master branch: each converter converts every output of the one before (1:0, 1:1
+Same semantics as the records engine's master branch (records/flow.py, verdicts from engines/policies.py): each converter converts every output of the one before (1:0, 1:1
 or 1:N); then every row policy judges each record: a failing MANDATORY one drops it, a failing ERR_FILE one diverts
 it to the error file (once per failing ERR_FILE policy, as the record engine appends it), a failing OPTIONAL one
 lets it through. The verdict column says which, for the split in stages.py and the rejected counts of task-level
@@ -25,7 +25,6 @@ from pyspark.sql.types import IntegerType, StructField, StructType
 from events.job import WorkUnitSpec
 from spark_pipeline.constructs import (
     Converter,
-    Record,
     RowLevelPolicy,
     Schema,
     WorkUnitState,
@@ -37,8 +36,10 @@ from spark_pipeline.engines.dataframe.avro_types import (
     struct_type,
 )
 from spark_pipeline.engines.dataframe.sources import UNIT
-from spark_pipeline.engines.records.flow import chain_schema, convert, make_construct
+from spark_pipeline.engines.policies import judge_row
+from spark_pipeline.engines.records.flow import chain_schema, convert
 from spark_pipeline.jobfile.config import JobConfig, PolicyType
+from spark_pipeline.jobfile.plugins import make_construct
 
 POLICIES_KEY = "qualitychecker.row.policies"
 VERDICT = "_oncelog_verdict"
@@ -128,19 +129,9 @@ class RecordFlow:
         outputs = convert(self.converters, schemas, row, state) if self.converters else [row]
         rows: list[dict[str, Any]] = []
         for record in outputs:
-            keep, diverted = judge(self.policies, record)
-            verdicts = ([Verdict.KEPT] if keep else [Verdict.DIVERTED] if diverted else [Verdict.DROPPED])
-            verdicts += [Verdict.DIVERTED_AGAIN] * max(0, diverted - 1)
+            verdict = judge_row(self.policies, record)
+            verdicts = ([Verdict.KEPT] if verdict.keep else [Verdict.DIVERTED] if verdict.diverted
+                        else [Verdict.DROPPED])
+            verdicts += [Verdict.DIVERTED_AGAIN] * max(0, verdict.diverted - 1)
             rows += [{**record, UNIT: index, VERDICT: int(v)} for v in verdicts]
         return rows
-
-
-def judge(policies: list[RowLevelPolicy], record: Record) -> tuple[bool, int]:
-    """Whether the record goes on, and how many ERR_FILE policies divert it (task_flow._RowChecks's rules)."""
-    keep, diverted = True, 0
-    for policy in policies:
-        if policy.check(record) or policy.policy_type is PolicyType.OPTIONAL:
-            continue
-        diverted += policy.policy_type is PolicyType.ERR_FILE
-        keep = False
-    return keep, diverted

@@ -28,7 +28,8 @@ from spark_pipeline.engines.dataframe.record_stages import (
     record_stage,
 )
 from spark_pipeline.engines.dataframe.sources import UNIT
-from spark_pipeline.jobfile.config import JobConfig, PolicyType, import_function
+from spark_pipeline.jobfile.config import JobConfig, PolicyType
+from spark_pipeline.jobfile.plugins import import_function
 
 SELECT_KEY = "converter.sql.select"
 POLICY_KEY = "qualitychecker.row.sql"

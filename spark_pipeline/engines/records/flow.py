@@ -12,9 +12,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar, cast
 
-from events.errors import ConfigError, OncelogError
 from events.task import OutputFile, WorkUnitResult
 from filesystems import urls
 from filesystems.base import FileSystem
@@ -34,17 +32,13 @@ from spark_pipeline.constructs import (
     WorkUnitState,
     WriterDestination,
 )
+from spark_pipeline.engines.policies import check_task, judge_row
 from spark_pipeline.jobfile.config import (
     BranchConfig,
     JobConfig,
-    PolicyType,
-    import_class,
 )
+from spark_pipeline.jobfile.plugins import make_construct
 from spark_pipeline.writers import path_segment
-
-
-class TaskQualityError(OncelogError):
-    """A MANDATORY task-level policy failed: the branch's output must not be committed."""
 
 
 @dataclass
@@ -70,18 +64,6 @@ class Constructs:
     branches: list[BranchConstructs]
     fs: FileSystem
     """The file systems the writers write to (one client per task, reused by its work units)."""
-
-
-T = TypeVar("T")
-
-
-def make_construct(config: JobConfig, key: str, path: str, base: type[T], *args: object) -> T:
-    """Build the construct a config key names; a class of the wrong kind is an error naming key and class."""
-    cls = import_class(path)
-    if not issubclass(cls, base):
-        raise ConfigError(f"{key}={path!r} is not a {base.__name__} (subclass spark_pipeline.constructs.{base.__name__})")
-    factory = cast(Callable[..., T], cls)
-    return factory(config, *args)
 
 
 def build_constructs(config: JobConfig) -> Constructs:
@@ -129,7 +111,8 @@ def chain_schema(converters: list[Converter], schema: Schema, state: WorkUnitSta
 
 
 class _RowChecks:
-    """Row-level policies of one stage: MANDATORY drops a failing record, ERR_FILE diverts it, OPTIONAL counts it."""
+    """Row-level policies of one stage, judged by engines.policies; counts what they rejected and flagged, and keeps
+    the diverted records for the error file."""
 
     def __init__(self, policies: list[RowLevelPolicy], err_dir: Path | None) -> None:
         self.policies = policies
@@ -139,19 +122,12 @@ class _RowChecks:
         self._err: list[str] = []
 
     def passes(self, record: Record) -> bool:
-        keep = True
-        for policy in self.policies:
-            if policy.check(record):
-                continue
-            if policy.policy_type is PolicyType.OPTIONAL:
-                self.flagged += 1
-                continue
-            if policy.policy_type is PolicyType.ERR_FILE:
-                self._err.append(json.dumps(record, default=str))
-            keep = False
-        if not keep:
-            self.rejected += 1
-        return keep
+        verdict = judge_row(self.policies, record)
+        self.flagged += verdict.flagged
+        if verdict.diverted:
+            self._err += [json.dumps(record, default=str)] * verdict.diverted
+        self.rejected += verdict.rejected
+        return verdict.keep
 
     def flush(self, name: str) -> None:
         """Write the diverted rows (JSON lines) to the error folder."""
@@ -263,10 +239,7 @@ class WorkUnitFlow:
                 continue
             stats = TaskStats(self.state.work_unit, index, self.records_extracted, writer.records_written,
                               self.checks.rejected + self.branch_checks[index].rejected, ())
-            for policy in branch.task_policies:
-                if not policy.check(stats) and policy.policy_type is PolicyType.MANDATORY:
-                    raise TaskQualityError(f"task-level policy {type(policy).__name__} failed for branch {index} of "
-                                           f"work unit {self.state.work_unit.work_unit_id}")
+            check_task(branch.task_policies, stats)
 
     def _commit(self) -> WorkUnitResult:
         """Move every branch's file to task output and describe the result up to the processed watermark."""

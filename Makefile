@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test soak simulate demo kafka-jars spark-jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down hdfs-jars hdfs-up hdfs-down s3-build s3-up s3-down bench bench-quick clean
+.PHONY: check test soak simulate demo kafka-jars spark-jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down hdfs-jars hdfs-up hdfs-down s3-build s3-up s3-down bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "oncelog needs Python 3.11+, found " + sys.version.split()[0] + " (set PYTHON=python3.11)")'
@@ -44,7 +44,13 @@ s3-up: s3-build
 s3-down: $(STAMP)
 	$(BIN)/oncelog s3 down
 
-test: $(STAMP) kafka-jars spark-jars hdfs-jars s3-build
+# Lint, types and layering (ruff, mypy and import-linter, configured in pyproject.toml); `make test` runs it first.
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy events projections replay spark_pipeline oncelog filesystems localservers tests benchmarks
+	$(BIN)/lint-imports
+
+test: $(STAMP) check kafka-jars spark-jars hdfs-jars s3-build
 	$(BIN)/python -m pytest
 
 # The SIGKILL soak (tests/fault/soak.py) at length, not part of `make test` (which runs 10 iterations per store).

@@ -1,4 +1,5 @@
-"""The commit at scale: synthetic jobs of 1,000, 10,000 and 100,000 datasets, sharded commit beside the driver-only path.
+"""The commit at scale: synthetic jobs of 1,000, 10,000 and 100,000 datasets, sharded commit beside the driver-only
+path.
 
     python -m benchmarks.commit_scale [--quick] [--sizes 1000,10000,100000] [--log sqlite|kafka]
                                       [--paths both|sharded|driver-only] [--shards-on spark|in-process]

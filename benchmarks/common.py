@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,7 @@ def measure(run: Callable[[Any], Any], repeats: int, setup: Callable[[], Any] = 
     samples = []
     for _ in range(repeats):
         prepared = setup()
-        samples.append(time_once(lambda: run(prepared)))
+        samples.append(time_once(partial(run, prepared)))
     return Timing.of(samples)
 
 

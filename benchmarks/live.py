@@ -149,8 +149,8 @@ def run(count: int, batch: int, work_dir: Path) -> dict[str, Any]:
         "live_cpu_eps": round(count / catch_up["cpu_seconds"]) if catch_up["cpu_seconds"] > 0 else None,
         "scratch_start_s": round(scratch["start_s"], 3),
         "rebuild_eps": round(prepared["head"] / prepared["head_rebuild_s"]),
-        "live_vs_rebuild": round(catch_up["events_per_second"] / (prepared["head"] / prepared["head_rebuild_s"]), 2), "answered_503": current["answered_503"] + scratch[
-            "answered_503"], "datasets": len(datasets), "runs": len(runs),
+        "live_vs_rebuild": round(catch_up["events_per_second"] / (prepared["head"] / prepared["head_rebuild_s"]), 2),
+        "answered_503": current["answered_503"] + scratch["answered_503"], "datasets": len(datasets), "runs": len(runs),
     }
 
 

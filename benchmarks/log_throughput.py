@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -66,7 +66,7 @@ WARM_UP_BATCHES = 5
 KAFKA_FIGURES = ("raw_produce", "kafka_append", "raw_consume", "kafka_read")
 CODEC_SAMPLE = 50_000
 """The codec's rates are measured on this many events (the mix repeats every six): they do not vary with count."""
-T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 TARGETS = {"kafka_append_ratio": 0.5, "kafka_read_ratio": 0.5, "sqlite_append_eps": 50_000, "sqlite_read_eps": 100_000}
 
 

@@ -143,7 +143,8 @@ def payload(i: int) -> tuple[bytes, bytes]:
     user = (i * 7919) % 50_021
     page = PAGES[i % len(PAGES)].format(i % 9_973)
     value = (f'{{"event_id":{i},"user":"user-{user}","page":"{page}","ts":{1_795_000_000_000 + 37 * i},'
-             f'"ms":{(i * 31) % 2_000},"agent":"{AGENTS[i % len(AGENTS)]}","session":"{(i * 2_654_435_761) % 2**32:08x}"}}')
+             f'"ms":{(i * 31) % 2_000},"agent":"{AGENTS[i % len(AGENTS)]}",'
+             f'"session":"{(i * 2_654_435_761) % 2**32:08x}"}}')
     return f"user-{user}".encode(), value.encode()
 
 
@@ -407,7 +408,8 @@ def start_sss(bench: Bench, topic: str, out: Path, checkpoint: Path) -> Timed:
 
 
 def run_sss(bench: Bench, topic: str, ends: dict[int, int]) -> Timed:
-    """A Structured Streaming query over the whole topic (availableNow), timed from start() to its end; output checked."""
+    """A Structured Streaming query over the whole topic (availableNow), timed from start() to its end; output
+    checked."""
     base = bench.fresh("sss")
     timed = start_sss(bench, topic, base / "out", base / "checkpoint")
     check_kafka_output(sorted((base / "out").glob("part-*.avro")), ends)

@@ -21,7 +21,7 @@ import typing
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Union
 
@@ -49,7 +49,7 @@ CRC_RESIDUE = 0x2144DF1C
 MAX_EVENT_BYTES = 256 * 1024
 """The most an encoded value may weigh: well under Kafka's default message.max.bytes (1 MB). Events whose lists grow
 with the job are appended in parts (events.model.Parted) to stay under it."""
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MICROSECOND = timedelta(microseconds=1)
 MILLISECOND = timedelta(milliseconds=1)
 
@@ -268,7 +268,7 @@ class EventCodec:
             if not checked and body.tell() != len(value):
                 raise ValueError(f"{len(value) - body.tell()} bytes after the body")
             # Exact to the microsecond while timestamps stay below 2**53 µs (the year 2255).
-            envelope["emitted_at"] = datetime.fromtimestamp(envelope.pop("emitted_at_us") / 1e6, timezone.utc)
+            envelope["emitted_at"] = datetime.fromtimestamp(envelope.pop("emitted_at_us") / 1e6, UTC)
         except Exception as e:  # fastavro raises whatever the corrupt bytes provoke (EOFError, ValueError, ...)
             raise EventDecodeError(topic, partition, offset, f"Avro body of {schemas.label} is corrupt: {e!r}") from e
         if not checked and event_id != event_id_bytes(key):

@@ -1,8 +1,8 @@
-"""Commit-sequence transitions: the write-ahead log of Gobblin's exactly-once design, one sequence per dataset per run."""
+"""Commit-sequence transitions: the write-ahead log of Gobblin's exactly-once design, a sequence per dataset per run."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -40,7 +40,7 @@ class DatasetStateStep(Frozen):
     properties: dict[str, str] = Field(default_factory=dict)
 
 
-CommitStepSpec = Annotated[Union[FsRenameStep, HighWatermarkStep, DatasetStateStep], Field(discriminator="kind")]
+CommitStepSpec = Annotated[FsRenameStep | HighWatermarkStep | DatasetStateStep, Field(discriminator="kind")]
 
 
 class CommitSequencePlanned(DatasetEvent, Parted):

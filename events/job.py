@@ -1,4 +1,5 @@
-"""Job-run and job-lock transitions (Gobblin's JobState: PENDING → RUNNING → SUCCESSFUL → COMMITTED, or FAILED / CANCELLED)."""
+"""Job-run and job-lock transitions (Gobblin's JobState: PENDING → RUNNING → SUCCESSFUL → COMMITTED, or FAILED /
+CANCELLED)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
@@ -24,7 +24,7 @@ that strings of multi-byte characters and the envelope still fit."""
 
 def utc_now() -> datetime:
     """The current time, timezone-aware in UTC (what every event's emitted_at holds)."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class Frozen(BaseModel):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import IO, Any, BinaryIO, TypeVar, cast
 
 import boto3
@@ -201,5 +202,5 @@ class S3FileSystem(FileSystem):
         keys = [{"Key": o["Key"]} for page in self._pages(path) for o in page.get("Contents", [])]
         for start in range(0, len(keys), 1000):
             batch = keys[start:start + 1000]
-            self.call(path, "delete", lambda: self.client.delete_objects(Bucket=bucket,
-                                                                         Delete={"Objects": batch, "Quiet": True}))
+            self.call(path, "delete", partial(self.client.delete_objects, Bucket=bucket,
+                                              Delete={"Objects": batch, "Quiet": True}))

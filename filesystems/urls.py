@@ -14,8 +14,8 @@ from enum import StrEnum
 from urllib.parse import unquote
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(.*)$", re.DOTALL)
-SUPPORTED = ("a local path (bare, or a file:///path URI), hdfs://namenode:port/path, webhdfs://namenode:http-port/path, "
-             "or s3a://bucket/path (s3:// too)")
+SUPPORTED = ("a local path (bare, or a file:///path URI), hdfs://namenode:port/path, "
+             "webhdfs://namenode:http-port/path, or s3a://bucket/path (s3:// too)")
 
 
 class Scheme(StrEnum):
@@ -69,7 +69,8 @@ def parse(value: str) -> Location:
     if scheme is Scheme.FILE:
         return Location(scheme, "", _file_path(rest))
     if not rest.startswith("//"):
-        raise ValueError(f"{value!r} lacks '//': write {name}://{'bucket' if name.startswith('s3') else 'host:port'}/path")
+        where = "bucket" if name.startswith("s3") else "host:port"
+        raise ValueError(f"{value!r} lacks '//': write {name}://{where}/path")
     authority, slash, path = rest[2:].partition("/")
     if not authority:
         raise ValueError(f"{value!r} names no {'bucket' if name.startswith('s3') else 'host'}")

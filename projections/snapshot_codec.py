@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import fields, is_dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import IntEnum
 from functools import cache
 from operator import attrgetter
@@ -53,7 +53,7 @@ def _datetime_out(value: datetime) -> int:
 
 
 def _datetime_in(value: int) -> datetime:
-    return datetime.fromtimestamp(value / 1e6, timezone.utc)
+    return datetime.fromtimestamp(value / 1e6, UTC)
 
 
 @cache

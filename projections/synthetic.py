@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from events.commit import (
     CommitSequenceCompleted,
@@ -43,7 +43,7 @@ from events.task import (
     WorkUnitResult,
 )
 
-EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,8 @@ def synthetic_history(rng: random.Random, shape: HistoryShape) -> list[Event]:
 def iter_history(rng: random.Random, shape: HistoryShape) -> Iterator[Event]:
     """The events of synthetic_history, generated lazily (a million events need not sit in memory)."""
     clock = _Clock()
-    watermarks = {(j, d, p): 0 for j in range(shape.jobs) for d in range(shape.datasets) for p in range(shape.partitions)}
+    watermarks = {(j, d, p): 0
+                  for j in range(shape.jobs) for d in range(shape.datasets) for p in range(shape.partitions)}
     leftovers: dict[int, list[Event]] = {}
     for run in range(shape.runs):
         for j in range(shape.jobs):
@@ -94,7 +95,8 @@ def _run(rng: random.Random, shape: HistoryShape, clock: _Clock, watermarks: dic
         yield event.model_copy(update={"emitted_at": clock.tick()})
     units = [
         WorkUnitSpec(work_unit_id=f"wu-{d}-{p}", dataset_urn=f"ds-{d}", partition=f"ds-{d}:{p}",
-                     low_watermark=watermarks[(j, d, p)], expected_high_watermark=watermarks[(j, d, p)] + rng.randint(1, 50))
+                     low_watermark=watermarks[(j, d, p)],
+                     expected_high_watermark=watermarks[(j, d, p)] + rng.randint(1, 50))
         for d in range(shape.datasets) for p in range(shape.partitions)
     ]
     yield WorkUnitsPlanned(**common, work_units=tuple(units), emitted_at=clock.tick())
@@ -107,7 +109,9 @@ def _run(rng: random.Random, shape: HistoryShape, clock: _Clock, watermarks: dic
             low_watermark=unit.low_watermark, expected_high_watermark=unit.expected_high_watermark,
             actual_high_watermark=unit.expected_high_watermark,
             records_written=unit.expected_high_watermark - unit.low_watermark,
-            output_files=(OutputFile(path=f"/out/{job}/{run_id}/{unit.work_unit_id}.avro", size=100, checksum="c" * 64),),
+            output_files=(
+                OutputFile(path=f"/out/{job}/{run_id}/{unit.work_unit_id}.avro", size=100, checksum="c" * 64),
+            ),
         )
         attempt = 1
         while True:
@@ -179,7 +183,8 @@ def _apply(rng: random.Random, shape: HistoryShape, clock: _Clock, sequence: Seq
             yield WatermarkAdvanced(**sequence, partition=step.partition, low_watermark=step.low_watermark,
                                     value=step.value, emitted_at=clock.tick())
         elif isinstance(step, DatasetStateStep):
-            yield DatasetStateCommitted(**sequence, watermarks=step.watermarks, records_published=step.records_published,
+            yield DatasetStateCommitted(**sequence, watermarks=step.watermarks,
+                                        records_published=step.records_published,
                                         files_published=step.files_published, emitted_at=clock.tick())
     yield CommitSequenceCompleted(**sequence, steps_applied=len(steps), executed=len(steps) - recorded,
                                   emitted_at=clock.tick())

@@ -62,13 +62,15 @@ PHASE_COLOURS = {
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#212121}
 h1{font-size:20px}h2{font-size:16px;margin-top:2em}
-table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding:2px 8px;text-align:left;vertical-align:top}
+table{border-collapse:collapse;margin:.5em 0}
+td,th{border:1px solid #ddd;padding:2px 8px;text-align:left;vertical-align:top}
 th{background:#f5f5f5;position:sticky;top:0}td{font-variant-numeric:tabular-nums}
 pre{margin:0;white-space:pre-wrap;font:12px/1.3 ui-monospace,monospace;max-width:70em}
 pre.error{background:#fff5f5;border-left:3px solid #c62828;padding:.5em}
 .status-COMMITTED,.s-completed,.s-committed,.s-succeeded{color:#2e7d32}
 .status-FAILED,.status-CANCELLED,.s-failed,.s-abandoned{color:#c62828}.s-pending,.s-running{color:#b28704}
-dl.summary{display:grid;grid-template-columns:max-content auto;gap:2px 16px}dl.summary dt{color:#616161}dl.summary dd{margin:0}
+dl.summary{display:grid;grid-template-columns:max-content auto;gap:2px 16px}
+dl.summary dt{color:#616161}dl.summary dd{margin:0}
 svg text{font:12px system-ui,sans-serif}svg text.section{font-weight:bold}
 .legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}
 .note{color:#616161}#dataset-filter{width:24em}
@@ -87,7 +89,9 @@ FILTER_SCRIPT = """
   function apply() {
     const query = input.value.trim().toLowerCase(), hits = [];
     let count = 0;
-    texts.forEach((text, i) => { if (!query || text.includes(query)) { count++; if (hits.length < LIMIT) hits.push(i); } });
+    texts.forEach((text, i) => {
+      if (!query || text.includes(query)) { count++; if (hits.length < LIMIT) hits.push(i); }
+    });
     body.innerHTML = hits.map(i => '<tr>' + data[i].map(cell).join('')).join('');
     shown.textContent = hits.length.toLocaleString('en');
     matching.textContent = count.toLocaleString('en');

@@ -57,7 +57,8 @@ def state_blocks(document: dict[str, Any]) -> list[Block]:
     """`state_json` as sheets: datasets, pending sequences, held job locks, problems."""
     datasets = Sheet("Datasets", ("job", "dataset", "watermarks", "last run", "committed at", "records", "files",
                                   "blocked by"),
-                     tuple((d["job"], d["dataset_urn"], ", ".join(f"{p}={v}" for p, v in sorted(d["watermarks"].items())),
+                     tuple((d["job"], d["dataset_urn"],
+                            ", ".join(f"{p}={v}" for p, v in sorted(d["watermarks"].items())),
                             d["last_run_id"] or "-", d["committed_at"] or "-", str(d["records_published"]),
                             str(d["files_published"]), d["blocked_by"] or "") for d in document["datasets"]))
     pending = Sheet("Pending commit sequences", ("job", "dataset", "sequence", "steps applied", "failed attempts",
@@ -135,7 +136,8 @@ def audit_blocks(document: dict[str, Any]) -> list[Block]:
                                     f": {document['engine']['reason']}"))
     if run["error"]:
         header.append(Text(run["error"], style="red"))
-    header += [Text.assemble((f"skipped {s['dataset_urn']}", "yellow"), f": {s['reason']}") for s in document["skipped"]]
+    header += [Text.assemble((f"skipped {s['dataset_urn']}", "yellow"), f": {s['reason']}")
+               for s in document["skipped"]]
     units = _sheet("Work units", ["work unit", "dataset", "partition", "low", "expected high", "actual high", "status"],
                    [[w["work_unit_id"], w["dataset_urn"], w["partition"], w["low_watermark"],
                      w["expected_high_watermark"], w["actual_high_watermark"], w["status"]]

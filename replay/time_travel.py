@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from events.errors import ConfigError
 from events.log import EventLog
@@ -42,7 +42,7 @@ def parse_until(log: EventLog, until: str) -> dict[int, int]:
             f"--until {until!r} is neither an offset (N or P:N,...) nor an ISO-8601 time (2026-11-21T12:00:00Z)"
         ) from e
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return log.offsets_for_time(int(moment.timestamp() * 1000) + 1)
 
 

@@ -356,7 +356,7 @@ class _Checker:
 
     def _check_pending_plans(self) -> None:
         """A pending sequence's watermark steps not yet applied start where the committed watermark stands now."""
-        for (job, urn, sequence_id), s in self.sequences.items():
+        for (job, urn, _), s in self.sequences.items():
             if s.completed or s.abandoned:
                 continue
             for step in s.planned.steps:

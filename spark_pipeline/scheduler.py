@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -30,7 +30,7 @@ class Scheduler:
     """Fires jobs at their next cron time; `once` runs every enabled job once, now, and returns."""
 
     def __init__(self, jobs: list[JobConfig], faults: FaultInjector = NO_FAULTS,
-                 now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC),
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.jobs = [j for j in jobs if not j.job_disabled]
         self.faults = faults

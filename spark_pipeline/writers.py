@@ -88,7 +88,8 @@ class AvroDataWriter(DataWriter):
         unit = destination.work_unit
         attempt_dir = urls.join(destination.staging_dir, destination.run_id, destination.task_id,
                                 f"attempt-{destination.attempt}")
-        self.staging_path = urls.join(attempt_dir, f"{path_segment(unit.dataset_urn)}.{path_segment(unit.partition)}.avro.tmp")
+        file_name = f"{path_segment(unit.dataset_urn)}.{path_segment(unit.partition)}.avro.tmp"
+        self.staging_path = urls.join(attempt_dir, file_name)
         self._file = _HashingFile(self.fs.open_write(self.staging_path))
         schema = parsed_schema if parsed_schema is not None else fastavro.parse_schema(destination.schema)
         self._writer: Any = Writer(cast(IO[bytes], self._file), schema, codec=settings.codec,

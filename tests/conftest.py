@@ -2,5 +2,5 @@
 
 from __future__ import annotations
 
-pytest_plugins = ["tests.kafka_plugin", "tests.log_fixtures", "tests.spark_plugin", "tests.hdfs_plugin", "tests.s3_plugin",
-                  "tests.remote_fs_plugin", "tests.spark_cluster_plugin", "tests.browser"]
+pytest_plugins = ["tests.kafka_plugin", "tests.log_fixtures", "tests.spark_plugin", "tests.hdfs_plugin",
+                  "tests.s3_plugin", "tests.remote_fs_plugin", "tests.spark_cluster_plugin", "tests.browser"]

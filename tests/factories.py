@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from events.commit import (
     CommitSequenceAbandoned,
@@ -39,7 +39,7 @@ from events.task import (
     WorkUnitResult,
 )
 
-T0 = datetime(2026, 11, 21, 12, 0, 0, 123456, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 21, 12, 0, 0, 123456, tzinfo=UTC)
 
 
 def at(seconds: float) -> datetime:
@@ -71,9 +71,12 @@ def one_of_each(job: str = "MyJob", run_id: str = "run-1", urn: str = "MyTopic")
         JobRunStarted(**common, job_group="g", properties={"job.name": job}, emitted_at=at(1)),
         WorkUnitsPlanned(**common, work_units=(work_unit,), emitted_at=at(2)),
         DatasetSkipped(**common, dataset_urn=f"{urn}.other", sequence_id="run-0", reason="pending", emitted_at=at(2.5)),
-        TaskStarted(**common, task_id="task-0", attempt=1, work_unit_ids=("wu-0",), executor="exec-1", emitted_at=at(3)),
-        TaskFailed(**common, task_id="task-0", attempt=1, error="boom", results=(result,), duration_ms=5, emitted_at=at(4)),
-        TaskRetried(**common, task_id="task-0", attempt=1, next_attempt=2, delay_s=0.5, reason="boom", emitted_at=at(5)),
+        TaskStarted(**common, task_id="task-0", attempt=1, work_unit_ids=("wu-0",), executor="exec-1",
+                    emitted_at=at(3)),
+        TaskFailed(**common, task_id="task-0", attempt=1, error="boom", results=(result,), duration_ms=5,
+                   emitted_at=at(4)),
+        TaskRetried(**common, task_id="task-0", attempt=1, next_attempt=2, delay_s=0.5, reason="boom",
+                    emitted_at=at(5)),
         TaskSucceeded(**common, task_id="task-0", attempt=2, results=(result,), duration_ms=7, emitted_at=at(6)),
         JobRunSucceeded(**common, tasks=1, records_extracted=100, records_written=100, emitted_at=at(7)),
         CommitSequencePlanned(**dataset, steps=steps, emitted_at=at(8)),

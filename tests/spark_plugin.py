@@ -16,7 +16,8 @@ def spark() -> Iterator[SparkSession]:
     """A local[2] Spark session; never skipped: a Spark test that cannot get one fails."""
     config = JobConfig.from_properties({"job.name": "tests", "source.class": "spark_pipeline.sources.synthetic."
                                         "SyntheticSource", "writer.staging.dir": "/tmp/unused-s",
-                                        "writer.output.dir": "/tmp/unused-o", "data.publisher.final.dir": "/tmp/unused-f",
+                                        "writer.output.dir": "/tmp/unused-o",
+                                        "data.publisher.final.dir": "/tmp/unused-f",
                                         "spark.master": "local[2]", "spark.ui.enabled": "false"})
     session = spark_session(config)
     session.sparkContext.setLogLevel("ERROR")

@@ -112,7 +112,8 @@ class SqliteLog(EventLog):
         """A new connection in autocommit mode (transactions are explicit), WAL journal, busy timeout."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None,
+                                   check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
         except (sqlite3.Error, OSError) as e:
@@ -136,8 +137,9 @@ class SqliteLog(EventLog):
                 )
             elif self._requested_partitions is not None and row[0] != self._requested_partitions:
                 raise ConfigError(
-                    f"topic {self.topic!r} in {self.path} has {row[0]} partitions, not the {self._requested_partitions} "
-                    f"asked for (setting 'partitions'); an existing log's partitioning cannot change"
+                    f"topic {self.topic!r} in {self.path} has {row[0]} partitions, not the "
+                    f"{self._requested_partitions} asked for (setting 'partitions'); an existing log's partitioning "
+                    f"cannot change"
                 )
 
     def job_lock(self, job: str) -> FileJobLock:
@@ -222,7 +224,8 @@ class SqliteLog(EventLog):
     def save_snapshot(self, snapshot: Snapshot) -> None:
         with self._conn:
             self._conn.execute(
-                "INSERT OR REPLACE INTO oncelog_snapshots (topic, name, offsets, data, created_ms) VALUES (?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO oncelog_snapshots (topic, name, offsets, data, created_ms) "
+                "VALUES (?, ?, ?, ?, ?)",
                 (self.topic, snapshot.name, json.dumps(snapshot.offsets), snapshot.data, snapshot.created_ms),
             )
 

@@ -8,7 +8,7 @@ import re
 import sys
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -250,13 +250,13 @@ def parse_since(since: str) -> datetime:
     """`--since`: an ISO-8601 time (no zone means UTC) or a span ago: 30m, 12h, 7d."""
     ago = _AGO.match(since.strip())
     if ago:
-        return datetime.now(timezone.utc) - timedelta(**{_UNITS[ago.group(2)]: int(ago.group(1))})
+        return datetime.now(UTC) - timedelta(**{_UNITS[ago.group(2)]: int(ago.group(1))})
     try:
         moment = datetime.fromisoformat(since.strip().replace("Z", "+00:00"))
     except ValueError as e:
         raise ConfigError(f"--since {since!r} is neither an ISO-8601 time (2026-11-21T12:00:00Z) nor a span ago "
                           "(30m, 12h, 7d)") from e
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def runs(job: Job = None,
@@ -294,7 +294,7 @@ def history(job: Annotated[str, typer.Argument(help="The job whose runs to chart
 
 def run_order(view: RunView) -> tuple[datetime, str, str]:
     """Runs by start time (unknown first), then job and id."""
-    return view.started_at or datetime.min.replace(tzinfo=timezone.utc), view.job, view.run_id
+    return view.started_at or datetime.min.replace(tzinfo=UTC), view.job, view.run_id
 
 
 def resolve_run(state: State, wanted: str, job: str | None, where: str) -> RunView:
@@ -367,7 +367,8 @@ def verify(publish_dir: Annotated[str | None, typer.Option(
         out = stdout_console()
         show([Text.assemble(("✗ ", "red"), str(violation)) for violation in report.violations]
              + [f"• pending: {pending}" for pending in report.pending], out)
-        verdict = Text("OK", style="green") if report.ok else Text(f"{len(report.violations)} violation(s)", style="red")
+        verdict = (Text("OK", style="green") if report.ok
+                   else Text(f"{len(report.violations)} violation(s)", style="red"))
         show([Text.assemble(verdict, f": {report.events:,} events, {report.sequences:,} commit sequences, "
                                      f"{report.published_files:,} published files checked.")], out)
     if not report.ok:

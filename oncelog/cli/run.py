@@ -16,9 +16,9 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -34,22 +34,9 @@ from projections.projector import Projector
 from projections.views import RunStatus
 from spark_pipeline.commit.faults import FaultInjector
 from spark_pipeline.commit.session import open_session
-from spark_pipeline.explain import explain
 from spark_pipeline.jobfile.config import JobConfig, JobConfigError
 from spark_pipeline.jobfile.formats import JOB_FILE_SUFFIXES, Entry, parse_job_file
 from spark_pipeline.jobfile.paths import JobRoots, absolute_config, overlaps
-from spark_pipeline.jobfile.validation import (
-    load_job_dir,
-    migration_report,
-    validate_parsed,
-)
-from spark_pipeline.launcher import (
-    JobLauncher,
-    RunResult,
-    check_own_folders,
-    commit_settings,
-    new_run_id,
-)
 from spark_pipeline.progress import (
     LOGS_DIR,
     PlainProgress,
@@ -57,6 +44,11 @@ from spark_pipeline.progress import (
     RunObserver,
     quiet_native_output,
 )
+
+# PySpark loads with the launcher, the explainer and the job-file validation (through the engines): each command
+# imports them when it runs, so that `oncelog --help` and the commands without Spark start without it.
+if TYPE_CHECKING:
+    from spark_pipeline.launcher import RunResult
 
 LOG_KEY = "oncelog.log.url"
 LOG_ENV = "ONCELOG_LOG"
@@ -162,6 +154,8 @@ def check_job_path(path: Path, folder_hint: str) -> None:
 
 def load_job(path: Path, overrides: Mapping[str, str], log_flag: str | None, environ: Mapping[str, str]) -> JobConfig:
     """A job file with `--conf` overrides and the log URL by precedence applied, fully validated (JobConfigError)."""
+    from spark_pipeline.jobfile.validation import validate_parsed
+
     parsed = parse_job_file(path, environ)
     if parsed.readable:
         for key, value in overrides.items():
@@ -175,6 +169,8 @@ def load_job(path: Path, overrides: Mapping[str, str], log_flag: str | None, env
 
 def migration_notes(path: Path, environ: Mapping[str, str]) -> tuple[str, ...]:
     """What of a (Gobblin) job file does not carry over, or carries over as another key: one line each."""
+    from spark_pipeline.jobfile.validation import migration_report
+
     return migration_report(path, environ=environ).warnings
 
 
@@ -229,6 +225,8 @@ def run(job_file: JobFile, conf: Conf = None, log_url: LogUrl = None, verbose: V
             "--explain", help="Print the plan (engine and why, tasks, work units, Spark's plan); run nothing.")] = False
         ) -> None:
     """Run a job once: lock, recover, extract on Spark, publish exactly once, clean up, release."""
+    from spark_pipeline.launcher import new_run_id
+
     config = job_for(job_file, conf, log_url, f"to run every job in it use `oncelog schedule {job_file}`")
     if explain_only:
         show_explanation(config, as_json)
@@ -239,7 +237,7 @@ def run(job_file: JobFile, conf: Conf = None, log_url: LogUrl = None, verbose: V
         faults = FaultInjector.from_env(os.environ)
     except ValueError as e:
         raise fail(str(e)) from e
-    run_id = new_run_id(datetime.now(timezone.utc))
+    run_id = new_run_id(datetime.now(UTC))
     log_file = None if verbose else (LOGS_DIR / f"{config.job_name}-{run_id}.log").absolute()
     started = time.perf_counter()
     try:
@@ -256,6 +254,8 @@ def run(job_file: JobFile, conf: Conf = None, log_url: LogUrl = None, verbose: V
 
 def show_explanation(config: JobConfig, as_json: bool) -> None:
     """`run --explain`: the plan of the job's next run, Spark's own output kept out of the way."""
+    from spark_pipeline.explain import explain
+
     with quiet_native_output((LOGS_DIR / f"{config.job_name}-explain.log").absolute()):
         try:
             explained = explain(config)
@@ -285,6 +285,8 @@ def run_shown(config: JobConfig, faults: FaultInjector, run_id: str, log_file: P
               quiet: bool) -> RunResult:
     """Run a job, the output of the JVM and native libraries sent to `log_file` (when given), its progress shown
     (unless `quiet`; as plain lines when `verbose`, since Spark's own output then shares the terminal)."""
+    from spark_pipeline.launcher import JobLauncher
+
     with quiet_native_output(log_file) as native:
         if quiet:
             return JobLauncher(config, faults=faults, run_id=run_id).run()
@@ -314,6 +316,8 @@ def recover(job_file: JobFile, release: Annotated[list[str] | None, typer.Option
              "back first, then runs pull the dataset again (repeatable).", show_default=False)] = None,
             conf: Conf = None, log_url: LogUrl = None, as_json: AsJson = False) -> None:
     """Finish the job's planned-but-unfinished commit sequences, without extracting anything."""
+    from spark_pipeline.launcher import commit_settings
+
     config = absolute_config(job_for(job_file, conf, log_url, "name one job file"))
     try:
         with open_log(config.log_url, config.log_settings) as log, open_session(
@@ -343,6 +347,7 @@ def schedule(directory: Annotated[Path, typer.Argument(help="A folder of job fil
              once: Annotated[bool, typer.Option("--once", help="Run every due job once and exit.")] = False,
              log_url: LogUrl = None, verbose: Verbose = False) -> None:
     """Run the jobs of a folder by their job.schedule cron expressions (one run at a time)."""
+    from spark_pipeline.jobfile.validation import load_job_dir
     from spark_pipeline.scheduler import Scheduler
 
     if not directory.is_dir():
@@ -354,7 +359,7 @@ def schedule(directory: Annotated[Path, typer.Argument(help="A folder of job fil
     except (ConfigError, ValueError) as e:
         raise fail(str(e)) from e
     log_file = None if verbose else (
-        LOGS_DIR / f"schedule-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{os.getpid()}.log").absolute()
+        LOGS_DIR / f"schedule-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{os.getpid()}.log").absolute()
     try:
         with quiet_native_output(log_file) as native:
             if native.file:
@@ -409,6 +414,8 @@ def job_files(paths: Sequence[Path]) -> list[Path]:
 
 def check_job(path: Path, overrides: Mapping[str, str], log_flag: str | None, against_log: bool) -> Verdict:
     """Every check `run` makes before it runs anything, on one job file."""
+    from spark_pipeline.launcher import commit_settings
+
     verdict = Verdict(path, notes=list(migration_notes(path, os.environ)))
     try:
         config = absolute_config(load_job(path, overrides, log_flag, os.environ))
@@ -427,6 +434,8 @@ def check_job(path: Path, overrides: Mapping[str, str], log_flag: str | None, ag
 
 def log_problems(path: Path, config: JobConfig) -> list[str]:
     """Folders the job would share with other jobs of its log (a SQLite log not yet created has none)."""
+    from spark_pipeline.launcher import check_own_folders
+
     scheme, location, _ = parse_url(config.log_url)
     if scheme == "sqlite" and not Path(location).exists():
         return []

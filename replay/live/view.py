@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import StrEnum
 from http import HTTPStatus
 from itertools import islice
@@ -202,7 +202,7 @@ class LiveView:
     def health(self) -> dict[str, Any]:
         """Phase, lag, last event time and where the fold stands (lock held)."""
         report = self.catch_up_report
-        last = None if self.last_event_ms is None else datetime.fromtimestamp(self.last_event_ms / 1000, timezone.utc)
+        last = None if self.last_event_ms is None else datetime.fromtimestamp(self.last_event_ms / 1000, UTC)
         return {
             "status": self.phase.value, "lag": self.lag(), "last_event_at": when(last),
             "events_folded": self.folded, "problem_count": self.state.problem_count, "error": self.error,

@@ -57,7 +57,8 @@ def absolute_config(config: JobConfig) -> JobConfig:
             properties[key] = urls.resolve_folder(folder_value(key, value))
     updates: dict[str, object] = {"properties": properties}
     for field, key in (("writer_staging_dir", "writer.staging.dir"), ("writer_output_dir", "writer.output.dir"),
-                       ("publisher_final_dir", "data.publisher.final.dir"), ("row_err_file", "qualitychecker.row.err.file")):
+                       ("publisher_final_dir", "data.publisher.final.dir"),
+                       ("row_err_file", "qualitychecker.row.err.file")):
         if getattr(config, field) is not None:
             updates[field] = properties[key]
     scheme, location, _ = parse_url(config.log_url)

@@ -105,7 +105,8 @@ def test_a_broker_stopped_mid_run_then_the_next_run_publishes_exactly_once(
     restartable_kafka.start()
     out, err = run.communicate(timeout=300)
     windows = 1 + int((time.monotonic() - stopped) // LOG_EVERY_S)  # a line may come back once per window
-    assert run.returncode in (0, 1, 3), f"the run neither completed nor failed cleanly: exit {run.returncode}\n{err[-3000:]}"
+    assert run.returncode in (0, 1, 3), (f"the run neither completed nor failed cleanly: exit {run.returncode}\n"
+                                         f"{err[-3000:]}")
     lines = err.splitlines()
     assert not [line for line in lines if re.match(r"%\d+\|", line)], "librdkafka printed raw log lines"
     assert any("is unreachable" in line and "retrying" in line for line in lines), err[-3000:]

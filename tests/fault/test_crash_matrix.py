@@ -1,9 +1,9 @@
 """The crash matrix: the driver killed at every point of the publish protocol, then the job run again.
 
-For both stores (on Kafka, each engine, commit path and policy once), both task engines, both the `full` and `partial` commit policies, and both places a commit runs
-(shard tasks on the executors, where a point inside a shard kills that task and then its driver; or the driver
-alone): every source record is published exactly once, watermarks are exact, no published file is orphaned or
-duplicated, and `oncelog verify` passes.
+For both stores (on Kafka, each engine, commit path and policy once), both task engines, both the `full` and
+`partial` commit policies, and both places a commit runs (shard tasks on the executors, where a point inside a shard
+kills that task and then its driver; or the driver alone): every source record is published exactly once, watermarks
+are exact, no published file is orphaned or duplicated, and `oncelog verify` passes.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ the time axis from JobRunStarted, the phases, tasks with records and throughput,
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -49,7 +49,7 @@ from replay.audit_html import LABEL_WIDTH, write_html
 from replay.history_html import JobNotFoundError, write_history_html
 from tests.browser import Browser, Element, loaded_ms, parse_dom
 
-T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 APP_ID = "app-20261121120000-0042"
 TRACEBACK = ('Traceback (most recent call last):\n  File "/opt/job/extract.py", line 12, in read\n'
              '    raise ConnectionError("broker went away")\nConnectionError: broker went away')
@@ -311,7 +311,8 @@ def test_a_job_history_charts_its_last_runs(sqlite_log: EventLog, tmp_path: Path
     assert failed == ["run-013", "run-023", "run-033", "run-043", "run-053"]
     durations = {r.attrs["data-run"]: float(r.attrs["data-seconds"] or "nan") for r in runs}
     assert durations["run-059"] == 13.0 and durations["run-013"] == 9.0
-    records = {r.attrs["data-run"]: int(r.attrs["data-records"] or "-1") for r in page.with_class("records-bar", "rect")}
+    records = {r.attrs["data-run"]: int(r.attrs["data-records"] or "-1")
+               for r in page.with_class("records-bar", "rect")}
     assert records["run-059"] == 5900
     assert "Traceback" in page.by_id("runs").text()
     with pytest.raises(JobNotFoundError, match="nightly"):

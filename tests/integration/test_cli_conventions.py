@@ -70,8 +70,8 @@ def spoil(log: EventLog) -> None:
 
 def test_piped_state_and_tail_are_one_whole_line_per_record(log: EventLog) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TERMINAL_WIDTH", "FORCE_COLOR")}
-    piped = subprocess.run([sys.executable, str(ROOT / "oncelog" / "__main__.py"), "state", "--log", log.url], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=120)
+    piped = subprocess.run([sys.executable, str(ROOT / "oncelog" / "__main__.py"), "state", "--log", log.url],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert piped.returncode == 0, piped.stderr
     lines = piped.stdout.splitlines()
     long_line = [line for line in lines if LONG_URN in line]

@@ -95,9 +95,10 @@ def key(record: dict[str, Any]) -> tuple[str, int, int]:
 def test_err_file_sql_policy_diverts_failing_records_to_the_error_file_and_keeps_the_watermarks(
         tmp_path: Path, spark: SparkSession) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
-    job = write_job(tmp_path, url, "full", None, **{"task.engine": "dataframe", "source.synthetic.payload.bytes": PAYLOAD,
-                                      "qualitychecker.row.sql": ODD, "qualitychecker.row.sql.type": "err_file",
-                                      "qualitychecker.row.err.file": str(tmp_path / "err")})
+    job = write_job(tmp_path, url, "full", None, **{
+        "task.engine": "dataframe", "source.synthetic.payload.bytes": PAYLOAD,
+        "qualitychecker.row.sql": ODD, "qualitychecker.row.sql.type": "err_file",
+        "qualitychecker.row.err.file": str(tmp_path / "err")})
     result = run(job, spark)
 
     source = source_records()
@@ -124,16 +125,17 @@ def test_err_file_sql_policy_diverts_failing_records_to_the_error_file_and_keeps
 
 def test_optional_sql_policy_counts_only_and_writes_every_record(tmp_path: Path, spark: SparkSession) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
-    job = write_job(tmp_path, url, "full", None, **{"task.engine": "dataframe", "source.synthetic.payload.bytes": PAYLOAD,
-                                      "qualitychecker.row.sql": ODD, "qualitychecker.row.sql.type": "OPTIONAL"})
+    job = write_job(tmp_path, url, "full", None, **{
+        "task.engine": "dataframe", "source.synthetic.payload.bytes": PAYLOAD,
+        "qualitychecker.row.sql": ODD, "qualitychecker.row.sql.type": "OPTIONAL"})
     run(job, spark)
     assert len(avro_records(tmp_path / "published")) == len(source_records())
     assert {(r.records_extracted, r.records_written) for r in unit_results(url)} == {(RECORDS, RECORDS)}
 
 
 def test_err_file_policy_type_without_an_error_file_names_the_key(tmp_path: Path) -> None:
-    job = write_job(tmp_path, "sqlite:///unused.db", "full", None, **{"task.engine": "dataframe", "qualitychecker.row.sql": ODD,
-                                                        "qualitychecker.row.sql.type": "ERR_FILE"})
+    job = write_job(tmp_path, "sqlite:///unused.db", "full", None, **{
+        "task.engine": "dataframe", "qualitychecker.row.sql": ODD, "qualitychecker.row.sql.type": "ERR_FILE"})
     with pytest.raises(ConfigError, match="qualitychecker.row.sql.type.*qualitychecker.row.err.file"):
         load_job_config(job)
 
@@ -156,9 +158,10 @@ def only_units(frame: DataFrame) -> DataFrame:
 def test_python_dataframe_functions_convert_the_records_after_the_sql_stages(
         tmp_path: Path, spark: SparkSession) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
-    job = write_job(tmp_path, url, "full", None, **{"task.engine": "dataframe", "source.synthetic.payload.bytes": PAYLOAD,
-                                      "converter.sql.select": "*, upper(payload) AS code",
-                                      "converter.dataframe.functions": f"{__name__}:with_cents"})
+    job = write_job(tmp_path, url, "full", None, **{
+        "task.engine": "dataframe", "source.synthetic.payload.bytes": PAYLOAD,
+        "converter.sql.select": "*, upper(payload) AS code",
+        "converter.dataframe.functions": f"{__name__}:with_cents"})
     run(job, spark)
     published = avro_records(tmp_path / "published")
     assert len(published) == len(source_records())
@@ -207,7 +210,8 @@ class SmallAmount(RowLevelPolicy):
 
 
 class EveryCopyJudged(TaskLevelPolicy):
-    """With test_pipeline.Doubled (1:N) before the row policies, every converted record is written or rejected: the counts add up."""
+    """With test_pipeline.Doubled (1:N) before the row policies, every converted record is written or rejected: the
+    counts add up."""
 
     def check(self, stats: TaskStats) -> bool:
         return stats.records_written + stats.rows_rejected == 2 * stats.records_extracted
@@ -241,7 +245,8 @@ class Opaque(Converter):
 
 
 RECORD_CONSTRUCTS = {"source.synthetic.payload.bytes": PAYLOAD,
-                     "converter.classes": "spark_pipeline.examples.converters.AmountInCents, tests.integration.test_pipeline.Doubled",
+                     "converter.classes": "spark_pipeline.examples.converters.AmountInCents, "
+                                          "tests.integration.test_pipeline.Doubled",
                      "qualitychecker.row.policies": f"{__name__}.RoundAmount, {__name__}.EvenOffsetsOnly, "
                                                     f"{__name__}.SmallAmount",
                      "qualitychecker.row.policy.types": "ERR_FILE, MANDATORY, OPTIONAL",
@@ -315,12 +320,13 @@ def test_auto_runs_record_constructs_on_the_dataframe_engine_unless_a_converter_
 def test_task_level_policies_judge_each_work_units_counts_after_the_write(
         kind: str, tmp_path: Path, spark: SparkSession) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
-    job = write_job(tmp_path, url, "full", None, **{"task.engine": "dataframe", "source.synthetic.payload.bytes": PAYLOAD,
-                                      "qualitychecker.row.sql": "offset % 2 = 0",
-                                      "qualitychecker.row.sql.type": "ERR_FILE",
-                                      "qualitychecker.row.err.file": str(tmp_path / "err"),
-                                      "qualitychecker.task.policies": "spark_pipeline.examples.policies.WroteEverything",
-                                      "qualitychecker.task.policy.types": kind, "task.maxretries": 0})
+    job = write_job(tmp_path, url, "full", None, **{
+        "task.engine": "dataframe", "source.synthetic.payload.bytes": PAYLOAD,
+        "qualitychecker.row.sql": "offset % 2 = 0",
+        "qualitychecker.row.sql.type": "ERR_FILE",
+        "qualitychecker.row.err.file": str(tmp_path / "err"),
+        "qualitychecker.task.policies": "spark_pipeline.examples.policies.WroteEverything",
+        "qualitychecker.task.policy.types": kind, "task.maxretries": 0})
     result = JobLauncher(load_job_config(job), spark=spark).run()
     with open_log(url) as log:
         events = [e.event for e in log.read()]
@@ -365,7 +371,8 @@ def test_a_kafka_job_with_a_record_converter_a_record_policy_and_an_err_file_sql
 
 def test_run_explain_shows_the_arrow_adapter_in_sparks_plan(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
-    job = write_job(tmp_path, url, "full", None, **RECORD_CONSTRUCTS, **{"qualitychecker.row.err.file": str(tmp_path / "err")})
+    job = write_job(tmp_path, url, "full", None, **RECORD_CONSTRUCTS,
+                    **{"qualitychecker.row.err.file": str(tmp_path / "err")})
     shown = subprocess.run([sys.executable, "-m", "oncelog", "run", str(job), "--explain", "--json"], cwd=ROOT,
                            capture_output=True, text=True, timeout=300)
     assert shown.returncode == 0, shown.stderr[-3000:]
@@ -379,8 +386,9 @@ def test_run_explain_shows_the_arrow_adapter_in_sparks_plan(tmp_path: Path) -> N
 def test_a_dataframe_function_that_drops_records_changes_the_counts_written_not_the_watermarks(
         tmp_path: Path, spark: SparkSession) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
-    job = write_job(tmp_path, url, "full", None, **{"task.engine": "dataframe", "source.synthetic.payload.bytes": PAYLOAD,
-                                      "converter.dataframe.functions": f"{__name__}.even_offsets"})
+    job = write_job(tmp_path, url, "full", None, **{
+        "task.engine": "dataframe", "source.synthetic.payload.bytes": PAYLOAD,
+        "converter.dataframe.functions": f"{__name__}.even_offsets"})
     run(job, spark)
     published = avro_records(tmp_path / "published")
     assert sorted(map(key, published)) == sorted(key(r) for r in source_records() if r["offset"] % 2 == 0)

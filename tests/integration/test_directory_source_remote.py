@@ -1,7 +1,8 @@
 """The directory source reading its input from a real HDFS and a real S3-compatible server, end to end.
 
-Each test runs against a local folder (the baseline), then both stores (`remote_folder`): input files are put there through `filesystems`, the job runs
-in this process (the launcher's in-process engine), its log is a SQLite file and its publish folders are local.
+Each test runs against a local folder (the baseline), then both stores (`remote_folder`): input files are put there
+through `filesystems`, the job runs in this process (the launcher's in-process engine), its log is a SQLite file and
+its publish folders are local.
 Run with `-p tests.hdfs_plugin -p tests.s3_plugin`.
 """
 

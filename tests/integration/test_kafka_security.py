@@ -64,7 +64,8 @@ def test_the_kafka_source_reads_with_the_log_security_settings_of_the_job(secure
         "kafka.brokers": secure_kafka.sasl_ssl_bootstrap, "topic.whitelist": topic,
         "oncelog.log.url": f"kafka://{secure_kafka.sasl_ssl_bootstrap}?topic=x&security.protocol=SASL_SSL",
         "oncelog.log.sasl.mechanism": "SCRAM-SHA-512", "oncelog.log.sasl.username": secure_kafka.username,
-        "oncelog.log.sasl.password": secure_kafka.password, "oncelog.log.ssl.ca.location": str(secure_kafka.ca_pem_path),
+        "oncelog.log.sasl.password": secure_kafka.password,
+        "oncelog.log.ssl.ca.location": str(secure_kafka.ca_pem_path),
     })
     source = KafkaTopicSource(config)
     (unit,) = source.get_work_units(SourceState(config, "run-1", {}))

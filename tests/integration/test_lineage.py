@@ -7,7 +7,7 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -140,7 +140,7 @@ def test_an_unreachable_endpoint_never_fails_the_run_and_is_said_once(
 
 def test_lineage_backfills_past_runs_from_the_log(tmp_path: Path, sqlite: EventLog, receiver: tuple[str, Posted],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    since = datetime.now(timezone.utc).isoformat()
+    since = datetime.now(UTC).isoformat()
     config = job_config(tmp_path, sqlite.url)
     first, second = run(config, sqlite), run(config, sqlite)  # lineage off: nothing configured
     url, posted = receiver

@@ -95,7 +95,8 @@ def test_fork_branches_each_with_their_converters_and_folders(tmp_path: Path, sp
     branch = {f"{key}.{n}": str(tmp_path / f"{name}{n}") for n in (0, 1)
               for key, name in (("writer.staging.dir", "staging"), ("writer.output.dir", "task-output"),
                                 ("data.publisher.final.dir", "published"))}
-    job = write_job(tmp_path, url, "full", None, **{"fork.branches": 2, "converter.classes.1": f"{__name__}.Doubled", **branch})
+    job = write_job(tmp_path, url, "full", None,
+                    **{"fork.branches": 2, "converter.classes.1": f"{__name__}.Doubled", **branch})
     assert run(job, spark) is RunStatus.COMMITTED
     plain, doubled = avro_records(tmp_path / "published0"), avro_records(tmp_path / "published1")
     assert len(plain) == 800 and len(doubled) == 1600
@@ -104,19 +105,22 @@ def test_fork_branches_each_with_their_converters_and_folders(tmp_path: Path, sp
 
 def test_a_failed_attempt_is_retried_and_only_the_retry_is_published(tmp_path: Path, spark: SparkSession) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
-    job = write_job(tmp_path, url, "full", None, **{"source.synthetic.fail.attempts": 1, "source.synthetic.fail.after.records": 10})
+    job = write_job(tmp_path, url, "full", None,
+                    **{"source.synthetic.fail.attempts": 1, "source.synthetic.fail.after.records": 10})
     assert run(job, spark) is RunStatus.COMMITTED
     with open_log(url) as log:
         assert any(isinstance(i.event, TaskRetried) for i in log.read())
     assert set(assert_exactly_once(url, tmp_path).values()) == {200}
 
 
-@pytest.mark.parametrize(("policy", "published"), [("full", set()), ("successful", {"ds.0"}), ("partial", {"ds.0", "ds.1"})])
+@pytest.mark.parametrize(("policy", "published"),
+                         [("full", set()), ("successful", {"ds.0"}), ("partial", {"ds.0", "ds.1"})])
 def test_commit_policies_when_a_dataset_keeps_failing(policy: str, published: set[str], tmp_path: Path,
                                                       spark: SparkSession) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
     failing = {"source.synthetic.fail.attempts": 9, "source.synthetic.fail.after.records": 50,
-               "source.synthetic.fail.datasets": "ds.1", "source.synthetic.datasets": 2, "source.synthetic.partitions": 1}
+               "source.synthetic.fail.datasets": "ds.1", "source.synthetic.datasets": 2,
+               "source.synthetic.partitions": 1}
     job = write_job(tmp_path, url, policy, None, **failing)
     assert run(job, spark) is RunStatus.FAILED
     marks = assert_exactly_once(url, tmp_path)
@@ -195,7 +199,8 @@ def test_spark_submit_runs_a_job(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
     job = write_job(tmp_path, url)
     submit = Path(sys.executable).parent / "spark-submit"
-    result = subprocess.run([str(submit), "--master", "local[1]", str(ROOT / "oncelog" / "__main__.py"), "run", str(job), "--json"],
+    result = subprocess.run([str(submit), "--master", "local[1]", str(ROOT / "oncelog" / "__main__.py"), "run",
+                             str(job), "--json"],
                             cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
                             env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     assert result.returncode == 0, result.stderr[-3000:]

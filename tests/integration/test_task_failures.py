@@ -14,7 +14,7 @@ import pytest
 from events.job import WorkUnitSpec
 from events.log import open_log
 from events.model import Event
-from events.task import TaskFailed, TaskRetried, TaskStarted, TaskSucceeded
+from events.task import TaskEvent, TaskFailed, TaskRetried, TaskStarted, TaskSucceeded
 from projections.views import RunStatus
 from spark_pipeline.constructs import (
     Extractor,
@@ -64,7 +64,12 @@ class Recorder:
         self.events.extend(events)
 
     def kinds(self) -> list[tuple[str, int]]:
-        return [(type(e).__name__, getattr(e, "attempt")) for e in self.events]
+        """(type, attempt) of each event: a task emits task events only."""
+        kinds = []
+        for e in self.events:
+            assert isinstance(e, TaskEvent), e
+            kinds.append((type(e).__name__, e.attempt))
+        return kinds
 
 
 def config_of(tmp_path: Path, **extra: str) -> JobConfig:

@@ -96,7 +96,8 @@ def test_an_unknown_event_type_names_topic_partition_offset() -> None:
 
 @pytest.mark.parametrize(
     "value",
-    [b"", b"\x00\x01", b"not an oncelog record", b"\x0b\xffJobRunStarted\x00\x01", b"\x0b\x0dJobRunStarted\x00\x01\x99"],
+    [b"", b"\x00\x01", b"not an oncelog record", b"\x0b\xffJobRunStarted\x00\x01",
+     b"\x0b\x0dJobRunStarted\x00\x01\x99"],
     ids=["empty", "short", "text", "bad-length", "truncated-body"],
 )
 def test_undecodable_bytes_are_a_typed_error(value: bytes) -> None:

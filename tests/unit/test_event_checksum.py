@@ -57,6 +57,11 @@ def flip(position: int) -> Callable[[bytes], bytes]:
     return lambda data: data[:position] + bytes([data[position] ^ 0x01]) + data[position + 1 :]
 
 
+def restore(before: bytes) -> Callable[[bytes], bytes]:
+    """A change back to the bytes held before."""
+    return lambda _: before
+
+
 def test_a_watermark_changed_on_disk_is_refused_not_believed(sqlite_log: SqliteLog) -> None:
     """The issue's case: a WatermarkAdvanced value 10000 -> 18192 (one byte of its varint) was read as 18192."""
     event = WatermarkAdvanced(
@@ -95,7 +100,7 @@ def test_every_changed_byte_of_a_stored_record_is_found_at_its_offset(sqlite_log
         read = list(sqlite_log.read(on_error=errors.append))
         assert [(e.partition, e.offset) for e in errors] == [(target.partition, target.offset)], position
         assert len(read) == len(events) - 1
-        rewrite(sqlite_log, target.offset, column, lambda _: before)
+        rewrite(sqlite_log, target.offset, column, restore(before))
     assert [item.event for item in sqlite_log.read()] == [item.event for item in logged]
 
 

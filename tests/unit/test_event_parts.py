@@ -85,8 +85,9 @@ shapes = st.builds(
 def big_task_history() -> list[Event]:
     """A run whose tasks each run several work units: one succeeds, one fails half-way (partial results)."""
     run: RunFields = {"job": "j", "run_id": "r1"}
-    specs = [WorkUnitSpec(work_unit_id=f"work-unit-{i:04d}", dataset_urn=f"ds-{i % 3}", partition=f"p{i}", low_watermark=0,
-                          expected_high_watermark=10, multi_work_unit_id=f"t{i % 2}") for i in range(12)]
+    specs = [WorkUnitSpec(work_unit_id=f"work-unit-{i:04d}", dataset_urn=f"ds-{i % 3}", partition=f"p{i}",
+                          low_watermark=0, expected_high_watermark=10, multi_work_unit_id=f"t{i % 2}")
+             for i in range(12)]
     events: list[Event] = [JobRunStarted(**run), WorkUnitsPlanned(**run, work_units=tuple(specs))]
     for t in range(2):
         task: TaskFields = {**run, "task_id": f"t{t}"}

@@ -8,6 +8,7 @@ import tempfile
 import types
 from collections.abc import Callable, Iterator
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -713,7 +714,7 @@ def test_file_uris_are_local_folders(tmp_path: Path) -> None:
     assert config.properties["source.filebased.data.directory"] == "/in"
     for bad, reason in (("file://host/x", "naming host 'host' is not a local folder"),
                         ("file:x", "a file: URI needs an absolute path")):
-        assert reason in one_problem(lambda: load_props(tmp_path, {**BASE, "writer.output.dir": bad}))
+        assert reason in one_problem(partial(load_props, tmp_path, {**BASE, "writer.output.dir": bad}))
 
 
 def test_job_config_from_properties_refuses_an_unsupported_scheme() -> None:

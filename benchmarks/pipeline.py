@@ -70,10 +70,10 @@ from events.log import open_log
 from projections.views import RunStatus
 from replay.verify import verify
 from spark_pipeline.connectors import CONNECTORS, fetch_connectors
-from spark_pipeline.engines.dataframe.sources import FETCH_WAIT_MS
 from spark_pipeline.engines.spark import spark_session
 from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.launcher import JobLauncher
+from spark_pipeline.sources.kafka_frame import FETCH_WAIT_MS
 
 CODEC = "snappy"
 PARTITIONS = 8

@@ -8,9 +8,10 @@ A construct is built with the job's config; one that reads keys of its own decla
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
@@ -20,7 +21,11 @@ from events.job import WorkUnitSpec
 from events.task import OutputFile, WorkUnitResult
 from filesystems.base import FileSystem
 from projections.views import DatasetView, WorkUnitView
+from spark_pipeline.connectors import Connector
 from spark_pipeline.jobfile.config import BranchConfig, JobConfig, PolicyType
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 Schema = Any
 """An Avro schema (a dict, as fastavro takes it), or whatever a converter chain passes along."""
@@ -137,6 +142,46 @@ class Source(Configurable, ABC):
             bins[lightest].append(unit)
             loads[lightest] += max(1, unit.estimated_records)
         return [MultiWorkUnit(f"task-{i:05d}", tuple(b)) for i, b in enumerate(bins) if b]
+
+
+UNIT_COLUMN = "_wu"
+"""The column of a DataFrameReader's frame holding each row's work unit: its index in the task."""
+
+
+class ReadCount(StrEnum):
+    """How the DataFrame engine learns each work unit's records read and last offset from a reader's frame."""
+
+    PLANNED = "planned"
+    """One record per offset, exactly as planned: the plan's counts (nothing observed)."""
+    OFFSETS = "offsets"
+    """Rows counted, and the last offset is the greatest of an `offset` column (gaps such as Kafka's markers)."""
+    ROWS = "rows"
+    """Rows counted; the last offset is the plan's."""
+
+
+class DataFrameReader(ABC):
+    """A Source's capability to run on the DataFrame engine (`task.engine`): it reads a task's work units as one Spark
+    DataFrame, a row per record, and says the Avro schema of those records. Any Source may offer it, a user's own
+    included; the built-in synthetic, Kafka topic and directory sources do."""
+
+    READ_COUNT: ClassVar[ReadCount] = ReadCount.ROWS
+
+    @abstractmethod
+    def read_frame(self, spark: SparkSession, units: Sequence[tuple[int, WorkUnitSpec]], attempt: int) -> DataFrame:
+        """The records of `units` (each with its index in the task; none is empty), with UNIT_COLUMN holding the
+        index; `attempt` is the task attempt reading them."""
+
+    @abstractmethod
+    def record_schema(self, units: Sequence[WorkUnitSpec]) -> str | None:
+        """The Avro schema (JSON) the records engine writes these records with; None: Spark derives it."""
+
+    def connectors(self) -> frozenset[Connector]:
+        """Spark connectors the read needs on the classpath (none by default)."""
+        return frozenset()
+
+    def frame_blocker(self) -> str | None:
+        """Why this job's records cannot be read as a DataFrame (None: they can), naming the key."""
+        return None
 
 
 class Converter(Configurable, ABC):

@@ -65,7 +65,7 @@ from spark_pipeline.constructs import (
 )
 from spark_pipeline.engines.attempts import TaskOutcome
 from spark_pipeline.engines.base import TaskEngine
-from spark_pipeline.engines.dataframe.engine import engine_for
+from spark_pipeline.engines.select import engine_for
 from spark_pipeline.jobfile.config import JobCommitPolicy, JobConfig
 from spark_pipeline.jobfile.paths import JobRoots, absolute_config, overlaps, run_dirs
 from spark_pipeline.jobfile.plugins import make_construct

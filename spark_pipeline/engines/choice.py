@@ -1,17 +1,17 @@
 """`task.engine`: which engine runs a job's tasks, and why (recorded in the run's JobRunStarted properties).
 
-Reads the job's configuration only (and asks its record converters their output schema, see avro_types.py), so
-validation can ask it too.
+Reads the job's configuration (and asks its source whether it reads DataFrames, its record converters their output
+schema: avro_types.py), so validation can ask it too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 from events.errors import ConfigError
 from events.job import ENGINE_PROPERTY, REASON_PROPERTY
 from filesystems import urls
+from spark_pipeline.constructs import DataFrameReader
 from spark_pipeline.engines.dataframe.avro_types import converter_problem
 from spark_pipeline.jobfile.config import (
     DEFAULT_WRITER_BUILDER,
@@ -21,26 +21,14 @@ from spark_pipeline.jobfile.config import (
     TaskEngineKind,
     WriterOutputFormat,
 )
-from spark_pipeline.jobfile.config import (
-    DIRECTORY_SOURCE_FOLDER as DIRECTORY_FOLDER_KEY,
-)
+from spark_pipeline.jobfile.plugins import import_class, make_construct
 
-SYNTHETIC_SOURCE = "spark_pipeline.sources.synthetic.SyntheticSource"
-KAFKA_SOURCE = "spark_pipeline.sources.kafka_topic.KafkaTopicSource"
 DIRECTORY_SOURCE = "spark_pipeline.sources.directory.DirectorySource"
 INPUT_FORMAT_KEY = "source.filebased.format"
 SPARK_ONLY_INPUTS = frozenset({"parquet", "orc", "csv"})
 """The directory source's input formats only the DataFrame engine reads (directory.SPARK_ONLY_FORMATS)."""
 DATAFRAME_FORMATS = frozenset({WriterOutputFormat.AVRO, WriterOutputFormat.PARQUET, WriterOutputFormat.ORC,
                                WriterOutputFormat.JSON})
-
-
-class SourceKind(StrEnum):
-    """The sources the DataFrame engine reads as one DataFrame."""
-
-    SYNTHETIC = SYNTHETIC_SOURCE
-    KAFKA = KAFKA_SOURCE
-    DIRECTORY = DIRECTORY_SOURCE
 
 
 @dataclass(frozen=True)
@@ -58,17 +46,10 @@ class EngineChoice:
 def unsupported(config: JobConfig) -> list[str]:
     """What in the job the DataFrame engine cannot run yet, one line per construct (empty: it runs the job)."""
     reasons = []
-    if config.source_class not in {k.value for k in SourceKind}:
-        reasons.append(f"source.class={config.source_class} has no DataFrame reader (it has: "
-                       f"{', '.join(k.value for k in SourceKind)})")
+    reasons += source_blockers(config)
     if config.fork_operator_class is not None:
         reasons.append(f"fork.operator.class={config.fork_operator_class} is a record construct (the DataFrame "
                        f"engine forks every record to every branch, Gobblin's IdentityForkOperator)")
-    if config.source_class == DIRECTORY_SOURCE:
-        folder = config.properties.get(DIRECTORY_FOLDER_KEY, "")
-        if folder and urls.parse(folder).scheme is not urls.Scheme.FILE:
-            reasons.append(f"{DIRECTORY_FOLDER_KEY}={folder} is on a remote file system: the DataFrame engine reads "
-                           f"local directories only so far")
     for branch in config.branches:
         where = f" (branch {branch.index})" if config.fork_branches > 1 else ""
         for key, value in (("converter.classes", branch.converter_classes),  # `.N` keys: a branch's own
@@ -95,6 +76,19 @@ def unsupported(config: JobConfig) -> list[str]:
         if converters is not None:
             reasons.append(converters)
     return list(dict.fromkeys(reasons))
+
+
+def source_blockers(config: JobConfig) -> list[str]:
+    """Why the job's source cannot be read as a DataFrame: it offers no DataFrameReader, or its reader says why."""
+    try:
+        source = import_class(config.source_class)
+    except ValueError as e:
+        return [f"source.class={config.source_class} does not import: {e}"]
+    if not issubclass(source, DataFrameReader):
+        return [f"source.class={config.source_class} has no DataFrame reader (a Source may offer one by "
+                f"implementing spark_pipeline.constructs.DataFrameReader)"]
+    blocker = make_construct(config, "source.class", config.source_class, DataFrameReader).frame_blocker()
+    return [] if blocker is None else [blocker]
 
 
 def spark_only_input(config: JobConfig) -> str | None:

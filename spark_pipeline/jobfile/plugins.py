@@ -68,6 +68,7 @@ def make_construct(config: JobConfig, key: str, path: str, base: type[T], *args:
     """Build the construct a config key names; a class of the wrong kind is an error naming key and class."""
     cls = import_class(path)
     if not issubclass(cls, base):
-        raise ConfigError(f"{key}={path!r} is not a {base.__name__} (subclass spark_pipeline.constructs.{base.__name__})")
+        raise ConfigError(f"{key}={path!r} is not a {base.__name__} "
+                          f"(subclass spark_pipeline.constructs.{base.__name__})")
     factory = cast(Callable[..., T], cls)
     return factory(config, *args)

@@ -25,7 +25,7 @@ unit's estimated_records is the bytes it has left to read. The state grows by on
 directory's files few (move old ones away, or lay them out in sub-directories: one dataset each).
 
 Formats (`source.filebased.format`): `lines`, `json` and `avro` on both engines; `parquet`, `orc` and `csv` on the
-DataFrame engine only (Spark's readers, spark_pipeline/engines/dataframe/files.py), read whole, with the schema of
+DataFrame engine only (Spark's readers, directory_frame.py), read whole, with the schema of
 `source.filebased.schema` (Spark DDL) or inferred by Spark once when the run is planned, and recorded in each work
 unit's `source.filebased.spark.schema`, so the run's events say what schema its files were read with.
 
@@ -43,24 +43,18 @@ import io
 import json
 import logging
 import posixpath
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
-from typing import IO, Annotated, Any, BinaryIO, ClassVar, Literal
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, ClassVar
 
 import fastavro
 from fastavro.read import SchemaResolutionError
-from fastavro.schema import SchemaParseException
 from fastavro.validation import ValidationError as AvroValidationError
 from fastavro.validation import validate
 from pydantic import (
     BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationInfo,
-    field_validator,
 )
 
 from events.job import WorkUnitSpec
@@ -68,7 +62,9 @@ from filesystems import urls
 from filesystems.base import FileInfo, FileSystem, FileSystemError
 from filesystems.router import FileSystems
 from projections.views import DatasetView
+from spark_pipeline.connectors import Connector
 from spark_pipeline.constructs import (
+    DataFrameReader,
     Extractor,
     Record,
     Schema,
@@ -77,82 +73,29 @@ from spark_pipeline.constructs import (
     SourceState,
     WorkUnitState,
 )
+from spark_pipeline.sources.directory_settings import (
+    COMPLETE,
+    DIRECTORY,
+    FILE,
+    FORMAT_KEY,
+    JSON_SCHEMA,
+    LINES_SCHEMA,
+    SCALE,
+    SCHEMA_PROPERTY,
+    SPARK_ONLY_FORMATS,
+    SPARK_SCHEMA_PROPERTY,
+    DirectorySettings,
+    complete,
+    position,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
-SCALE = 1_000_000
-COMPLETE = SCALE - 1
-DIRECTORY = "source.filebased.data.directory"
-FILE, SCHEMA_PROPERTY = "source.filebased.file", "source.filebased.avro.schema"
-FORMAT_KEY, SPARK_SCHEMA_KEY = "source.filebased.format", "source.filebased.schema"
-SPARK_SCHEMA_PROPERTY = "source.filebased.spark.schema"
-"""A work unit's Spark schema (DDL) for the formats only Spark reads: the job's, or inferred once per run."""
-SPARK_ONLY_FORMATS = ("parquet", "orc", "csv")
-"""Input formats the DataFrame engine reads (Spark's readers) and the records engine does not."""
 HIDDEN = (".", "_")
 READ_BUFFER = 1 << 20  # remote reads are round trips: read ahead in large chunks
-LINES_SCHEMA: dict[str, Any] = {
-    "type": "record", "name": "TextLine", "namespace": "oncelog.files",
-    "fields": [{"name": "file", "type": "string"}, {"name": "line_number", "type": "long"},
-               {"name": "text", "type": "string"}],
-}
-JSON_SCHEMA: dict[str, Any] = {
-    "type": "record", "name": "JsonLine", "namespace": "oncelog.files",
-    "fields": [{"name": "file", "type": "string"}, {"name": "line_number", "type": "long"},
-               {"name": "json", "type": "string"}],
-}
-
-
-def position(offset: int, records: int = 0) -> int:
-    """The watermark of a place in a file: a byte offset, plus records read from the Avro block there."""
-    return offset * SCALE + records
-
-
-def complete(size: int) -> int:
-    """The watermark of a file read to its end (`size` bytes)."""
-    return size * SCALE + COMPLETE
-
-
-def _lower(value: Any) -> Any:
-    return value.lower() if isinstance(value, str) else value
-
-
-class DirectorySettings(BaseModel):
-    """The keys of the directory source (Gobblin's `source.filebased.*` names)."""
-
-    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
-    directory: str = Field(alias="source.filebased.data.directory", min_length=1)
-    pattern: str = Field(default="*", alias="source.filebased.files.pattern", min_length=1)
-    """A glob matched against file names (against the relative path when it holds a '/')."""
-    recursive: bool = Field(default=False, alias="source.filebased.recursive")
-    format: Annotated[Literal["lines", "avro", "json", "parquet", "orc", "csv"], BeforeValidator(_lower)] = Field(
-        default="lines", alias="source.filebased.format")
-    max_files: int | None = Field(default=None, ge=1, alias="source.filebased.max.files.per.run")
-    json_schema: str | None = Field(default=None, alias="source.filebased.json.schema")
-    """For `json`: an Avro record schema the objects are records of; without it, records carry the JSON text."""
-    spark_schema: str | None = Field(default=None, alias="source.filebased.schema", min_length=1)
-    """For `parquet`, `orc`, `csv` (DataFrame engine): the records' schema as a Spark DDL string; without it,
-    Spark infers it once per run from the run's files."""
-    csv_header: bool = Field(default=True, alias="source.filebased.csv.header")
-    """For `csv`: whether each file's first line names the columns (it is then not a record)."""
-
-    @field_validator("spark_schema")
-    @classmethod
-    def _spark_schema_format(cls, value: str | None, info: ValidationInfo) -> str | None:
-        if value is not None and info.data.get("format") not in SPARK_ONLY_FORMATS:
-            raise ValueError(f"a Spark schema is for the formats Spark reads ({', '.join(SPARK_ONLY_FORMATS)}), not "
-                             f"{info.data.get('format')!r}")
-        return value
-
-    @field_validator("json_schema")
-    @classmethod
-    def _schema(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                fastavro.parse_schema(json.loads(value))
-            except (ValueError, TypeError, KeyError, SchemaParseException) as e:
-                raise ValueError(f"not an Avro schema in JSON: {e}") from e
-        return value
 
 
 @dataclass(frozen=True)
@@ -166,10 +109,38 @@ class Candidate:
     low: int
 
 
-class DirectorySource(Source):
+class DirectorySource(Source, DataFrameReader):
     """`source.class: spark_pipeline.sources.directory.DirectorySource`: one work unit per new (or partly read) file."""
 
     CONFIG_MODEL: ClassVar[type[BaseModel] | None] = DirectorySettings  # subclasses may add keys
+
+    def read_frame(self, spark: SparkSession, units: Sequence[tuple[int, WorkUnitSpec]], attempt: int) -> DataFrame:
+        from spark_pipeline.sources.directory_frame import directory_frame  # PySpark: on the DataFrame engine only
+        return directory_frame(spark, self.settings(), units)
+
+    def record_schema(self, units: Sequence[WorkUnitSpec]) -> str | None:
+        """The records engine's schema of the format; an Avro file's from the run's units; None for Spark's own."""
+        settings: DirectorySettings = self.settings()
+        if settings.format == "lines":
+            return json.dumps(LINES_SCHEMA)
+        if settings.format == "json":
+            return settings.json_schema or json.dumps(JSON_SCHEMA)
+        if settings.format == "avro":
+            return next((u.properties[SCHEMA_PROPERTY] for u in units if SCHEMA_PROPERTY in u.properties), None)
+        return None
+
+    def connectors(self) -> frozenset[Connector]:
+        """spark-avro for Avro files, and for JSON read by an Avro schema."""
+        settings: DirectorySettings = self.settings()
+        avro = settings.format == "avro" or (settings.format == "json" and settings.json_schema is not None)
+        return frozenset({Connector.AVRO}) if avro else frozenset()
+
+    def frame_blocker(self) -> str | None:
+        folder = self.config.properties.get(DIRECTORY, "")
+        if folder and urls.parse(folder).scheme is not urls.Scheme.FILE:
+            return (f"{DIRECTORY}={folder} is on a remote file system: the DataFrame engine reads local directories "
+                    f"only so far")
+        return None
 
     @cached_property
     def file_systems(self) -> FileSystem:
@@ -225,7 +196,7 @@ def _spark_schema(settings: DirectorySettings, paths: list[str]) -> str | None:
     """The Spark schema (DDL) of a format only Spark reads: the job's, or inferred by Spark over the run's files."""
     if settings.format not in SPARK_ONLY_FORMATS:
         return None
-    from spark_pipeline.engines.dataframe.files import (  # Spark only for Spark's formats
+    from spark_pipeline.sources.directory_frame import (  # PySpark: for Spark's formats only
         checked_schema,
         infer_schema,
     )

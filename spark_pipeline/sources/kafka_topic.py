@@ -30,12 +30,13 @@ credential or certificate is a `KafkaSecurityError` naming the listener and the 
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
 from collections import deque
-from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from confluent_kafka import (
     TIMESTAMP_NOT_AVAILABLE,
@@ -53,8 +54,11 @@ from events.errors import ConfigError, OncelogError
 from events.job import WorkUnitSpec
 from events.log import parse_url
 from events.log.kafka.config import ClientMonitor, is_security_setting
+from spark_pipeline.connectors import Connector
 from spark_pipeline.constructs import (
+    DataFrameReader,
     Extractor,
+    ReadCount,
     Record,
     Schema,
     Source,
@@ -62,6 +66,9 @@ from spark_pipeline.constructs import (
     SourceState,
     WorkUnitState,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -241,10 +248,21 @@ def list_offsets(admin: AdminClient, partitions: list[TopicPartition], spec: Off
     return offsets
 
 
-class KafkaTopicSource(Source):
+class KafkaTopicSource(Source, DataFrameReader):
     """`source.class: spark_pipeline.sources.kafka_topic.KafkaTopicSource`: one work unit per topic partition."""
 
     CONFIG_MODEL = KafkaSourceSettings
+    READ_COUNT = ReadCount.OFFSETS
+
+    def read_frame(self, spark: SparkSession, units: Sequence[tuple[int, WorkUnitSpec]], attempt: int) -> DataFrame:
+        from spark_pipeline.sources.kafka_frame import kafka_frame  # PySpark: on the DataFrame engine only
+        return kafka_frame(spark, self.config, units)
+
+    def record_schema(self, units: Sequence[WorkUnitSpec]) -> str | None:
+        return json.dumps(SCHEMA)
+
+    def connectors(self) -> frozenset[Connector]:
+        return frozenset({Connector.KAFKA})
 
     def get_work_units(self, state: SourceState) -> list[WorkUnitSpec]:
         settings: KafkaSourceSettings = self.settings()

@@ -8,23 +8,30 @@ check that every record was published exactly once.
 
 from __future__ import annotations
 
+import json
 import time
 import zlib
+from collections.abc import Sequence
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from events.errors import OncelogError
 from events.job import WorkUnitSpec
 from spark_pipeline.constructs import (
+    DataFrameReader,
     Extractor,
+    ReadCount,
     Record,
     Schema,
     Source,
     SourceState,
     WorkUnitState,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 SCHEMA: dict[str, Any] = {
     "type": "record",
@@ -69,10 +76,18 @@ def synthetic_record(seed: int, dataset: str, partition: int, offset: int, paylo
             "payload": (f"{checksum:08x}" * (payload_bytes // 8 + 1))[:payload_bytes]}
 
 
-class SyntheticSource(Source):
+class SyntheticSource(Source, DataFrameReader):
     """`source.class: spark_pipeline.sources.synthetic.SyntheticSource`; datasets are `<dataset.urn>.<n>`."""
 
     CONFIG_MODEL = SyntheticSettings
+    READ_COUNT = ReadCount.PLANNED
+
+    def read_frame(self, spark: SparkSession, units: Sequence[tuple[int, WorkUnitSpec]], attempt: int) -> DataFrame:
+        from spark_pipeline.sources.synthetic_frame import synthetic_frame  # PySpark: on the DataFrame engine only
+        return synthetic_frame(spark, self.settings(), units, attempt)
+
+    def record_schema(self, units: Sequence[WorkUnitSpec]) -> str | None:
+        return json.dumps(SCHEMA)
 
     def get_work_units(self, state: SourceState) -> list[WorkUnitSpec]:
         settings: SyntheticSettings = self.settings()

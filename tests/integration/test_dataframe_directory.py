@@ -25,16 +25,17 @@ from projections.projector import Projector
 from projections.views import RunStatus
 from replay.verify import verify
 from spark_pipeline.engines.choice import choose, unsupported
-from spark_pipeline.engines.dataframe.files import directory_settings, file_frame
 from spark_pipeline.jobfile.config import JobConfig, JobConfigError, TaskEngineKind
 from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher
 from spark_pipeline.sources.directory import (
     FILE,
     SPARK_SCHEMA_PROPERTY,
+    DirectorySource,
     complete,
     position,
 )
+from spark_pipeline.sources.directory_frame import file_frame
 from tests.fault.pipeline_checks import avro_records
 
 pytestmark = [pytest.mark.spark]
@@ -184,7 +185,7 @@ def test_a_partly_read_file_resumes_at_its_watermark_and_bad_input_fails_naming_
     config = load_job_config(write_job(tmp_path, "resume", tmp_path))
     unit = WorkUnitSpec(work_unit_id="partial.txt@4", dataset_urn="resume", partition="partial.txt",
                         low_watermark=position(4), expected_high_watermark=complete(6), properties={FILE: str(path)})
-    settings = directory_settings(config)
+    settings = DirectorySource(config).settings()
     assert [r.asDict() for r in file_frame(spark, settings, unit).collect()] == [
         {"file": "partial.txt", "line_number": 3, "text": "3"}], "the records engine's record for the same range"
     longer = unit.model_copy(update={"low_watermark": 0, "expected_high_watermark": complete(9)})
@@ -204,7 +205,7 @@ def test_a_file_read_whole_must_have_its_planned_size(tmp_path: Path, spark: Spa
     unit = WorkUnitSpec(work_unit_id="p.parquet@0", dataset_urn="sized", partition="p.parquet", low_watermark=0,
                         expected_high_watermark=complete(path.stat().st_size),
                         properties={FILE: str(path), SPARK_SCHEMA_PROPERTY: "id BIGINT"})
-    settings = directory_settings(config)
+    settings = DirectorySource(config).settings()
     assert [r.id for r in file_frame(spark, settings, unit).collect()] == list(range(5))
     grown = unit.model_copy(update={"expected_high_watermark": complete(path.stat().st_size - 1)})
     with pytest.raises(Exception, match="p.parquet is .* bytes, .* when the run was planned"):

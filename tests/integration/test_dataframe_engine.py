@@ -22,8 +22,9 @@ from filesystems import urls
 from projections.projector import Projector
 from projections.views import RunStatus
 from replay.verify import verify
-from spark_pipeline.engines.choice import SYNTHETIC_SOURCE, choose
-from spark_pipeline.engines.dataframe.engine import DataFrameTaskEngine, engine_for
+from spark_pipeline.engines.choice import choose
+from spark_pipeline.engines.dataframe.engine import DataFrameTaskEngine
+from spark_pipeline.engines.select import engine_for
 from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher, RunResult
@@ -42,6 +43,7 @@ from tests.kafka_plugin import create_topic
 pytestmark = [pytest.mark.spark]
 
 KAFKA_SOURCE = "spark_pipeline.sources.kafka_topic.KafkaTopicSource"
+SYNTHETIC_SOURCE = "spark_pipeline.sources.synthetic.SyntheticSource"
 PAYLOAD = 20
 
 

@@ -20,6 +20,7 @@ from spark_pipeline.constructs import (
     Extractor,
     MultiWorkUnit,
     Record,
+    RowLevelPolicy,
     SourceState,
     WorkUnitState,
 )
@@ -176,3 +177,27 @@ def test_the_next_run_retries_the_work_units_the_previous_run_failed(tmp_path: P
     watermarks = assert_exactly_once(url, tmp_path)
     # The range run 1 planned, [0, RECORDS), finished from where it stopped (FAIL_AFTER).
     assert {p: w for (urn, p), w in watermarks.items() if urn == "ds.1"} == {"ds.1:0": RECORDS, "ds.1:1": RECORDS}
+
+
+class Evens(RowLevelPolicy):
+    """Drops every odd offset's record (as MANDATORY): a task-level check of counts then fails."""
+
+    def check(self, record: Record) -> bool:
+        return bool(record["offset"] % 2 == 0)
+
+
+def test_a_work_unit_its_mandatory_task_policy_refuses_keeps_nothing_even_under_partial(tmp_path: Path) -> None:
+    """Under job.commit.policy=partial the last attempt keeps what it fully wrote: not when a MANDATORY task-level
+    policy refused the work unit (Gobblin: that output must not be committed)."""
+    config = config_of(tmp_path, **{
+        "source.synthetic.fail.attempts": "0", "qualitychecker.row.policies": f"{__name__}.Evens",
+        "qualitychecker.row.policy.types": "MANDATORY",
+        "qualitychecker.task.policies": "spark_pipeline.examples.policies.WroteEverything",
+        "qualitychecker.task.policy.types": "MANDATORY"})
+    emit = Recorder()
+    outcome = run_task(config, RUN_ID, one_task(), emit, sleep=lambda _: None)
+    assert not outcome.succeeded and outcome.attempts == 2
+    assert "task-level policy WroteEverything failed" in str(outcome.error)
+    assert outcome.results == ()
+    assert all(e.results == () for e in emit.events if isinstance(e, TaskFailed))
+    assert not list((tmp_path / "task-output").rglob("*.avro"))

@@ -1,4 +1,4 @@
 """The DataFrame task engine: Spark reads a task's work units as one DataFrame and writes them with its own writers.
 
-Same events and staged output as the record engine (spark_pipeline.engines.records.task), so the publish protocol is unchanged.
+Same events and staged output as the records engine (engines/records), so the publish protocol is unchanged.
 """

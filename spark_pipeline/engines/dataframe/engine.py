@@ -13,14 +13,13 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
 
-from events.errors import ConfigError
 from events.job import WorkUnitSpec
 from events.log import open_log
 from events.task import (
@@ -28,15 +27,13 @@ from events.task import (
 )
 from filesystems import urls
 from filesystems.router import FileSystems
-from spark_pipeline.connectors import Connector, given_connectors
-from spark_pipeline.constructs import MultiWorkUnit, TaskLevelPolicy, TaskStats
+from spark_pipeline.constructs import MultiWorkUnit, ReadCount, TaskLevelPolicy, TaskStats
 from spark_pipeline.engines.attempts import AttemptPlan, Emit, TaskOutcome, run_attempts
-from spark_pipeline.engines.base import SparkTaskEngine, TaskEngine, job_group
-from spark_pipeline.engines.choice import EngineChoice, SourceKind, choose
+from spark_pipeline.engines.base import SparkTaskEngine, job_group
+from spark_pipeline.engines.choice import EngineChoice
 from spark_pipeline.engines.dataframe import stages
 from spark_pipeline.engines.dataframe.avro_types import converted_schema
 from spark_pipeline.engines.dataframe.errfile import write_diverted
-from spark_pipeline.engines.dataframe.files import directory_settings
 from spark_pipeline.engines.dataframe.record_stages import Attempt
 from spark_pipeline.engines.dataframe.results import (
     StagedFile,
@@ -49,64 +46,25 @@ from spark_pipeline.engines.dataframe.results import (
     unit_results,
 )
 from spark_pipeline.engines.dataframe.sources import (
+    frame_reader,
     read_units,
-    record_schema,
-    source_kind,
 )
 from spark_pipeline.engines.dataframe.writers import WriterSettings, write_attempt
 from spark_pipeline.engines.policies import TaskQualityError, check_task
 from spark_pipeline.engines.spark import (
     TaskProgress,
-    submitted_settings,
     task_writer_name,
 )
 from spark_pipeline.jobfile.config import (
     JobCommitPolicy,
     JobConfig,
     TaskEngineKind,
-    WriterOutputFormat,
 )
 from spark_pipeline.jobfile.plugins import make_construct
 from spark_pipeline.writers import path_segment
 
 log = logging.getLogger(__name__)
 TASK_POLICIES_KEY = "qualitychecker.task.policies"
-
-
-def engine_for(config: JobConfig, spark: SparkSession | None = None) -> TaskEngine:
-    """The engine `task.engine` chooses for the job (auto: dataframe when it can run every construct); its writer
-    settings checked before anything runs (a ConfigError naming the key)."""
-    choice = choose(config)
-    missing = missing_connectors(config, submitted_settings()) if choice.kind is TaskEngineKind.DATAFRAME else []
-    if missing:
-        what = (f"spark-submit was not given Spark's {' and '.join(missing)} connector(s): pass "
-                f"`spark-submit $(oncelog spark jars) …`")
-        if config.task_engine is TaskEngineKind.DATAFRAME:
-            raise ConfigError(f"task.engine=dataframe: {what}")
-        choice = EngineChoice(TaskEngineKind.RECORDS, f"task.engine=auto chose records: {what}")
-    if choice.kind is TaskEngineKind.DATAFRAME:
-        branch_writers(config, writer_schema(config))
-        return DataFrameTaskEngine(config, spark, choice)
-    return SparkTaskEngine(config, spark, choice)
-
-
-def missing_connectors(config: JobConfig, submitted: Mapping[str, str]) -> list[str]:
-    """The connectors the job's DataFrame stages need that spark-submit did not give (none when oncelog started
-    Spark itself: spark_session puts them on the classpath)."""
-    if not submitted:
-        return []
-    kind = source_kind(config)
-    needed = {Connector.KAFKA} if kind is SourceKind.KAFKA else set()
-    if any(b.writer_output_format is WriterOutputFormat.AVRO for b in config.branches) or (
-            kind is SourceKind.DIRECTORY and reads_avro(config)):
-        needed.add(Connector.AVRO)
-    return sorted(c.value for c in needed - given_connectors(submitted))
-
-
-def reads_avro(config: JobConfig) -> bool:
-    """Whether the directory source needs spark-avro to read (Avro files, or JSON by an Avro schema)."""
-    settings = directory_settings(config)
-    return settings.format == "avro" or (settings.format == "json" and settings.json_schema is not None)
 
 
 def branch_writers(config: JobConfig, schema: str | None) -> tuple[WriterSettings, ...]:
@@ -188,10 +146,10 @@ def run_attempt(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, attempt
         zeros = [0] * len(units)
         judge_units(config, units, zeros, zeros, zeros, [])
         return unit_results(units, zeros, [None] * len(units), [])
-    kind = source_kind(config)
-    read = Observation() if kind is not SourceKind.SYNTHETIC else None
+    counts = frame_reader(config).READ_COUNT
+    read = Observation() if counts is not ReadCount.PLANNED else None
     if read is not None:  # Kafka's markers take offsets, a file's records are counted: Spark counts them
-        frame = frame.observe(read, *unit_metrics(units, "offset" if kind is SourceKind.KAFKA else None))
+        frame = frame.observe(read, *unit_metrics(units, "offset" if counts is ReadCount.OFFSETS else None))
     staged = stages.transform(config, frame, Attempt(plan.run_id, mwu.multi_work_unit_id, attempt, units))
     wrote = Observation() if staged.drops else None
     records_frame = staged.written if wrote is None else staged.written.observe(wrote, *unit_counts(units))
@@ -253,7 +211,7 @@ def writer_schema(config: JobConfig, units: Sequence[WorkUnitSpec] = ()) -> str 
     source's records' (None: Spark derives it from the columns)."""
     if config.converter_classes:
         return json.dumps(converted_schema(config))
-    return record_schema(config, units)
+    return frame_reader(config).record_schema(units)
 
 
 def read_counts(units: Sequence[WorkUnitSpec], read: Observation | None) -> tuple[list[int], list[int | None]]:

@@ -14,7 +14,7 @@ from typing import Any
 from pyspark.sql import DataFrame, Row
 
 from events.job import WorkUnitSpec
-from spark_pipeline.engines.dataframe.sources import UNIT
+from spark_pipeline.constructs import UNIT_COLUMN
 from spark_pipeline.writers import path_segment
 
 
@@ -25,7 +25,7 @@ def write_diverted(err_dir: str | None, run_id: str, task_id: str, units: Sequen
     for frame in frames:
         for row in frame.toLocalIterator():
             record = as_record(row)
-            lines.setdefault(int(record.pop(UNIT)), []).append(json.dumps(record, default=str))
+            lines.setdefault(int(record.pop(UNIT_COLUMN)), []).append(json.dumps(record, default=str))
     if not lines or err_dir is None:
         return 0
     folder = Path(err_dir) / run_id

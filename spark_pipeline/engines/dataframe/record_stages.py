@@ -3,11 +3,11 @@
 `converter.classes` chain and `qualitychecker.row.policies`, and come back as a batch of the converters' output
 schema.
 
-Same semantics as the records engine's master branch (records/flow.py, verdicts from engines/policies.py): each converter converts every output of the one before (1:0, 1:1
-or 1:N); then every row policy judges each record: a failing MANDATORY one drops it, a failing ERR_FILE one diverts
-it to the error file (once per failing ERR_FILE policy, as the record engine appends it), a failing OPTIONAL one
-lets it through. The verdict column says which, for the split in stages.py and the rejected counts of task-level
-policies.
+Same semantics as the records engine's master branch (records/flow.py; verdicts: engines/policies.py): each
+converter converts every output of the one before (1:0, 1:1 or 1:N); then every row policy judges each record: a
+failing MANDATORY one drops it, a failing ERR_FILE one diverts it to the error file (once per failing ERR_FILE
+policy, as the record engine appends it), a failing OPTIONAL one lets it through. The verdict column says which,
+for the split in stages.py and the rejected counts of task-level policies.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pyspark.sql.types import IntegerType, StructField, StructType
 
 from events.job import WorkUnitSpec
 from spark_pipeline.constructs import (
+    UNIT_COLUMN,
     Converter,
     RowLevelPolicy,
     Schema,
@@ -35,7 +36,6 @@ from spark_pipeline.engines.dataframe.avro_types import (
     source_schema,
     struct_type,
 )
-from spark_pipeline.engines.dataframe.sources import UNIT
 from spark_pipeline.engines.policies import judge_row
 from spark_pipeline.engines.records.flow import chain_schema, convert
 from spark_pipeline.jobfile.config import JobConfig, PolicyType
@@ -77,7 +77,7 @@ def diverts(config: JobConfig) -> bool:
 
 def output_struct(config: JobConfig) -> StructType:
     """The adapter's output columns: the converters' Avro schema as Spark's, the work unit, and the verdict."""
-    return StructType([*struct_type(converted_schema(config)).fields, StructField(UNIT, IntegerType(), False),
+    return StructType([*struct_type(converted_schema(config)).fields, StructField(UNIT_COLUMN, IntegerType(), False),
                        StructField(VERDICT, IntegerType(), False)])
 
 
@@ -124,7 +124,7 @@ class RecordFlow:
 
     def process(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         """The rows one source record becomes: each converted record with its verdict."""
-        index = row.pop(UNIT)
+        index = row.pop(UNIT_COLUMN)
         state, schemas = self.unit(index)
         outputs = convert(self.converters, schemas, row, state) if self.converters else [row]
         rows: list[dict[str, Any]] = []
@@ -133,5 +133,5 @@ class RecordFlow:
             verdicts = ([Verdict.KEPT] if verdict.keep else [Verdict.DIVERTED] if verdict.diverted
                         else [Verdict.DROPPED])
             verdicts += [Verdict.DIVERTED_AGAIN] * max(0, verdict.diverted - 1)
-            rows += [{**record, UNIT: index, VERDICT: int(v)} for v in verdicts]
+            rows += [{**record, UNIT_COLUMN: index, VERDICT: int(v)} for v in verdicts]
         return rows

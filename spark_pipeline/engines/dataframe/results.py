@@ -16,14 +16,13 @@ from events.task import OutputFile, WorkUnitResult
 from filesystems import urls
 from filesystems.base import FileSystem, FileSystemError
 from filesystems.router import FileSystems
-from spark_pipeline.constructs import SourceError
-from spark_pipeline.engines.dataframe.sources import UNIT
+from spark_pipeline.constructs import UNIT_COLUMN, SourceError
 from spark_pipeline.writers import path_segment
 
 MOVE_TASKS_PER_CORE = 2
 """Move tasks per core of the cluster: enough to spread large files, few enough that a thousand small ones do not pay
 a thousand task starts (200 files, one task each: 6.8 s on 2 cores)."""
-_STAGED = re.compile(rf"/{UNIT}=(\d+)/(part-[^/.]+)(?:\.c\d+)?(\.[^/]*)?$")
+_STAGED = re.compile(rf"/{UNIT_COLUMN}=(\d+)/(part-[^/.]+)(?:\.c\d+)?(\.[^/]*)?$")
 """A file Spark wrote (`part-00000-<uuid>.c000.snappy.parquet`): its work unit's folder, its name, and its extension
 after the file counter (`.snappy.parquet`, `.json.gz`)."""
 
@@ -52,7 +51,7 @@ def unit_metrics(units: Sequence[WorkUnitSpec], offset: str | None) -> list[Colu
     aggregated while Spark writes."""
     metrics: list[Column] = []
     for index in range(len(units)):
-        mine = F.col(UNIT) == F.lit(index)
+        mine = F.col(UNIT_COLUMN) == F.lit(index)
         metrics.append(F.count_if(mine).alias(f"n{index}"))
         if offset is not None:
             metrics.append(F.max(F.when(mine, F.col(offset))).alias(f"m{index}"))
@@ -61,7 +60,7 @@ def unit_metrics(units: Sequence[WorkUnitSpec], offset: str | None) -> list[Colu
 
 def unit_counts(units: Sequence[WorkUnitSpec]) -> list[Column]:
     """Per work unit: rows written (`w<i>`), aggregated while Spark writes."""
-    return [F.count_if(F.col(UNIT) == F.lit(index)).alias(f"w{index}") for index in range(len(units))]
+    return [F.count_if(F.col(UNIT_COLUMN) == F.lit(index)).alias(f"w{index}") for index in range(len(units))]
 
 
 def counted(observation: Observation, units: Sequence[WorkUnitSpec]) -> list[int]:
@@ -88,8 +87,8 @@ def staged_files(fs: FileSystem, folder: str, units: Sequence[WorkUnitSpec], out
     staged = []
     for index, files in sorted(found.items()):
         if index >= len(units) or len(files) != 1:
-            raise FileSystemError(f"{folder}: work unit folder {UNIT}={index} holds {len(files)} files; the task "
-                                     f"planned {len(units)} work units, one file each")
+            raise FileSystemError(f"{folder}: work unit folder {UNIT_COLUMN}={index} holds {len(files)} files; the "
+                                  f"task planned {len(units)} work units, one file each")
         unit = units[index]
         (src, extension), = files
         name = (f"{path_segment(unit.dataset_urn)}/{path_segment(unit.partition)}_{unit.low_watermark}-"

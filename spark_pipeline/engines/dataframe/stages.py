@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from events.errors import ConfigError
+from spark_pipeline.constructs import UNIT_COLUMN
 from spark_pipeline.engines.dataframe.record_stages import (
     VERDICT,
     Attempt,
@@ -27,7 +28,6 @@ from spark_pipeline.engines.dataframe.record_stages import (
     has_record_stages,
     record_stage,
 )
-from spark_pipeline.engines.dataframe.sources import UNIT
 from spark_pipeline.jobfile.config import JobConfig, PolicyType
 from spark_pipeline.jobfile.plugins import import_function
 
@@ -114,7 +114,7 @@ def judged(staged: Staged, marked: DataFrame, units: int, diverting: bool) -> St
     observations = staged.rejected
     if units:
         observation = Observation()
-        marked = marked.observe(observation, *[F.count_if(rejected & (F.col(UNIT) == F.lit(i))).alias(f"r{i}")
+        marked = marked.observe(observation, *[F.count_if(rejected & (F.col(UNIT_COLUMN) == F.lit(i))).alias(f"r{i}")
                                                for i in range(units)])
         observations = (*observations, observation)
     kept = marked.persist() if diverting else marked
@@ -132,12 +132,12 @@ def applied(frame: DataFrame, path: str) -> DataFrame:
         out = function(frame)
     except AnalysisException as e:
         raise ConfigError(f"{FUNCTIONS_KEY}: {path} failed on the records' columns "
-                          f"({', '.join(c for c in frame.columns if c != UNIT)}): {_first_line(e)}") from e
+                          f"({', '.join(c for c in frame.columns if c != UNIT_COLUMN)}): {_first_line(e)}") from e
     if not isinstance(out, DataFrame):
         raise ConfigError(f"{FUNCTIONS_KEY}: {path} returned {type(out).__name__}, not a DataFrame")
-    if UNIT not in out.columns:
-        raise ConfigError(f"{FUNCTIONS_KEY}: {path} dropped the work unit column {UNIT!r}; a DataFrame function must "
-                          f"keep it (select it, or use withColumn / drop on other columns)")
+    if UNIT_COLUMN not in out.columns:
+        raise ConfigError(f"{FUNCTIONS_KEY}: {path} dropped the work unit column {UNIT_COLUMN!r}; a DataFrame function "
+                          f"must keep it (select it, or use withColumn / drop on other columns)")
     return out
 
 
@@ -172,15 +172,15 @@ def selected(frame: DataFrame, select_list: str) -> DataFrame:
     folders, whether or not the list's `*` brings it)."""
     escaped = select_list.replace("{", "{{").replace("}", "}}")
     try:
-        converted = frame.sparkSession.sql(f"SELECT {escaped}, {UNIT} FROM {{records}}", records=frame)
+        converted = frame.sparkSession.sql(f"SELECT {escaped}, {UNIT_COLUMN} FROM {{records}}", records=frame)
     except AnalysisException as e:
         raise ConfigError(f"{SELECT_KEY}={select_list!r} is not a select list over the source's columns "
-                          f"({', '.join(c for c in frame.columns if c != UNIT)}): {_first_line(e)}") from e
+                          f"({', '.join(c for c in frame.columns if c != UNIT_COLUMN)}): {_first_line(e)}") from e
     names = converted.columns
-    extra = [f"_oncelog_extra_{i}" for i, name in enumerate(names[:-1]) if name == UNIT]
+    extra = [f"_oncelog_extra_{i}" for i, name in enumerate(names[:-1]) if name == UNIT_COLUMN]
     if not extra:
         return converted
-    renamed = converted.toDF(*[f"_oncelog_extra_{i}" if name == UNIT and i < len(names) - 1 else name
+    renamed = converted.toDF(*[f"_oncelog_extra_{i}" if name == UNIT_COLUMN and i < len(names) - 1 else name
                                for i, name in enumerate(names)])
     return renamed.drop(*extra)
 
@@ -189,10 +189,10 @@ def _expression(frame: DataFrame, key: str, text: str) -> F.Column:
     """A SQL expression over `frame`'s columns, analysed now: a ConfigError naming the key if Spark rejects it."""
     try:
         column = F.expr(text)
-        frame.select(column).schema
+        _ = frame.select(column).schema  # analysed now, so that a bad expression fails before any task
     except AnalysisException as e:
         raise ConfigError(f"{key}={text!r} is not a condition over the source's columns "
-                          f"({', '.join(c for c in frame.columns if c != UNIT)}): {_first_line(e)}") from e
+                          f"({', '.join(c for c in frame.columns if c != UNIT_COLUMN)}): {_first_line(e)}") from e
     return column
 
 

@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame
 
 from events.errors import ConfigError
 from filesystems import urls
-from spark_pipeline.engines.dataframe.sources import UNIT
+from spark_pipeline.constructs import UNIT_COLUMN
 from spark_pipeline.jobfile.config import JobConfig, WriterOutputFormat
 
 CODEC_KEY = "writer.codec.type"
@@ -71,7 +71,7 @@ def codec_key(config: JobConfig, branch: int) -> str:
 def write_attempt(frame: DataFrame, settings: WriterSettings, folder: str) -> None:
     """Write the attempt's records under `folder`, one `_wu=<index>` folder per work unit (Spark's commit protocol)."""
     writer = (frame.write.format(SPARK_FORMATS[settings.output_format]).mode("errorifexists")
-              .option("compression", settings.compression).partitionBy(UNIT))
+              .option("compression", settings.compression).partitionBy(UNIT_COLUMN))
     if settings.output_format is WriterOutputFormat.AVRO and settings.avro_schema is not None:
         writer = writer.option("avroSchema", settings.avro_schema)
     writer.save(urls.hadoop_uri(folder))

@@ -12,6 +12,7 @@ import time
 from events.task import WorkUnitResult
 from spark_pipeline.constructs import MultiWorkUnit, WorkUnitState
 from spark_pipeline.engines.attempts import AttemptFailed, AttemptPlan, Emit, Sleep, TaskOutcome, run_attempts
+from spark_pipeline.engines.policies import TaskQualityError
 from spark_pipeline.engines.records.flow import Constructs, WorkUnitFlow, build_constructs
 from spark_pipeline.jobfile.config import JobConfig
 
@@ -31,8 +32,8 @@ def run_attempt(constructs: Constructs, run_id: str, mwu: MultiWorkUnit, attempt
             finally:
                 extractor.close()
         except Exception as e:
-            try:
-                partial = _end_failed(flow, last)
+            try:  # a work unit its task-level policy refused keeps nothing, whatever the commit policy
+                partial = _end_failed(flow, last and not isinstance(e, TaskQualityError))
             except Exception as cleanup:
                 raise AttemptFailed(e, results, cleanup) from cleanup
             if partial is not None:

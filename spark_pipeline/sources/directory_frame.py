@@ -1,4 +1,5 @@
-"""The directory source's work units as one DataFrame: Spark's readers on exactly the files the run planned.
+"""The directory source's work units as one DataFrame (its DataFrameReader): Spark's readers on exactly the files
+the run planned.
 
 Each work unit is one file, read whole by one reader and tagged with its work unit index. `lines` and `json` read the
 file's bytes (Spark's binaryFile reader) from the work unit's low watermark up to its size at planning and split
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from functools import reduce
 
 from pyspark.errors import AnalysisException, ParseException, PySparkRuntimeError
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -22,40 +24,18 @@ from pyspark.sql.types import DataType, StructType
 from events.errors import ConfigError
 from events.job import WorkUnitSpec
 from filesystems import urls
-from spark_pipeline.constructs import SourceError
-from spark_pipeline.jobfile.config import JobConfig
-from spark_pipeline.sources.directory import (
+from spark_pipeline.constructs import UNIT_COLUMN, SourceError
+from spark_pipeline.sources.directory_settings import (
     FILE,
     FORMAT_KEY,
-    JSON_SCHEMA,
-    LINES_SCHEMA,
     SCALE,
     SCHEMA_PROPERTY,
     SPARK_SCHEMA_KEY,
     SPARK_SCHEMA_PROPERTY,
     DirectorySettings,
-    DirectorySource,
 )
 
 _GLOB = re.compile(r"([\\{}\[\]*?])")
-
-
-def directory_settings(config: JobConfig) -> DirectorySettings:
-    """The job's directory source keys, validated."""
-    settings: DirectorySettings = DirectorySource(config).settings()
-    return settings
-
-
-def avro_schema(config: JobConfig, units: Sequence[WorkUnitSpec]) -> str | None:
-    """The Avro schema the records engine writes the records with (None: Spark derives it from the columns)."""
-    settings = directory_settings(config)
-    if settings.format == "lines":
-        return json.dumps(LINES_SCHEMA)
-    if settings.format == "json":
-        return settings.json_schema or json.dumps(JSON_SCHEMA)
-    if settings.format == "avro":
-        return next((u.properties[SCHEMA_PROPERTY] for u in units if SCHEMA_PROPERTY in u.properties), None)
-    return None
 
 
 def spark_path(location: str) -> str:
@@ -171,3 +151,17 @@ def spark_type_of_avro(spark: SparkSession, schema_json: str) -> StructType:
     converted = jvm.org.apache.spark.sql.avro.SchemaConverters.toSqlType(avro).dataType().json()
     struct = StructType.fromJson(json.loads(converted))
     return struct
+
+
+def union_all(frames: Sequence[DataFrame]) -> DataFrame:
+    """The frames' union by column name, built as a balanced tree: a chain of N unions nests N deep and Spark
+    analyses the growing plan at every step; a tree keeps the depth logarithmic."""
+    while len(frames) > 1:
+        frames = [reduce(DataFrame.unionByName, frames[i:i + 2]) for i in range(0, len(frames), 2)]
+    return frames[0]
+
+
+def directory_frame(spark: SparkSession, settings: DirectorySettings, units: Sequence[tuple[int, WorkUnitSpec]]
+                    ) -> DataFrame:
+    """Every unit's file, read whole by its reader and tagged with its index in the task, as one frame."""
+    return union_all([file_frame(spark, settings, u).withColumn(UNIT_COLUMN, F.lit(i)) for i, u in units])

@@ -1,0 +1,152 @@
+"""The engine contract: the same job on both task engines publishes the same records and records the same events,
+policy outcomes and errors — as the log contract suite holds every store to one behaviour.
+
+Each case runs its job twice in this process: on the records engine (in-process tasks) and on the DataFrame engine
+(the session's real Spark), with one task per run on both, and compares what an operator or a downstream reader
+can see: the run's status and error, every published record, each work unit's counts and watermarks, each task's
+attempts in order, the error file's lines, and the warnings the quality policies logged.
+
+One difference is by design and not compared: a failed attempt of the records engine keeps what it fully wrote (for
+`job.commit.policy: partial`), a failed Spark job keeps nothing — so `task.engine: auto` runs `partial` jobs on the
+records engine (engines/choice.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from events.log import open_log
+from events.task import TaskEvent, TaskFailed, TaskSucceeded
+from projections.views import RunStatus
+from spark_pipeline.constructs import Record, RowLevelPolicy
+from spark_pipeline.engines.base import InProcessTaskEngine
+from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.launcher import JobLauncher
+from tests.fault.pipeline_checks import avro_records, write_job
+
+pytestmark = [pytest.mark.spark]
+
+ENGINES = ("records", "dataframe")
+SMALL = {"source.synthetic.datasets": 2, "source.synthetic.partitions": 2, "source.synthetic.records.per.run": 40,
+         "source.synthetic.payload.bytes": 8, "task.maxretries": 1}
+TASK_POLICY = "spark_pipeline.examples.policies.WroteEverything"
+"""Fails whenever a row policy dropped or diverted a record of the work unit."""
+
+
+class EvenAmount(RowLevelPolicy):
+    """About half the synthetic records fail it."""
+
+    def check(self, record: Record) -> bool:
+        return bool(record["amount"] % 2 == 0)
+
+
+class SmallAmount(RowLevelPolicy):
+    """Most synthetic records fail it (an OPTIONAL policy's flag)."""
+
+    def check(self, record: Record) -> bool:
+        return bool(record["amount"] < 10_000)
+
+
+CASES: dict[str, dict[str, object]] = {
+    "plain": {},
+    "row policies of every type": {
+        "qualitychecker.row.policies": f"{__name__}.EvenAmount, {__name__}.SmallAmount",
+        "qualitychecker.row.policy.types": "ERR_FILE, OPTIONAL"},
+    "a failing OPTIONAL task-level policy": {
+        "qualitychecker.row.policies": f"{__name__}.EvenAmount", "qualitychecker.row.policy.types": "MANDATORY",
+        "qualitychecker.task.policies": TASK_POLICY, "qualitychecker.task.policy.types": "OPTIONAL"},
+    "a failing MANDATORY task-level policy": {
+        "qualitychecker.row.policies": f"{__name__}.EvenAmount", "qualitychecker.row.policy.types": "MANDATORY",
+        "qualitychecker.task.policies": TASK_POLICY, "qualitychecker.task.policy.types": "MANDATORY"},
+    "a source failing every attempt": {
+        "source.synthetic.fail.attempts": 9, "source.synthetic.fail.after.records": 5,
+        "source.synthetic.fail.datasets": "ds.1"},
+}
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What one engine's run showed."""
+
+    status: RunStatus
+    error: str | None
+    published: list[tuple[Any, ...]]
+    units: list[tuple[str, str, int, int, int]]
+    """Each work unit's counts and actual high watermark, from the succeeded attempts."""
+    attempts: list[tuple[str, int]]
+    errors: list[str]
+    err_file: list[tuple[Any, ...]]
+    warnings: list[str]
+    """What the task-level policies logged (any level)."""
+
+
+def run_on(engine: str, case: dict[str, object], base: Path, spark: SparkSession,
+           caplog: pytest.LogCaptureFixture) -> Observed:
+    """The case's job on one engine, in a folder of its own."""
+    base.mkdir()
+    url = f"sqlite:///{base / 'events.db'}"
+    job = write_job(base, url, "full", None, **{**SMALL, **case, "task.engine": engine,
+                                                "qualitychecker.row.err.file": str(base / "err")})
+    config = load_job_config(job)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="spark_pipeline"), open_log(url) as log:
+        if engine == "records":
+            in_process = InProcessTaskEngine(log.writer, slots=1, sleep=lambda _: None)
+            launcher = JobLauncher(config, log=log, engine=in_process)
+        else:
+            launcher = JobLauncher(config, spark=spark, log=log)
+        result = launcher.run()
+        task_events = [e.event for e in log.read() if isinstance(e.event, TaskEvent)]
+    warnings = sorted({r.getMessage() for r in caplog.records if "task-level policy" in r.getMessage()})
+    succeeded = [e for e in task_events if isinstance(e, TaskSucceeded)]
+    return Observed(
+        status=result.status,
+        error=None if result.error is None else result.error.splitlines()[0],
+        published=sorted(tuple(sorted(r.items())) for r in avro_records(base / "published")),
+        units=sorted((r.dataset_urn, r.partition, r.records_extracted, r.records_written, r.actual_high_watermark)
+                     for e in succeeded for r in e.results),
+        attempts=[(type(e).__name__, e.attempt) for e in task_events],
+        errors=[e.error.splitlines()[0] for e in task_events if isinstance(e, TaskFailed)],
+        err_file=sorted(tuple(sorted(json.loads(line).items())) for path in sorted((base / "err").rglob("*.jsonl"))
+                        for line in path.read_text().splitlines()),
+        warnings=warnings)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_both_engines_publish_and_record_the_same(name: str, tmp_path: Path, spark: SparkSession,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    records, frames = (run_on(engine, CASES[name], tmp_path / engine, spark, caplog) for engine in ENGINES)
+
+    assert frames.status is records.status
+    assert frames.published == records.published
+    assert frames.units == records.units
+    assert frames.attempts == records.attempts
+    assert frames.err_file == records.err_file
+    assert frames.warnings == records.warnings
+    assert len(frames.errors) == len(records.errors)
+    for by_frames, by_records in zip(frames.errors, records.errors):
+        assert by_records.split(": ", 1)[1] in by_frames, (by_frames, by_records)  # Spark wraps the Python error
+    assert (frames.error is None) == (records.error is None)
+
+
+def test_the_cases_show_what_they_are_about(tmp_path: Path, spark: SparkSession,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    """The contract compares something: each case's distinguishing outcome, on the records engine."""
+    optional = run_on("records", CASES["a failing OPTIONAL task-level policy"], tmp_path / "optional", spark, caplog)
+    assert optional.status is RunStatus.COMMITTED
+    assert optional.warnings and all("OPTIONAL task-level policy WroteEverything failed" in w
+                                     for w in optional.warnings)
+    mandatory = run_on("records", CASES["a failing MANDATORY task-level policy"], tmp_path / "mandatory", spark,
+                       caplog)
+    assert mandatory.status is RunStatus.FAILED and not mandatory.published
+    assert mandatory.attempts == [("TaskStarted", 1), ("TaskFailed", 1), ("TaskRetried", 1), ("TaskStarted", 2),
+                                  ("TaskFailed", 2)]
+    rows = run_on("records", CASES["row policies of every type"], tmp_path / "rows", spark, caplog)
+    assert rows.err_file and rows.published and len(rows.err_file) + len(rows.published) == 2 * 2 * 40

@@ -13,31 +13,22 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
-from types import TracebackType
+from typing import Any
 from xml.sax.saxutils import escape
 
-from localservers.daemon import Daemon, runs_command, signal_and_wait
+from localservers.daemon import Daemon, runs_command
 from localservers.errors import HdfsProvisioningError
 from localservers.maven import resolve_jars
-from localservers.tools import (
-    JAVA_HINT,
-    default_cache_dir,
-    find_tool,
-    free_port,
-    port_is_free,
-    tail,
-)
+from localservers.server import LocalServer, stop_running
+from localservers.tools import JAVA_HINT, default_cache_dir, find_tool, free_ports, tail
 
 HADOOP_VERSION = "3.5.0"
 
@@ -90,14 +81,16 @@ class HdfsPorts:
     @classmethod
     def choose(cls, rpc: int | None = None, http: int | None = None) -> HdfsPorts:
         """The given ports, the others free ones, all distinct."""
-        taken: list[int] = [port for port in (rpc, http) if port]
-        while len(taken) < 5:
-            port = free_port("the local HDFS", HdfsProvisioningError)
-            if port not in taken:
-                taken.append(port)
-        chosen = iter(taken)
+        given = [port for port in (rpc, http) if port]
+        chosen = iter(free_ports(5 - len(given), "the local HDFS", HdfsProvisioningError, taken=given))
         return cls(rpc=rpc or next(chosen), http=http or next(chosen), datanode=next(chosen),
                    datanode_http=next(chosen), datanode_ipc=next(chosen))
+
+    def of(self, daemon: HdfsDaemon) -> tuple[int, ...]:
+        """The ports `daemon` listens on."""
+        if daemon is HdfsDaemon.NAMENODE:
+            return (self.rpc, self.http)
+        return (self.datanode, self.datanode_http, self.datanode_ipc)
 
 
 def ensure_jars(cache_dir: Path | None = None) -> Path:
@@ -122,7 +115,7 @@ def _remote_error(error: urllib.error.HTTPError) -> str:
     return f"HTTP {error.code}: {remote.get('exception', '')} {remote.get('message', error.reason)}".strip()
 
 
-class LocalHdfs:
+class LocalHdfs(LocalServer):
     """A single-node HDFS living in ``work_dir`` (name and data dirs, conf, logs); data and ports survive restarts.
 
     Settings are Hadoop's defaults plus what one node on loopback needs: replication 1, every address bound to
@@ -131,24 +124,33 @@ class LocalHdfs:
     client never trying to replace the only DataNode of a write pipeline.
     """
 
+    what = "HDFS"
+    error = HdfsProvisioningError
+    state_file = _STATE_FILE
+    start_timeout, stop_timeout = 90.0, 30.0
+
     def __init__(self, work_dir: Path, port: int | None = None, http_port: int | None = None,
                  jars: Path | None = None) -> None:
         """Describe an HDFS in ``work_dir``; ports not given are those of a previous start, else free ones."""
-        self.work_dir = Path(work_dir).expanduser().resolve()
-        recorded = self._recorded()
+        super().__init__(work_dir)
+        recorded = self._recorded_state(lambda state: HdfsPorts(**{key: int(value) for key, value in state.items()}))
         if recorded is not None and port in (None, recorded.rpc) and http_port in (None, recorded.http):
             self.ports = recorded
         else:
             self.ports = HdfsPorts.choose(port or (recorded.rpc if recorded else None),
                                           http_port or (recorded.http if recorded else None))
         self._jars = jars
-        self.daemons = {daemon: Daemon(daemon.file_stem, self.work_dir / f"{daemon.file_stem}.pid",
-                                       self.log_path(daemon), self._owner_check(daemon), HdfsProvisioningError)
-                        for daemon in HdfsDaemon}
+        self._daemons = {daemon: self._daemon(daemon) for daemon in HdfsDaemon}
 
-    def _owner_check(self, daemon: HdfsDaemon) -> Callable[[int], bool]:
-        """Whether a pid runs `daemon` for this work dir (its class and our marker option on its command line)."""
-        return lambda pid: runs_command(pid, daemon.value.encode(), os.fsencode(self._marker))
+    def _daemon(self, daemon: HdfsDaemon) -> Daemon:
+        """`daemon`'s process, recognised by its class and our marker option on its command line."""
+        return Daemon(daemon.file_stem, self.work_dir / f"{daemon.file_stem}.pid", self.log_path(daemon),
+                      lambda pid: runs_command(pid, daemon.value.encode(), os.fsencode(self._marker)),
+                      HdfsProvisioningError, self.ports.of(daemon))
+
+    @property
+    def daemons(self) -> list[Daemon]:
+        return list(self._daemons.values())
 
     @property
     def url(self) -> str:
@@ -174,23 +176,12 @@ class LocalHdfs:
         """A daemon's console log (JVM output, log4j WARN and above): the place to diagnose failures."""
         return self.work_dir / f"{daemon.file_stem}.log"
 
-    def _recorded(self) -> HdfsPorts | None:
-        """The ports recorded by an earlier start in this work dir, if any."""
-        try:
-            return HdfsPorts(**{key: int(value) for key, value in
-                                json.loads((self.work_dir / _STATE_FILE).read_text()).items()})
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, TypeError, AttributeError) as e:
-            raise HdfsProvisioningError(f"unreadable HDFS state {self.work_dir / _STATE_FILE}: {e}") from e
+    def _state(self) -> dict[str, Any]:
+        return asdict(self.ports)
 
     def pid(self, daemon: HdfsDaemon) -> int | None:
         """The pid of this work dir's running ``daemon`` (whichever process started it), or None."""
-        return self.daemons[daemon].pid()
-
-    def is_running(self) -> bool:
-        """Whether both daemons of this work dir are alive (not necessarily ready yet)."""
-        return all(self.pid(daemon) is not None for daemon in HdfsDaemon)
+        return self._daemons[daemon].pid()
 
     @property
     def _marker(self) -> str:
@@ -232,7 +223,7 @@ class LocalHdfs:
         (self.conf_dir / "log4j.properties").write_text(_LOG4J)
         for webapp in _WEBAPPS:  # Maven's jars lack the web UI folders the HTTP servers look up; WebHDFS needs none
             (self.work_dir / "web" / "webapps" / webapp).mkdir(parents=True, exist_ok=True)
-        (self.work_dir / _STATE_FILE).write_text(json.dumps(asdict(ports)) + "\n")
+        self._write_state()
 
     def _java_command(self, main: str, *args: str) -> list[str]:
         """``java`` with our JVM options, the conf dir and the cached jars on the class path, running ``main``."""
@@ -260,65 +251,29 @@ class LocalHdfs:
             raise HdfsProvisioningError(f"formatting the NameNode in {self.work_dir} failed (exit {done.returncode});"
                                         f" see {log}\n{tail(done.stdout + done.stderr)}")
 
-    def start(self, timeout: float = 90) -> None:
-        """Start the daemons not running as child processes (own process groups) and wait until HDFS is writable."""
-        self._start(timeout, detached=False)
-
-    def _start(self, timeout: float, detached: bool) -> None:
-        """Launch the missing daemons (detached: in their own session, not our children) and wait until ready."""
-        if (recorded := self._recorded()) is not None and recorded != self.ports and any(
-                self.pid(daemon) is not None for daemon in HdfsDaemon):
-            raise HdfsProvisioningError(f"an HDFS already runs in {self.work_dir} on port {recorded.rpc}")
-        missing = [daemon for daemon in HdfsDaemon if self.pid(daemon) is None]
-        if not missing:
-            return
-        ports = self.ports
-        needed = {HdfsDaemon.NAMENODE: (ports.rpc, ports.http),
-                  HdfsDaemon.DATANODE: (ports.datanode, ports.datanode_http, ports.datanode_ipc)}
-        for port in (port for daemon in missing for port in needed[daemon]):
-            if not port_is_free(port):
-                raise HdfsProvisioningError(f"port {port} on 127.0.0.1 is already in use; cannot start the HDFS "
-                                            f"in {self.work_dir} (another HDFS? choose other ports)")
-        self.work_dir.mkdir(parents=True, exist_ok=True)
+    def _launch(self, missing: list[Daemon], detached: bool) -> None:
+        """Write the config and launch the missing daemons; the DataNode boots while the NameNode formats and
+        starts (it retries until the NameNode answers)."""
         self._write_config()
-        try:
-            # The DataNode boots while the NameNode formats and starts: it retries until the NameNode answers.
-            if HdfsDaemon.DATANODE in missing:
-                self._launch(HdfsDaemon.DATANODE, detached)
-            self._format()
-            if HdfsDaemon.NAMENODE in missing:
-                self._launch(HdfsDaemon.NAMENODE, detached)
-            self._wait_ready(timeout)
-        except HdfsProvisioningError:
-            self.kill()
-            raise
+        if self._daemons[HdfsDaemon.DATANODE] in missing:
+            self._launch_one(HdfsDaemon.DATANODE, detached)
+        self._format()
+        if self._daemons[HdfsDaemon.NAMENODE] in missing:
+            self._launch_one(HdfsDaemon.NAMENODE, detached)
 
-    def _launch(self, daemon: HdfsDaemon, detached: bool) -> None:
+    def _launch_one(self, daemon: HdfsDaemon, detached: bool) -> None:
         """Run ``daemon`` with its output appended to its log and record its pid."""
-        command = self._java_command(daemon.value, *daemon.arguments)
-        self.daemons[daemon].begin_log(f"starting the {daemon.file_stem} of Hadoop {HADOOP_VERSION}")
-        self.daemons[daemon].launch(command, detached)
+        self._daemons[daemon].launch(self._java_command(daemon.value, *daemon.arguments), detached,
+                                     f"starting the {daemon.file_stem} of Hadoop {HADOOP_VERSION}")
 
-    def _wait_ready(self, timeout: float) -> None:
-        """Poll until a probe file can be written through WebHDFS (NameNode up, DataNode registered, safe mode off)."""
-        deadline = time.monotonic() + timeout
-        last_error = "no answer yet"
-        while time.monotonic() < deadline:
-            for daemon in HdfsDaemon:
-                if self.pid(daemon) is None:
-                    raise HdfsProvisioningError(
-                        f"the {daemon.file_stem} in {self.work_dir} exited during start-up; see "
-                        f"{self.log_path(daemon)}\n{self.log_tail(daemon)}")
-            try:
-                self._probe_write(min(10.0, max(0.5, deadline - time.monotonic())))
-                return
-            except OSError as e:  # URLError and HTTPError are OSErrors
-                last_error = _remote_error(e) if isinstance(e, urllib.error.HTTPError) else str(e)
-                time.sleep(0.2)
-        logs = " and ".join(str(self.log_path(daemon)) for daemon in HdfsDaemon)
-        raise HdfsProvisioningError(
-            f"the HDFS in {self.work_dir} did not accept a write through WebHDFS on {self.http_address} within "
-            f"{timeout:.0f}s (last answer: {last_error}); see {logs}\n{self.log_tail(HdfsDaemon.NAMENODE)}")
+    def _health(self, timeout: float) -> str | None:
+        """Ready once a probe file can be written through WebHDFS (NameNode up, DataNode registered, safe mode off)."""
+        try:
+            self._probe_write(timeout)
+        except OSError as e:  # URLError and HTTPError are OSErrors
+            reason = _remote_error(e) if isinstance(e, urllib.error.HTTPError) else str(e)
+            return f"no write through WebHDFS on {self.http_address}: {reason}"
+        return None
 
     def _probe_write(self, timeout: float) -> None:
         """Create, check and delete a small file through WebHDFS (both steps of CREATE); raises OSError if not ready."""
@@ -341,67 +296,23 @@ class LocalHdfs:
                                         timeout=timeout):
                 pass
 
-    def log_tail(self, daemon: HdfsDaemon, lines: int = 40) -> str:
-        """The last lines ``daemon`` logged since its latest launch."""
-        return self.daemons[daemon].log_tail(lines)
-
-    def stop(self, timeout: float = 30) -> None:
-        """Shut both daemons down cleanly (SIGTERM), killing any still alive after ``timeout``."""
-        if not signal_and_wait(list(self.daemons.values()), signal.SIGTERM, timeout):
-            self.kill()
-        for daemon in self.daemons.values():
-            daemon.forget()
-
     def kill(self, daemon: HdfsDaemon | None = None) -> None:
         """Kill ``daemon`` (default: both) at once with SIGKILL, as a crash would; ``start()`` recovers the data."""
-        chosen = list(self.daemons.values()) if daemon is None else [self.daemons[daemon]]
-        if not signal_and_wait(chosen, signal.SIGKILL, 10):
-            raise HdfsProvisioningError(f"the HDFS daemons in {self.work_dir} survived SIGKILL")
-        for one in chosen:
-            one.forget()
-
-    def restart(self, timeout: float = 90) -> None:
-        """Stop, then start again with the same data and ports."""
-        self.stop()
-        self.start(timeout)
-
-    def __enter__(self) -> LocalHdfs:
-        """Start HDFS for a ``with`` block."""
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        """Stop HDFS when the ``with`` block ends."""
-        self.stop()
-
-
-def _running_in(state_dir: Path) -> LocalHdfs | None:
-    """The HDFS running in ``state_dir`` (whichever process started it), or None; creates nothing."""
-    if not (Path(state_dir) / _STATE_FILE).is_file():
-        return None
-    hdfs = LocalHdfs(state_dir)
-    return hdfs if hdfs.is_running() else None
+        self._kill(self.daemons if daemon is None else [self._daemons[daemon]])
 
 
 def up(state_dir: Path, port: int | None = None, http_port: int | None = None, timeout: float = 90) -> LocalHdfs:
     """Start a detached HDFS in ``state_dir`` that outlives this process, or find the running one."""
-    if (running := _running_in(state_dir)) is not None:
+    if (running := LocalHdfs.running_in(state_dir)) is not None:
         return running
-    hdfs = LocalHdfs(state_dir, port=port, http_port=http_port)
-    hdfs._start(timeout, detached=True)
-    return hdfs
+    return LocalHdfs(state_dir, port=port, http_port=http_port).start_detached(timeout)
 
 
 def down(state_dir: Path, timeout: float = 30) -> bool:
     """Stop the HDFS ``up`` started in ``state_dir`` (its data stays); False if none was running."""
-    hdfs = LocalHdfs(state_dir) if (Path(state_dir) / _STATE_FILE).is_file() else None
-    if hdfs is None or not any(hdfs.pid(daemon) is not None for daemon in HdfsDaemon):
-        return False
-    hdfs.stop(timeout)
-    return True
+    return stop_running(LocalHdfs.found_in(state_dir), timeout)
 
 
 def status(state_dir: Path) -> LocalHdfs | None:
     """The HDFS running in ``state_dir`` (both daemons alive), or None if none runs there."""
-    return _running_in(state_dir)
+    return LocalHdfs.running_in(state_dir)

@@ -13,29 +13,24 @@ from typing import Annotated
 import typer
 
 from localservers import hdfs as hdfs_local
-from localservers.cli import one_line_errors, report_down, require_running, server_app
+from localservers.cli import ServerCommands, one_line_errors, server_app
 from localservers.hdfs import LocalHdfs
 
-app = server_app("hdfs", f"Run a local single-node Apache Hadoop {hdfs_local.HADOOP_VERSION} HDFS (NameNode + DataNode) from its "
-         "jars, no Docker.")
 
-StateDir = Annotated[
-    Path,
-    typer.Option("--state-dir", help="Directory holding the HDFS data, conf/, pids and logs (namenode.log, "
-                                     "datanode.log)."),
-]
-
-
-
-def _describe(hdfs: LocalHdfs) -> None:
+def _show(hdfs: LocalHdfs) -> None:
     """Print the URL on stdout and, on stderr, how Hadoop clients find the rest of the configuration."""
     typer.echo(hdfs.url)
     typer.echo(f"WebHDFS at {hdfs.webhdfs_url}; for Hadoop clients: export HADOOP_CONF_DIR={hdfs.conf_dir}", err=True)
 
 
-@app.command()
+SERVER = ServerCommands("hdfs", "HDFS", Path(".oncelog/hdfs"),
+                        "Directory holding the HDFS data, conf/, pids and logs (namenode.log, datanode.log).",
+                        hdfs_local.down, hdfs_local.status, _show)
+StateDir = Annotated[Path, SERVER.state_dir_option()]
+
+
 def up(
-    state_dir: StateDir = Path(".oncelog/hdfs"),
+    state_dir: StateDir = SERVER.state_dir,
     port: Annotated[
         int | None,
         typer.Option("--port", min=1, max=65535,
@@ -50,10 +45,9 @@ def up(
     """Start HDFS in the background (or find the running one) and print its URL."""
     with one_line_errors():
         hdfs = hdfs_local.up(state_dir, port, http_port)
-    _describe(hdfs)
+    _show(hdfs)
 
 
-@app.command()
 def jars() -> None:
     """Resolve Hadoop's HDFS jars with Maven into the cache (once) and print where they are."""
     with one_line_errors():
@@ -61,18 +55,5 @@ def jars() -> None:
     typer.echo(str(path))
 
 
-@app.command()
-def down(state_dir: StateDir = Path(".oncelog/hdfs")) -> None:
-    """Stop the HDFS that `up` started (its data stays in the state dir)."""
-    with one_line_errors():
-        stopped = hdfs_local.down(state_dir)
-    report_down(stopped, "HDFS", state_dir)
-
-
-@app.command()
-def status(state_dir: StateDir = Path(".oncelog/hdfs")) -> None:
-    """Print the running HDFS's URL; exit code 1 if none runs in the state dir."""
-    with one_line_errors():
-        hdfs = hdfs_local.status(state_dir)
-    hdfs = require_running(hdfs, "HDFS", state_dir)
-    _describe(hdfs)
+app = server_app(SERVER, f"Run a local single-node Apache Hadoop {hdfs_local.HADOOP_VERSION} HDFS (NameNode + "
+                         "DataNode) from its jars, no Docker.", up, jars)

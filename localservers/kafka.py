@@ -14,34 +14,25 @@ that outlives the command (``oncelog kafka up [--nodes 3]``). Kafka 3.9.1 is the
 from __future__ import annotations
 
 import base64
-import json
 import os
 import re
-import signal
 import socket
 import subprocess
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from types import TracebackType
+from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from localservers.daemon import Daemon, runs_command, signal_and_wait
+from localservers.daemon import Daemon, runs_command
 from localservers.errors import KafkaProvisioningError
 from localservers.maven import resolve_jars
-from localservers.tools import (
-    JAVA_HINT,
-    default_cache_dir,
-    find_tool,
-    free_port,
-    port_is_free,
-    tail,
-)
+from localservers.server import LocalServer, stop_running
+from localservers.tools import JAVA_HINT, default_cache_dir, find_tool, free_ports, tail
 
 KAFKA_VERSION = "3.9.1"
 KAFKA4_VERSION = "4.4.0"
@@ -176,16 +167,6 @@ def _new_cluster_id() -> str:
     return cluster_id
 
 
-def _free_ports(count: int, taken: set[int]) -> list[int]:
-    """``count`` distinct free loopback ports, none of them in ``taken``."""
-    ports: list[int] = []
-    while len(ports) < count:
-        port = free_port("the Kafka broker", KafkaProvisioningError)
-        if port not in taken and port not in ports:
-            ports.append(port)
-    return ports
-
-
 def _run_tool(command: list[str], what: str, cwd: Path) -> None:
     """Run a provisioning tool (openssl) in ``cwd``, raising with its output when it fails."""
     try:
@@ -234,7 +215,7 @@ def _sasl_settings(user: SaslUser, tls: TlsFiles) -> dict[str, str]:
     return settings
 
 
-class LocalKafkaBroker:
+class LocalKafkaBroker(LocalServer):
     """A Kafka node (KRaft, broker+controller) living in ``work_dir``; data and ports survive restarts.
 
     Settings are Kafka's defaults plus what the node's cluster needs (internal topics replicated to as many nodes as
@@ -246,25 +227,28 @@ class LocalKafkaBroker:
     ``work_dir/tls``); brokers talk to each other on PLAINTEXT.
     """
 
+    what = "Kafka broker"
+    error = KafkaProvisioningError
+    state_file = _STATE_FILE
+    start_timeout, stop_timeout = 60.0, 30.0
+
     def __init__(self, work_dir: Path, port: int | None = None, controller_port: int | None = None,
                  jars: Path | None = None, *, version: str = KAFKA_VERSION,
                  membership: NodeMembership | None = None, sasl_user: SaslUser | None = None) -> None:
         """Describe a node in ``work_dir``; ports not given are those of a previous start, else free ones."""
-        self.work_dir = Path(work_dir).expanduser().resolve()
+        super().__init__(work_dir)
         self.version = version
         _major(version)
-        recorded = self._recorded()
-        taken: set[int] = set()
-        self.port = port or int(recorded.get("port", 0)) or _free_ports(1, taken)[0]
-        taken.add(self.port)
-        self.controller_port = controller_port or int(recorded.get("controller_port", 0)) or _free_ports(1, taken)[0]
-        taken.add(self.controller_port)
+        recorded = self._recorded_state(_parse_broker_state) or {}
+        known = [port, controller_port, *(int(v) for k, v in recorded.items() if k.endswith("port"))]
+        spare = iter(free_ports(4, "the Kafka broker", KafkaProvisioningError, taken=[p for p in known if p]))
+        self.port = port or int(recorded.get("port", 0)) or next(spare)
+        self.controller_port = controller_port or int(recorded.get("controller_port", 0)) or next(spare)
         self.sasl_user = sasl_user
         self.sasl_ssl_port = self.sasl_plaintext_port = 0
         if sasl_user is not None:
-            spare = _free_ports(2, taken)
-            self.sasl_ssl_port = int(recorded.get("sasl_ssl_port", 0)) or spare[0]
-            self.sasl_plaintext_port = int(recorded.get("sasl_plaintext_port", 0)) or spare[1]
+            self.sasl_ssl_port = int(recorded.get("sasl_ssl_port", 0)) or next(spare)
+            self.sasl_plaintext_port = int(recorded.get("sasl_plaintext_port", 0)) or next(spare)
         cluster_id = str(recorded.get("cluster_id") or _new_cluster_id())
         self.membership = membership or NodeMembership(1, cluster_id, f"1@127.0.0.1:{self.controller_port}", 1)
         self.cluster_id = self.membership.cluster_id
@@ -272,7 +256,11 @@ class LocalKafkaBroker:
         self.daemon = Daemon(f"Kafka broker (node {self.membership.node_id})", self.work_dir / _PID_FILE,
                              self.log_path,
                              lambda pid: runs_command(pid, b"kafka.Kafka", os.fsencode(self.config_path)),
-                             KafkaProvisioningError)
+                             KafkaProvisioningError, tuple(self._ports().values()))
+
+    @property
+    def daemons(self) -> list[Daemon]:
+        return [self.daemon]
 
     @property
     def node_id(self) -> int:
@@ -307,26 +295,14 @@ class LocalKafkaBroker:
         """Where this node's CA and server keystore live."""
         return TlsFiles(self.work_dir / "tls" / "ca.pem", self.work_dir / "tls" / "server-keystore.pem")
 
-    def _recorded(self) -> dict[str, int | str]:
-        """The ports and cluster id recorded by an earlier start in this work dir, if any."""
-        try:
-            recorded = json.loads((self.work_dir / _STATE_FILE).read_text())
-            return {"port": int(recorded["port"]), "controller_port": int(recorded["controller_port"]),
-                    "cluster_id": str(recorded["cluster_id"]),
-                    "sasl_ssl_port": int(recorded.get("sasl_ssl_port", 0)),
-                    "sasl_plaintext_port": int(recorded.get("sasl_plaintext_port", 0))}
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise KafkaProvisioningError(f"unreadable broker state {self.work_dir / _STATE_FILE}: {e}") from e
+    def _state(self) -> dict[str, Any]:
+        """The ports and cluster id, recorded at every start."""
+        return {"port": self.port, "controller_port": self.controller_port, "cluster_id": self.cluster_id,
+                "sasl_ssl_port": self.sasl_ssl_port, "sasl_plaintext_port": self.sasl_plaintext_port}
 
     def pid(self) -> int | None:
         """The pid of this work dir's running broker (whichever process started it), or None."""
         return self.daemon.pid()
-
-    def is_running(self) -> bool:
-        """Whether this work dir's broker process is alive (not necessarily ready yet)."""
-        return self.daemon.is_running()
 
     def _ports(self) -> dict[Listener, int]:
         """This node's listeners and their ports (the SASL ones only when it has a SASL user)."""
@@ -334,7 +310,6 @@ class LocalKafkaBroker:
         if self.sasl_user is not None:
             ports |= {Listener.SASL_SSL: self.sasl_ssl_port, Listener.SASL_PLAINTEXT: self.sasl_plaintext_port}
         return ports
-
     def _settings(self) -> dict[str, str]:
         """server.properties for this node: its listeners, its quorum, replication fitting the cluster size."""
         ports = self._ports()
@@ -375,9 +350,7 @@ class LocalKafkaBroker:
         self.config_path.write_text("".join(f"{key}={value}\n" for key, value in self._settings().items()))
         (self.work_dir / "log4j.properties").write_text(_LOG4J)
         (self.work_dir / "log4j2.properties").write_text(_LOG4J2)
-        state = {"port": self.port, "controller_port": self.controller_port, "cluster_id": self.cluster_id,
-                 "sasl_ssl_port": self.sasl_ssl_port, "sasl_plaintext_port": self.sasl_plaintext_port}
-        (self.work_dir / _STATE_FILE).write_text(json.dumps(state) + "\n")
+        self._write_state()
 
     def _java_command(self, main: str, *args: str) -> list[str]:
         """``java`` with our JVM options, logging config and the cached jars, running class ``main``."""
@@ -408,126 +381,68 @@ class LocalKafkaBroker:
             raise KafkaProvisioningError(f"formatting the Kafka log dir in {self.work_dir} failed "
                                          f"(exit {done.returncode})\n{tail(done.stdout + done.stderr)}")
 
-    def start(self, timeout: float = 60) -> None:
-        """Start the broker as a child process (own process group) and wait until it answers clients."""
-        self._start(timeout, detached=False)
-
-    def _start(self, timeout: float, detached: bool) -> None:
-        """Launch ``kafka.Kafka`` (detached: in its own session, not our child) and wait until it is ready."""
-        if self._launch(detached):
-            try:
-                self._wait_ready(timeout)
-            except KafkaProvisioningError:
-                self.kill()
-                raise
-
-    def _launch(self, detached: bool) -> bool:
-        """Write the config, format on first use and launch the JVM; False if this node already runs."""
-        if self.is_running():
-            if (recorded := self._recorded().get("port")) != self.port:
-                raise KafkaProvisioningError(f"a broker already runs in {self.work_dir} on port {recorded}")
-            return False
-        for port in self._ports().values():
-            if not port_is_free(port):
-                raise KafkaProvisioningError(f"port {port} on 127.0.0.1 is already in use; cannot start the Kafka "
-                                             f"broker in {self.work_dir} (another broker? choose another port)")
+    def _launch(self, missing: list[Daemon], detached: bool) -> None:
+        """Write the config, format on first use and launch ``kafka.Kafka``."""
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self._write_config()
         self._format()
-        self.daemon.begin_log(f"starting kafka.Kafka {self.version} (node {self.node_id})")
-        self.daemon.launch(self._java_command("kafka.Kafka", str(self.config_path)), detached)
-        return True
+        self.daemon.launch(self._java_command("kafka.Kafka", str(self.config_path)), detached,
+                           f"starting kafka.Kafka {self.version} (node {self.node_id})")
 
-    def _wait_ready(self, timeout: float, brokers: int = 1) -> None:
-        """Poll until the port accepts connections and a metadata request lists ``brokers`` brokers."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.is_running():
-                raise KafkaProvisioningError(f"the Kafka broker in {self.work_dir} exited during start-up; "
-                                             f"see {self.log_path}\n{self.log_tail()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    pass
-                admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
-                listed = admin.list_topics(timeout=min(5.0, max(0.5, deadline - time.monotonic()))).brokers
-                if len(listed) >= brokers:
-                    return
-                time.sleep(0.2)
-            except (OSError, KafkaException):
-                time.sleep(0.2)
-        raise KafkaProvisioningError(f"the Kafka broker in {self.work_dir} did not answer on {self.bootstrap} "
-                                     f"within {timeout:.0f}s; see {self.log_path}\n{self.log_tail()}")
-
-    def log_tail(self, lines: int = 40) -> str:
-        """The last lines the broker logged since its latest launch."""
-        return self.daemon.log_tail(lines)
-
-    def stop(self, timeout: float = 30) -> None:
-        """Shut the broker down cleanly (SIGTERM), killing it if it is still alive after ``timeout``."""
-        if not signal_and_wait([self.daemon], signal.SIGTERM, timeout):
-            self.kill()
-        self.daemon.forget()
-
-    def kill(self) -> None:
-        """Kill the broker at once (SIGKILL), as a crash would; ``start()`` recovers its data."""
-        if not signal_and_wait([self.daemon], signal.SIGKILL, 10):
-            raise KafkaProvisioningError(f"the Kafka broker in {self.work_dir} survived SIGKILL")
-        self.daemon.forget()
-
-    def restart(self, timeout: float = 60) -> None:
-        """Stop, then start again with the same data, cluster id and ports."""
-        self.stop()
-        self.start(timeout)
-
-    def __enter__(self) -> LocalKafkaBroker:
-        """Start the broker for a ``with`` block."""
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        """Stop the broker when the ``with`` block ends."""
-        self.stop()
+    def _health(self, timeout: float) -> str | None:
+        """Ready once the port accepts connections and a metadata request lists every broker of the cluster."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                pass
+            admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+            listed = len(admin.list_topics(timeout=min(5.0, timeout)).brokers)
+        except (OSError, KafkaException) as e:
+            return f"no answer on {self.bootstrap}: {e}"
+        return None if listed >= self.membership.size else f"{listed} of {self.membership.size} brokers registered"
 
 
-class LocalKafkaCluster:
+class LocalKafkaCluster(LocalServer):
     """``nodes`` KRaft nodes (each broker+controller, the quorum on all of them) in ``work_dir/node-<id>``.
 
     Internal topics are replicated to min(3, nodes) brokers with min.insync 2, as the events topic should be on a
     production cluster; each node keeps its ports and data across restarts, so one node can be killed and started
-    again while the others serve.
+    again while the others serve. Nodes and version not given are those of a previous start, else 3 and 3.9.1.
     """
 
-    def __init__(self, work_dir: Path, nodes: int = 3, version: str = KAFKA_VERSION) -> None:
+    what = "Kafka cluster"
+    error = KafkaProvisioningError
+    state_file = _CLUSTER_FILE
+    start_timeout, stop_timeout = 90.0, 15.0
+
+    def __init__(self, work_dir: Path, nodes: int | None = None, version: str | None = None) -> None:
         """Describe the cluster; ports and the cluster id are those of a previous start, else fresh ones."""
+        super().__init__(work_dir)
+        recorded = self._recorded_state(dict) or {}
+        nodes = int(recorded.get("nodes", 3)) if nodes is None else nodes
         if nodes < 1:
             raise KafkaProvisioningError(f"a Kafka cluster needs at least one node, not {nodes}")
-        self.work_dir = Path(work_dir).expanduser().resolve()
-        self.version = version
-        singles = [LocalKafkaBroker(self._node_dir(i), version=version) for i in range(1, nodes + 1)]
+        self.version = version or str(recorded.get("version", KAFKA_VERSION))
+        singles = [LocalKafkaBroker(self._node_dir(i), version=self.version) for i in range(1, nodes + 1)]
         voters = ",".join(f"{i}@127.0.0.1:{single.controller_port}" for i, single in enumerate(singles, 1))
-        cluster_id = self._recorded_cluster_id() or _new_cluster_id()
-        self.nodes = [LocalKafkaBroker(self._node_dir(i), single.port, single.controller_port, version=version,
-                                       membership=NodeMembership(i, cluster_id, voters, nodes))
+        self.cluster_id = str(recorded.get("cluster_id") or _new_cluster_id())
+        self.nodes = [LocalKafkaBroker(self._node_dir(i), single.port, single.controller_port, version=self.version,
+                                       membership=NodeMembership(i, self.cluster_id, voters, nodes))
                       for i, single in enumerate(singles, 1)]
-        self.cluster_id = cluster_id
         ports = [port for node in self.nodes for port in (node.port, node.controller_port)]
         if len(set(ports)) != len(ports):  # two nodes drew the same free port before either recorded it
             raise KafkaProvisioningError(f"the nodes of the Kafka cluster in {self.work_dir} drew clashing ports "
                                          f"{ports}; remove {self.work_dir} and start again")
 
+    @property
+    def daemons(self) -> list[Daemon]:
+        return [node.daemon for node in self.nodes]
+
     def _node_dir(self, node_id: int) -> Path:
         """The work dir of node ``node_id``."""
         return self.work_dir / f"node-{node_id}"
 
-    def _recorded_cluster_id(self) -> str | None:
-        """The cluster id recorded by an earlier start, if any."""
-        try:
-            return str(json.loads((self.work_dir / _CLUSTER_FILE).read_text())["cluster_id"])
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise KafkaProvisioningError(f"unreadable cluster state {self.work_dir / _CLUSTER_FILE}: {e}") from e
+    def _state(self) -> dict[str, Any]:
+        return {"cluster_id": self.cluster_id, "nodes": len(self.nodes), "version": self.version}
 
     @property
     def bootstrap(self) -> str:
@@ -541,29 +456,20 @@ class LocalKafkaCluster:
                 return candidate
         raise KafkaProvisioningError(f"the Kafka cluster in {self.work_dir} has no node {node_id}")
 
-    def start(self, timeout: float = 90) -> None:
-        """Start every node not running as our child and wait until all brokers are registered."""
-        self._start(timeout, detached=False)
+    def _launch(self, missing: list[Daemon], detached: bool) -> None:
+        """Launch the missing nodes together (the quorum needs a majority to elect; formatting runs a JVM each)."""
+        self._write_state()
+        nodes = [node for node in self.nodes if node.daemon in missing]
+        with ThreadPoolExecutor(len(nodes)) as pool:
+            list(pool.map(lambda node: node._launch([node.daemon], detached), nodes))
 
-    def _start(self, timeout: float, detached: bool) -> None:
-        """Launch all nodes first (the quorum needs a majority to elect), then wait for every broker."""
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        (self.work_dir / _CLUSTER_FILE).write_text(
-            json.dumps({"cluster_id": self.cluster_id, "nodes": len(self.nodes), "version": self.version}) + "\n")
-        try:
-            with ThreadPoolExecutor(len(self.nodes)) as pool:  # formatting runs a JVM per node: not one by one
-                list(pool.map(lambda node: node._launch(detached), self.nodes))
-            for node in self.nodes:
-                node._wait_ready(timeout, brokers=len(self.nodes))
-        except KafkaProvisioningError:
-            self.kill()
-            raise
+    def _health(self, timeout: float) -> str | None:
+        """Ready once every node lists every broker."""
+        return next((reason for node in self.nodes if (reason := node._health(timeout)) is not None), None)
 
     def start_node(self, node_id: int, timeout: float = 60) -> None:
         """Start one node again (after kill or stop) and wait until the whole cluster lists it."""
-        node = self.node(node_id)
-        if node._launch(detached=False):
-            node._wait_ready(timeout, brokers=len(self.nodes))
+        self.node(node_id).start(timeout)
 
     def partition_leaders(self, topic: str, timeout: float = 10) -> dict[int, int]:
         """Each partition of ``topic`` and the node id leading it now (-1 while it has none)."""
@@ -578,84 +484,46 @@ class LocalKafkaCluster:
                                          f"{metadata.error}")
         return {partition: meta.leader for partition, meta in sorted(metadata.partitions.items())}
 
-    def is_running(self) -> bool:
-        """Whether any node of the cluster runs."""
-        return any(node.is_running() for node in self.nodes)
 
-    def stop(self, timeout: float = 15) -> None:
-        """Shut every node down (SIGTERM together), killing those still waiting for a quorum after ``timeout``."""
-        if not signal_and_wait([node.daemon for node in self.nodes], signal.SIGTERM, timeout):
-            self.kill()
-        for node in self.nodes:
-            node.daemon.forget()
-
-    def kill(self) -> None:
-        """Kill every node at once (SIGKILL)."""
-        for node in self.nodes:
-            node.kill()
-
-    def __enter__(self) -> LocalKafkaCluster:
-        """Start the cluster for a ``with`` block."""
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        """Stop the cluster when the ``with`` block ends."""
-        self.stop()
+def _parse_broker_state(recorded: dict[str, Any]) -> dict[str, int | str]:
+    """A broker's recorded ports and cluster id (SASL ports 0 when it had none)."""
+    return {"port": int(recorded["port"]), "controller_port": int(recorded["controller_port"]),
+            "cluster_id": str(recorded["cluster_id"]), "sasl_ssl_port": int(recorded.get("sasl_ssl_port", 0)),
+            "sasl_plaintext_port": int(recorded.get("sasl_plaintext_port", 0))}
 
 
-def _cluster_in(state_dir: Path) -> LocalKafkaCluster | None:
-    """The cluster described in ``state_dir`` (running or not), or None if none was ever started there."""
-    try:
-        recorded = json.loads((Path(state_dir) / _CLUSTER_FILE).read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        raise KafkaProvisioningError(f"unreadable cluster state {Path(state_dir) / _CLUSTER_FILE}: {e}") from e
-    return LocalKafkaCluster(state_dir, int(recorded["nodes"]), str(recorded.get("version", KAFKA_VERSION)))
+def _found_in(state_dir: Path) -> LocalKafkaBroker | LocalKafkaCluster | None:
+    """The broker or cluster recorded in ``state_dir`` (running or not), or None; starts nothing."""
+    return LocalKafkaCluster.found_in(state_dir) or LocalKafkaBroker.found_in(state_dir)
 
 
 def _running_in(state_dir: Path) -> LocalKafkaBroker | LocalKafkaCluster | None:
-    """The broker or cluster running in ``state_dir`` (whichever process started it), or None; creates nothing."""
-    if (cluster := _cluster_in(state_dir)) is not None:
-        return cluster if cluster.is_running() else None
-    if not (Path(state_dir) / _STATE_FILE).is_file():
-        return None
-    broker = LocalKafkaBroker(state_dir)
-    return broker if broker.is_running() else None
+    """The broker or cluster running in ``state_dir`` (whichever process started it), or None; starts nothing."""
+    return LocalKafkaCluster.running_in(state_dir) or LocalKafkaBroker.running_in(state_dir)
 
 
 def up(state_dir: Path, port: int | None = None, timeout: float = 60, nodes: int = 1,
        version: str = KAFKA_VERSION) -> str:
     """Start a detached broker (or ``nodes``-node cluster) in ``state_dir`` that outlives this process, or find the
     running one; its bootstrap."""
-    if (running := _running_in(state_dir)) is not None:
-        return running.bootstrap
-    single_there = (Path(state_dir) / _STATE_FILE).is_file()
-    if (nodes > 1 and single_there) or (nodes == 1 and _cluster_in(state_dir) is not None):
+    if (found := _running_in(state_dir)) is not None:
+        return found.bootstrap
+    single_there = LocalKafkaBroker.found_in(state_dir) is not None
+    if (nodes > 1 and single_there) or (nodes == 1 and LocalKafkaCluster.found_in(state_dir) is not None):
         raise KafkaProvisioningError(f"{state_dir} holds a {'single broker' if single_there else 'cluster'}; "
                                      f"choose another --state-dir for {nodes} node(s)")
     if nodes > 1:
         if port is not None:
             raise KafkaProvisioningError("--port applies to a single broker; a cluster picks its nodes' ports")
-        cluster = LocalKafkaCluster(state_dir, nodes, version)
-        cluster._start(max(timeout, 90), detached=True)
-        return cluster.bootstrap
-    broker = LocalKafkaBroker(state_dir, port=port, version=version)
-    broker._start(timeout, detached=True)
-    return broker.bootstrap
+        return LocalKafkaCluster(state_dir, nodes, version).start_detached(max(timeout, 90)).bootstrap
+    return LocalKafkaBroker(state_dir, port=port, version=version).start_detached(timeout).bootstrap
 
 
 def down(state_dir: Path, timeout: float = 30) -> bool:
     """Stop the broker or cluster ``up`` started in ``state_dir`` (its data stays); False if none was running."""
-    if (running := _running_in(state_dir)) is None:
-        return False
-    running.stop(timeout)
-    return True
+    return stop_running(_found_in(state_dir), timeout)
 
 
 def status(state_dir: Path) -> str | None:
     """The bootstrap of the broker or cluster running in ``state_dir``, or None if none runs there."""
-    return running.bootstrap if (running := _running_in(state_dir)) is not None else None
-
+    return found.bootstrap if (found := _running_in(state_dir)) is not None else None

@@ -1,4 +1,5 @@
-"""``oncelog kafka up|down|status``: a local Apache Kafka broker (or ``--nodes 3`` cluster) that outlives the command.
+"""``oncelog kafka up|down|status|jars``: a local Apache Kafka broker (or ``--nodes 3`` cluster) that outlives the
+command.
 
 A thin shell over :mod:`localservers.kafka`, for developers who want ``kafka://127.0.0.1:<port>`` without
 Docker. ``up`` and ``status`` print only the store URL on stdout, so scripts can capture it.
@@ -12,16 +13,18 @@ from typing import Annotated
 import typer
 
 from localservers import kafka as kafka_local
-from localservers.cli import one_line_errors, report_down, require_running, server_app
+from localservers.cli import ServerCommands, one_line_errors, server_app
 
-app = server_app("kafka", f"Run a local Apache Kafka broker or cluster (KRaft; {kafka_local.KAFKA_VERSION} by default, "
-                          f"{kafka_local.KAFKA4_VERSION} on request) from its jars, no Docker.")
 
-StateDir = Annotated[
-    Path,
-    typer.Option("--state-dir", help="Directory holding the broker's data, config, pid and log (broker.log); "
-                                     "a cluster's nodes live in node-<id>/ under it."),
-]
+def _show(bootstrap: str) -> None:
+    """The store URL of a running broker or cluster, on stdout."""
+    typer.echo(f"kafka://{bootstrap}")
+
+
+SERVER = ServerCommands("kafka", "broker", Path(".oncelog/kafka"),
+                        "Directory holding the broker's data, config, pid and log (broker.log); a cluster's nodes "
+                        "live in node-<id>/ under it.", kafka_local.down, kafka_local.status, _show)
+StateDir = Annotated[Path, SERVER.state_dir_option()]
 KafkaVersion = Annotated[
     str,
     typer.Option("--kafka-version", help=f"Apache Kafka version to run (supported lines: 3.x, 4.x; tested: "
@@ -29,9 +32,8 @@ KafkaVersion = Annotated[
 ]
 
 
-@app.command()
 def up(
-    state_dir: StateDir = Path(".oncelog/kafka"),
+    state_dir: StateDir = SERVER.state_dir,
     port: Annotated[
         int | None,
         typer.Option("--port", min=1, max=65535, help="Client port (default: the previous one, else a free one); "
@@ -47,10 +49,9 @@ def up(
     """Start the broker or cluster in the background (or find the running one) and print its URL."""
     with one_line_errors():
         bootstrap = kafka_local.up(state_dir, port, nodes=nodes, version=version)
-    typer.echo(f"kafka://{bootstrap}")
+    _show(bootstrap)
 
 
-@app.command()
 def jars(version: KafkaVersion = kafka_local.KAFKA_VERSION) -> None:
     """Resolve the broker's jars with Maven into the cache (once) and print where they are."""
     with one_line_errors():
@@ -58,18 +59,5 @@ def jars(version: KafkaVersion = kafka_local.KAFKA_VERSION) -> None:
     typer.echo(str(path))
 
 
-@app.command()
-def down(state_dir: StateDir = Path(".oncelog/kafka")) -> None:
-    """Stop the broker or cluster that `up` started (its data stays in the state dir)."""
-    with one_line_errors():
-        stopped = kafka_local.down(state_dir)
-    report_down(stopped, "broker", state_dir)
-
-
-@app.command()
-def status(state_dir: StateDir = Path(".oncelog/kafka")) -> None:
-    """Print the running broker's or cluster's URL; exit code 1 if none runs in the state dir."""
-    with one_line_errors():
-        bootstrap = kafka_local.status(state_dir)
-    bootstrap = require_running(bootstrap, "broker", state_dir)
-    typer.echo(f"kafka://{bootstrap}")
+app = server_app(SERVER, f"Run a local Apache Kafka broker or cluster (KRaft; {kafka_local.KAFKA_VERSION} by "
+                         f"default, {kafka_local.KAFKA4_VERSION} on request) from its jars, no Docker.", up, jars)

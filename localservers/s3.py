@@ -11,26 +11,24 @@ detached server that outlives the command (``oncelog s3 up``).
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
-import signal
 import string
-import time
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from localservers.daemon import Daemon, runs_command, signal_and_wait
+from localservers.daemon import Daemon, runs_command
 from localservers.errors import S3ProvisioningError
 from localservers.maven import build_once
-from localservers.tools import default_cache_dir, free_port, port_is_free
+from localservers.server import LocalServer, stop_running
+from localservers.tools import default_cache_dir, free_port
 
 VERSITYGW_VERSION = "v1.8.0"
 VERSITYGW_MODULE = "github.com/versity/versitygw/cmd/versitygw"
@@ -87,7 +85,7 @@ def _server_env(state: S3State) -> dict[str, str]:
     return {**env, "ROOT_ACCESS_KEY_ID": state.access_key, "ROOT_SECRET_ACCESS_KEY": state.secret_key}
 
 
-class LocalS3:
+class LocalS3(LocalServer):
     """A versitygw S3 server on 127.0.0.1 serving the buckets in ``work_dir/data``; data, port and keys persist.
 
     Buckets are directories and objects files under ``data`` (metadata and checksums in extended attributes), so
@@ -95,15 +93,23 @@ class LocalS3:
     versitygw does not fsync.
     """
 
+    what = "S3 server"
+    error = S3ProvisioningError
+    state_file = _STATE_FILE
+    start_timeout, stop_timeout = 30.0, 15.0
+
     def __init__(self, work_dir: Path, port: int | None = None, binary: Path | None = None) -> None:
         """Describe a server in ``work_dir``; port and credentials not given are those of a previous start, else new."""
-        self.work_dir = Path(work_dir).expanduser().resolve()
-        recorded = self._recorded()
-        state = recorded or _new_state(port)
-        self._state = S3State(port or state.port, state.access_key, state.secret_key, state.region)
+        super().__init__(work_dir)
+        state = self._recorded_state(_parse_state) or _new_state(port)
+        self._settings = S3State(port or state.port, state.access_key, state.secret_key, state.region)
         self._binary = binary
         self.daemon = Daemon("S3 server", self.work_dir / _PID_FILE, self.log_path, self._runs_ours,
-                             S3ProvisioningError)
+                             S3ProvisioningError, (self.port,))
+
+    @property
+    def daemons(self) -> list[Daemon]:
+        return [self.daemon]
 
     def _runs_ours(self, pid: int) -> bool:
         """Whether pid is a live versitygw serving this work dir's data."""
@@ -112,7 +118,7 @@ class LocalS3:
     @property
     def port(self) -> int:
         """The loopback port the server listens on."""
-        return self._state.port
+        return self._settings.port
 
     @property
     def endpoint_url(self) -> str:
@@ -122,17 +128,17 @@ class LocalS3:
     @property
     def access_key(self) -> str:
         """The root access key id, generated at the first start and kept in the work dir."""
-        return self._state.access_key
+        return self._settings.access_key
 
     @property
     def secret_key(self) -> str:
         """The root secret access key, generated at the first start and kept in the work dir."""
-        return self._state.secret_key
+        return self._settings.secret_key
 
     @property
     def region(self) -> str:
         """The region the server signs for."""
-        return self._state.region
+        return self._settings.region
 
     @property
     def data_dir(self) -> Path:
@@ -169,138 +175,54 @@ class LocalS3:
         except BotoCoreError as e:
             raise S3ProvisioningError(f"creating bucket {name!r} on {self.endpoint_url} failed: {e}") from e
 
-    def _recorded(self) -> S3State | None:
-        """The port and credentials recorded by an earlier start in this work dir, if any."""
-        try:
-            recorded = json.loads((self.work_dir / _STATE_FILE).read_text())
-            return S3State(int(recorded["port"]), str(recorded["access_key"]), str(recorded["secret_key"]),
-                           str(recorded["region"]))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise S3ProvisioningError(f"unreadable S3 server state {self.work_dir / _STATE_FILE}: {e}") from e
-
-    def _write_state(self) -> None:
-        """Record port and credentials (readable by the owner only: it holds the secret key)."""
-        path = self.work_dir / _STATE_FILE
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as state:
-            state.write(json.dumps(asdict(self._state)) + "\n")
+    def _state(self) -> dict[str, Any]:
+        """Port and credentials (the state file is readable by the owner only: it holds the secret key)."""
+        return asdict(self._settings)
 
     def pid(self) -> int | None:
         """The pid of this work dir's running server (whichever process started it), or None."""
         return self.daemon.pid()
 
-    def is_running(self) -> bool:
-        """Whether this work dir's server process is alive (not necessarily ready yet)."""
-        return self.pid() is not None
-
-    def start(self, timeout: float = 30) -> None:
-        """Start the server as a child process (own process group) and wait until it answers signed requests."""
-        self._start(timeout, detached=False)
-
-    def _start(self, timeout: float, detached: bool) -> None:
-        """Launch versitygw (detached: in its own session, not our child) and wait until it is ready."""
-        if self.is_running():
-            recorded = self._recorded()
-            if recorded is None or recorded.port != self.port:
-                raise S3ProvisioningError(f"an S3 server already runs in {self.work_dir} on port "
-                                          f"{recorded.port if recorded else '?'}")
-            return
-        if not port_is_free(self.port):
-            raise S3ProvisioningError(f"port {self.port} on 127.0.0.1 is already in use; cannot start the S3 server "
-                                      f"in {self.work_dir} (another server? choose another port)")
+    def _launch(self, missing: list[Daemon], detached: bool) -> None:
+        """Build versitygw once, record port and keys, and launch it (the keys in its environment)."""
         self._binary = self._binary or ensure_server()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._write_state()
         command = [str(self._binary), "--port", f"127.0.0.1:{self.port}", "--region", self.region, "--quiet",
                    "posix", str(self.data_dir)]
-        self.daemon.begin_log(f"starting versitygw {VERSITYGW_VERSION}")
+        self.daemon.launch(command, detached, f"starting versitygw {VERSITYGW_VERSION}", _server_env(self._settings))
+
+    @cached_property
+    def _probe_client(self) -> Any:
+        return self.client(timeout=1, attempts=1)
+
+    def _health(self, timeout: float) -> str | None:
+        """Ready once a signed ListBuckets succeeds: the port answers and our keys are accepted."""
         try:
-            self.daemon.launch(command, detached, _server_env(self._state))
-            self._wait_ready(timeout)
-        except S3ProvisioningError:
-            self.kill()
-            raise
-
-    def _wait_ready(self, timeout: float) -> None:
-        """Poll until a signed ListBuckets succeeds: the port answers and our keys are accepted."""
-        deadline = time.monotonic() + timeout
-        client = self.client(timeout=1, attempts=1)
-        last_error = "no answer yet"
-        while time.monotonic() < deadline:
-            if not self.is_running():
-                raise S3ProvisioningError(f"the S3 server in {self.work_dir} exited during start-up; "
-                                          f"see {self.log_path}\n{self.log_tail()}")
-            try:
-                client.list_buckets()
-                return
-            except ClientError as e:  # the server answers but refuses: waiting will not help
-                raise S3ProvisioningError(f"the S3 server on {self.endpoint_url} refused our keys: {e}; "
-                                          f"see {self.log_path}") from e
-            except BotoCoreError as e:
-                last_error = str(e)
-                time.sleep(0.05)
-        raise S3ProvisioningError(f"the S3 server in {self.work_dir} did not answer on {self.endpoint_url} within "
-                                  f"{timeout:.0f}s ({last_error}); see {self.log_path}\n{self.log_tail()}")
-
-    def log_tail(self, lines: int = 40) -> str:
-        """The last lines the server logged since its latest launch."""
-        return self.daemon.log_tail(lines)
-
-    def stop(self, timeout: float = 15) -> None:
-        """Shut the server down (SIGTERM), killing it if it is still alive after ``timeout``."""
-        if not signal_and_wait([self.daemon], signal.SIGTERM, timeout):
-            self.kill()
-        self.daemon.forget()
-
-    def kill(self) -> None:
-        """Kill the server at once (SIGKILL), as a crash would; ``start()`` serves the same data again."""
-        if not signal_and_wait([self.daemon], signal.SIGKILL, 10):
-            raise S3ProvisioningError(f"the S3 server in {self.work_dir} survived SIGKILL")
-        self.daemon.forget()
-
-    def restart(self, timeout: float = 30) -> None:
-        """Stop, then start again with the same data, port and keys."""
-        self.stop()
-        self.start(timeout)
-
-    def __enter__(self) -> LocalS3:
-        """Start the server for a ``with`` block."""
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        """Stop the server when the ``with`` block ends."""
-        self.stop()
-
-
-def _running_in(state_dir: Path) -> LocalS3 | None:
-    """The server running in ``state_dir`` (whichever process started it), or None; creates nothing."""
-    if not (Path(state_dir) / _STATE_FILE).is_file():
+            self._probe_client.list_buckets()
+        except ClientError as e:  # the server answers but refuses: waiting will not help
+            raise S3ProvisioningError(f"the S3 server on {self.endpoint_url} refused our keys: {e}; "
+                                      f"see {self.log_path}") from e
+        except BotoCoreError as e:
+            return f"no answer on {self.endpoint_url}: {e}"
         return None
-    server = LocalS3(state_dir)
-    return server if server.is_running() else None
+
+
+def _parse_state(recorded: dict[str, Any]) -> S3State:
+    return S3State(int(recorded["port"]), str(recorded["access_key"]), str(recorded["secret_key"]),
+                   str(recorded["region"]))
 
 
 def up(state_dir: Path, port: int | None = None, timeout: float = 30) -> LocalS3:
     """Start a detached server in ``state_dir`` that outlives this process, or find the running one."""
-    if (running := _running_in(state_dir)) is not None:
-        return running
-    server = LocalS3(state_dir, port=port)
-    server._start(timeout, detached=True)
-    return server
+    return LocalS3.running_in(state_dir) or LocalS3(state_dir, port=port).start_detached(timeout)
 
 
 def down(state_dir: Path, timeout: float = 15) -> bool:
     """Stop the server ``up`` started in ``state_dir`` (its data stays); False if none was running."""
-    if (server := _running_in(state_dir)) is None:
-        return False
-    server.stop(timeout)
-    return True
+    return stop_running(LocalS3.found_in(state_dir), timeout)
 
 
 def status(state_dir: Path) -> LocalS3 | None:
     """The server running in ``state_dir``, or None if none runs there."""
-    return _running_in(state_dir)
+    return LocalS3.running_in(state_dir)

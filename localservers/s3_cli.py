@@ -1,4 +1,4 @@
-"""``oncelog s3 up|down|status``: a local S3-compatible server (versitygw) that outlives the command.
+"""``oncelog s3 up|down|status|build``: a local S3-compatible server (versitygw) that outlives the command.
 
 A thin shell over :mod:`localservers.s3`, for developers who want an ``s3a://`` store without Docker
 or AWS. ``up`` and ``status`` print only the endpoint URL on stdout, so scripts can capture it; ``up`` prints the
@@ -14,20 +14,23 @@ from typing import Annotated
 import typer
 
 from localservers import s3 as s3_local
-from localservers.cli import one_line_errors, report_down, require_running, server_app
-
-app = server_app("s3", f"Run a local S3-compatible server (versitygw {s3_local.VERSITYGW_VERSION}, posix backend), no Docker.")
-
-StateDir = Annotated[
-    Path,
-    typer.Option("--state-dir", help="Directory holding the buckets (data/), keys, pid and log (server.log)."),
-]
+from localservers.cli import ServerCommands, one_line_errors, server_app
+from localservers.s3 import LocalS3
 
 
+def _show(server: LocalS3) -> None:
+    """The endpoint URL of a running server, on stdout."""
+    typer.echo(server.endpoint_url)
 
-@app.command()
+
+SERVER = ServerCommands("s3", "S3 server", Path(".oncelog/s3"),
+                        "Directory holding the buckets (data/), keys, pid and log (server.log).",
+                        s3_local.down, s3_local.status, _show)
+StateDir = Annotated[Path, SERVER.state_dir_option()]
+
+
 def up(
-    state_dir: StateDir = Path(".oncelog/s3"),
+    state_dir: StateDir = SERVER.state_dir,
     port: Annotated[
         int | None,
         typer.Option("--port", min=1, max=65535, help="Port (default: the previous one, else a free one)."),
@@ -42,12 +45,11 @@ def up(
         server = s3_local.up(state_dir, port)
         for name in bucket or []:
             server.create_bucket(name)
-    typer.echo(server.endpoint_url)
+    _show(server)
     for key, value in server.env().items():
         typer.echo(f"export {key}={shlex.quote(value)}", err=True)
 
 
-@app.command()
 def build() -> None:
     """Build the server binary with `go install` into the cache (once) and print where it is."""
     with one_line_errors():
@@ -55,18 +57,5 @@ def build() -> None:
     typer.echo(str(path))
 
 
-@app.command()
-def down(state_dir: StateDir = Path(".oncelog/s3")) -> None:
-    """Stop the server that `up` started (its buckets stay in the state dir)."""
-    with one_line_errors():
-        stopped = s3_local.down(state_dir)
-    report_down(stopped, "S3 server", state_dir)
-
-
-@app.command()
-def status(state_dir: StateDir = Path(".oncelog/s3")) -> None:
-    """Print the running server's endpoint URL; exit code 1 if none runs in the state dir."""
-    with one_line_errors():
-        server = s3_local.status(state_dir)
-    server = require_running(server, "S3 server", state_dir)
-    typer.echo(server.endpoint_url)
+app = server_app(SERVER, f"Run a local S3-compatible server (versitygw {s3_local.VERSITYGW_VERSION}, posix "
+                         "backend), no Docker.", up, build)

@@ -6,6 +6,7 @@ import os
 import random
 import shutil
 import socket
+from collections.abc import Iterable
 from pathlib import Path
 
 JAVA_HINT = "install a Java 17+ JDK (e.g. `apt install openjdk-17-jdk-headless`, `brew install openjdk@17`)"
@@ -48,13 +49,22 @@ def port_is_free(port: int) -> bool:
 
 def free_port(what: str, error: type[Exception], avoid: int | None = None) -> int:
     """A free loopback port below the ephemeral range, so that no outgoing connection takes it between restarts."""
+    return free_ports(1, what, error, taken=() if avoid is None else (avoid,))[0]
+
+
+def free_ports(count: int, what: str, error: type[Exception], taken: Iterable[int] = ()) -> list[int]:
+    """`count` distinct free loopback ports below the ephemeral range, none of them in `taken`."""
     try:  # Linux; other systems hand out 49152+ (or 32768+)
         ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         ephemeral_low = 32768
-    rng = random.SystemRandom()
-    for _ in range(100):
+    rng, avoid = random.SystemRandom(), set(taken)
+    ports: list[int] = []
+    for _ in range(100 * count):
         port = rng.randint(20000, max(20001, ephemeral_low - 1))
-        if port != avoid and port_is_free(port):
-            return port
+        if port not in avoid and port_is_free(port):
+            avoid.add(port)
+            ports.append(port)
+            if len(ports) == count:
+                return ports
     raise error(f"found no free port on 127.0.0.1 for {what}; pass one explicitly")

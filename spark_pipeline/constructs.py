@@ -169,7 +169,8 @@ class DataFrameReader(ABC):
     @abstractmethod
     def read_frame(self, spark: SparkSession, units: Sequence[tuple[int, WorkUnitSpec]], attempt: int) -> DataFrame:
         """The records of `units` (each with its index in the task; none is empty), with UNIT_COLUMN holding the
-        index; `attempt` is the task attempt reading them."""
+        index, each work unit's rows in one Spark partition (the engine writes one file per work unit); `attempt` is
+        the task attempt reading them."""
 
     @abstractmethod
     def record_schema(self, units: Sequence[WorkUnitSpec]) -> str | None:

@@ -88,7 +88,8 @@ def staged_files(fs: FileSystem, folder: str, units: Sequence[WorkUnitSpec], out
     for index, files in sorted(found.items()):
         if index >= len(units) or len(files) != 1:
             raise FileSystemError(f"{folder}: work unit folder {UNIT_COLUMN}={index} holds {len(files)} files; the "
-                                  f"task planned {len(units)} work units, one file each")
+                                  f"task planned {len(units)} work units, one file each (a DataFrameReader puts "
+                                  f"each work unit's rows in one Spark partition)")
         unit = units[index]
         (src, extension), = files
         name = (f"{path_segment(unit.dataset_urn)}/{path_segment(unit.partition)}_{unit.low_watermark}-"

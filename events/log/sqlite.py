@@ -15,7 +15,7 @@ from pathlib import Path
 
 from events.codec import EventCodec, Record
 from events.errors import ConfigError, FencedError, LogUnavailableError, LogWriteError
-from events.log import (
+from events.log.interface import (
     DEFAULT_TOPIC,
     ErrorHandler,
     EventLog,

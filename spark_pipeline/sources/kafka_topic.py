@@ -66,6 +66,7 @@ from spark_pipeline.constructs import (
     SourceState,
     WorkUnitState,
 )
+from spark_pipeline.sources.kafka_spark import spark_kafka_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -255,8 +256,26 @@ class KafkaTopicSource(Source, DataFrameReader):
     READ_COUNT = ReadCount.OFFSETS
 
     def read_frame(self, spark: SparkSession, units: Sequence[tuple[int, WorkUnitSpec]], attempt: int) -> DataFrame:
-        from spark_pipeline.sources.kafka_frame import kafka_frame  # PySpark: on the DataFrame engine only
-        return kafka_frame(spark, self.config, units)
+        from spark_pipeline.sources.kafka_frame import OffsetRange, kafka_frame  # PySpark: DataFrame engine only
+        ranges = [OffsetRange(i, u.properties[TOPIC], int(u.properties[PARTITION]), u.low_watermark,
+                              u.expected_high_watermark) for i, u in units]
+        return kafka_frame(spark, self.spark_options(), ranges)
+
+    def spark_options(self) -> dict[str, str]:
+        """The options of Spark's Kafka reader for this source: its brokers, isolation level, and security settings
+        chosen as the records engine chooses them (the job's `kafka.*` keys, else the log's on shared brokers)."""
+        settings: KafkaSourceSettings = self.settings()
+        config = self.config
+        own = bool(settings.own_security())
+        try:
+            options = spark_kafka_options(",".join(settings.brokers), settings.security(config.log_url,
+                                                                                        config.log_settings))
+        except ConfigError as e:
+            origin = "its kafka.* keys" if own else "the log's settings (URL, oncelog.log.*)"
+            advice = "" if own else ("; or give the source its own kafka.security.protocol, kafka.sasl.* and "
+                                     "kafka.ssl.* keys")
+            raise ConfigError(f"job {config.job_name!r}, Kafka source security from {origin}: {e}{advice}") from e
+        return options | {"kafka.isolation.level": settings.isolation_level}
 
     def record_schema(self, units: Sequence[WorkUnitSpec]) -> str | None:
         return json.dumps(SCHEMA)

@@ -5,13 +5,16 @@ offsets, computing in Spark SQL exactly the records `synthetic_record` gives, wi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from events.job import WorkUnitSpec
 from spark_pipeline.constructs import UNIT_COLUMN
-from spark_pipeline.sources.synthetic import SyntheticSettings
+
+if TYPE_CHECKING:
+    from spark_pipeline.sources.synthetic import SyntheticSettings
 
 UNIT_COLUMNS = "slot INT, _wu INT, dataset STRING, partition INT, unit_partition STRING, low BIGINT, high BIGINT, " \
                "fail_at BIGINT"

@@ -22,8 +22,8 @@ from events.errors import (
     FencedError,
     UnknownEventTypeError,
 )
-from events.log import EventLog, LoggedEvent, Snapshot, open_log
-from events.model import Event
+from events.log import EventLog, Snapshot, open_log
+from events.model import Event, LoggedEvent
 from tests.factories import one_of_each, step_events
 from tests.log_fixtures import LogFactory
 

@@ -21,7 +21,8 @@ from pyspark.sql import SparkSession
 
 from events.codec import Record
 from events.commit import CommitSequencePlanned
-from events.log import EventLog, LoggedEvent, open_log
+from events.log import EventLog, open_log
+from events.model import LoggedEvent
 from localservers.kafka import LocalKafkaCluster, SaslMechanism, SecureEndpoints
 from projections.views import RunStatus
 from spark_pipeline.jobfile.validation import load_job_config

@@ -24,11 +24,11 @@ from events.errors import ConfigError
 from localservers.kafka import SecureEndpoints
 from spark_pipeline.connectors import fetch_connectors
 from spark_pipeline.jobfile.config import JobConfig
-from spark_pipeline.spark_kafka import (
-    job_kafka_options,
+from spark_pipeline.sources.kafka_spark import (
     redaction_conf,
     spark_kafka_options,
 )
+from spark_pipeline.sources.kafka_topic import KafkaTopicSource
 from tests.kafka_plugin import create_topic
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,6 +41,11 @@ SPARK_DEFAULT_PATTERNS = r"(?i)url|secret|password|token|access[.]key"
 """spark.sql.redaction.options.regex and spark.redaction.regex by default: a key or value matching either is hidden."""
 SCRAM = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice",
          "sasl.password": "s3cret"}
+
+
+def spark_options_of(config: JobConfig) -> dict[str, str]:
+    """The options the job's Kafka source gives Spark's reader."""
+    return KafkaTopicSource(config).spark_options()
 
 
 @pytest.fixture(scope="module")
@@ -159,11 +164,11 @@ def source_job(brokers: str, log_url: str, **extra: str) -> JobConfig:
 def test_a_job_source_takes_its_own_keys_else_the_log_s_on_shared_brokers(pem: dict[str, Path]) -> None:
     log_url = "kafka://b1:9093?topic=x&security.protocol=SASL_SSL&sasl.mechanism=PLAIN&sasl.username=log"
     log_keys = {"oncelog.log.sasl.password": "log-pw", "oncelog.log.ssl.ca.location": str(pem["cert"])}
-    shared = job_kafka_options(source_job("b1:9093", log_url, **log_keys))
+    shared = spark_options_of(source_job("b1:9093", log_url, **log_keys))
     assert shared["kafka.sasl.jaas.config"].endswith('username="log" password="log-pw";')
     assert shared["kafka.isolation.level"] == "read_committed"
-    assert job_kafka_options(source_job("other:9092", log_url, **log_keys))["kafka.security.protocol"] == "PLAINTEXT"
-    own = job_kafka_options(source_job("b1:9093", log_url, **log_keys, **{
+    assert spark_options_of(source_job("other:9092", log_url, **log_keys))["kafka.security.protocol"] == "PLAINTEXT"
+    own = spark_options_of(source_job("b1:9093", log_url, **log_keys, **{
         "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "SCRAM-SHA-256",
         "kafka.sasl.username": "src", "kafka.sasl.password": "src-pw", "kafka.isolation.level": "read_uncommitted"}))
     assert own["kafka.sasl.jaas.config"].endswith('username="src" password="src-pw";')
@@ -171,7 +176,7 @@ def test_a_job_source_takes_its_own_keys_else_the_log_s_on_shared_brokers(pem: d
     with pytest.raises(ConfigError, match=r"job 'spark-secured', Kafka source security from the log's settings "
                                           r"\(URL, oncelog.log.\*\): Kafka setting\(s\) ssl.cipher.suites cannot .*"
                                           r"or give the source its own kafka.security.protocol"):
-        job_kafka_options(source_job("b1:9093", log_url + "&ssl.cipher.suites=X", **log_keys))
+        spark_options_of(source_job("b1:9093", log_url + "&ssl.cipher.suites=X", **log_keys))
 
 
 # Reads the exact ranges with the good options, then with a wrong password and with an untrusted CA; shows the plan
@@ -181,7 +186,7 @@ def test_a_job_source_takes_its_own_keys_else_the_log_s_on_shared_brokers(pem: d
 _CHILD = """
 import io, json, sys, contextlib
 from pyspark.sql import SparkSession
-from spark_pipeline.spark_kafka import redaction_conf, spark_kafka_failure
+from spark_pipeline.sources.kafka_spark import redaction_conf, spark_kafka_failure
 args = json.loads(sys.stdin.read())
 spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
          .config("spark.jars", args["jars"]).getOrCreate())
@@ -244,7 +249,7 @@ def test_spark_reads_a_sasl_ssl_topic_with_the_job_s_settings_and_names_a_refuse
                 "sasl.username": secure_kafka.username, "ssl.ca.location": str(secure_kafka.ca_pem_path)}
     job = source_job(bootstrap, f"kafka://{bootstrap}?topic=x", **{
         f"oncelog.log.{k}": v for k, v in {**security, "sasl.password": secure_kafka.password}.items()})
-    good = job_kafka_options(job)
+    good = spark_options_of(job)
     wrong_password = {**security, "sasl.password": "not-the-password"}
     untrusted = {**security, "sasl.password": secure_kafka.password, "ssl.ca.location": str(pem["cert"])}
     keystore = spark_kafka_options(bootstrap, mtls(pem, "key_encrypted", **{"ssl.key.password": KEY_PASSWORD}))

@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from events.errors import ConfigError, KafkaSecurityError, LogUnavailableError
-from events.log import DEFAULT_TOPIC, int_setting
+from events.log.interface import DEFAULT_TOPIC, int_setting
 
 DEFAULT_PARTITIONS = 6
 DEFAULT_READ_TIMEOUT_S = 30

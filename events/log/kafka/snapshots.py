@@ -14,7 +14,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from events.codec import Record
-from events.log import Snapshot
+from events.log.interface import Snapshot
 from events.log.kafka.writer import KafkaWriter
 
 if TYPE_CHECKING:

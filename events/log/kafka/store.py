@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, TopicMe
 
 from events.codec import EventCodec
 from events.errors import ConfigError, LogNotStableError, LogUnavailableError
-from events.log import (
+from events.log.interface import (
     ErrorHandler,
     EventLog,
     Offsets,

@@ -23,7 +23,7 @@ from confluent_kafka import (
 
 from events.codec import EventCodec, Record
 from events.errors import FencedError, LogUnavailableError, LogWriteError
-from events.log import LogWriter
+from events.log.interface import LogWriter
 from events.log.kafka.config import ClientMonitor, KafkaSettings, refresh_leaders
 
 FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})

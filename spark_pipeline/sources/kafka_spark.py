@@ -23,8 +23,6 @@ from pathlib import Path
 
 from events.errors import ConfigError, KafkaSecurityError
 from events.log.kafka.config import scrub
-from spark_pipeline.jobfile.config import JobConfig
-from spark_pipeline.sources.kafka_topic import KafkaSourceSettings, KafkaTopicSource
 
 PREFIX = "kafka."
 """Spark passes an option `kafka.X` to the Java client as its setting X."""
@@ -217,22 +215,6 @@ def _pem_text(security: Mapping[str, str], setting: str) -> str:
         return Path(path).read_text(encoding="ascii")
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{setting}={path}: cannot read the PEM file: {e}") from e
-
-
-def job_kafka_options(config: JobConfig) -> dict[str, str]:
-    """The reader options of a job's Kafka source: its brokers, isolation level, and security settings chosen as
-    the record engine chooses them (the job's `kafka.*` keys, else the log's on shared brokers, else none)."""
-    settings: KafkaSourceSettings = KafkaTopicSource(config).settings()
-    own = bool(settings.own_security())
-    try:
-        options = spark_kafka_options(",".join(settings.brokers), settings.security(config.log_url,
-                                                                                    config.log_settings))
-    except ConfigError as e:
-        origin = "its kafka.* keys" if own else "the log's settings (URL, oncelog.log.*)"
-        advice = "" if own else ("; or give the source its own kafka.security.protocol, kafka.sasl.* and "
-                                 "kafka.ssl.* keys")
-        raise ConfigError(f"job {config.job_name!r}, Kafka source security from {origin}: {e}{advice}") from e
-    return options | {f"{PREFIX}isolation.level": settings.isolation_level}
 
 
 def redaction_conf(spark_conf: Mapping[str, str]) -> dict[str, str]:

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: check test soak simulate demo kafka-jars spark-jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down hdfs-jars hdfs-up hdfs-down s3-build s3-up s3-down bench bench-quick clean
+.PHONY: check test test-fast soak simulate demo kafka-jars spark-jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down hdfs-jars hdfs-up hdfs-down s3-build s3-up s3-down bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "oncelog needs Python 3.11+, found " + sys.version.split()[0] + " (set PYTHON=python3.11)")'
@@ -52,6 +52,12 @@ check: $(STAMP)
 
 test: $(STAMP) check kafka-jars spark-jars hdfs-jars s3-build
 	$(BIN)/python -m pytest
+
+# The inner loop (under 3 minutes): lint, types and layering, then every test that needs no server (no Spark, Kafka,
+# HDFS, S3, cluster or browser: the markers tests/conftest.py derives from the fixtures a test uses) and is not slow.
+FAST_TESTS = not (spark or kafka or hdfs or s3 or cluster or browser or slow)
+test-fast: $(STAMP) check
+	$(BIN)/python -m pytest -q -m "$(FAST_TESTS)"
 
 # The SIGKILL soak (tests/fault/soak.py) at length, not part of `make test` (which runs 10 iterations per store).
 # Each store's soak uses $KAFKA_BOOTSTRAP, else starts a local broker of its own. SOAK_SEED picks another schedule.

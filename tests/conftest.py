@@ -1,6 +1,34 @@
-"""Shared fixtures: a real Kafka broker, HDFS, S3-compatible server and Spark cluster, and fresh logs of every store."""
+"""Shared fixtures: a real Kafka broker, HDFS, S3-compatible server and Spark cluster, and fresh logs of every store.
+
+Markers follow from what a test uses: a test asking (directly or through other fixtures) for a server's fixture, or
+parametrized onto a store that needs one, is marked with that server (`spark`, `kafka`, `hdfs`, `s3`, `cluster`,
+`browser`), so `make test-fast` can leave them out without anyone remembering to mark them.
+"""
 
 from __future__ import annotations
 
+import pytest
+
 pytest_plugins = ["tests.kafka_plugin", "tests.log_fixtures", "tests.spark_plugin", "tests.hdfs_plugin",
                   "tests.s3_plugin", "tests.remote_fs_plugin", "tests.spark_cluster_plugin", "tests.browser"]
+
+FIXTURE_MARKERS = {
+    "spark": "spark", "spark_cluster": "cluster", "browser": "browser",
+    "kafka_bootstrap": "kafka", "secure_kafka": "kafka", "kafka4_bootstrap": "kafka", "kafka_cluster": "kafka",
+    "restartable_kafka": "kafka", "hdfs": "hdfs", "s3": "s3", "restartable_s3": "s3",
+}
+"""A fixture -> the marker of the server it starts."""
+PARAMETER_MARKERS = {"kafka": "kafka", "kafka4": "kafka", "hdfs": "hdfs", "s3": "s3"}
+"""A parameter value naming a store -> the marker of its server (fixtures that ask for it at run time)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with the servers its fixtures and store parameters need."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)
+        values = {v for v in callspec.params.values() if isinstance(v, str)} if callspec is not None else set()
+        needed = {FIXTURE_MARKERS[n] for n in names if n in FIXTURE_MARKERS}
+        needed |= {PARAMETER_MARKERS[v] for v in values if v in PARAMETER_MARKERS}
+        for marker in sorted(needed):
+            item.add_marker(marker)

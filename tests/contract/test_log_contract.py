@@ -27,8 +27,6 @@ from events.model import Event, LoggedEvent
 from tests.factories import one_of_each, step_events
 from tests.log_fixtures import LogFactory
 
-pytestmark = pytest.mark.kafka
-
 
 @pytest.fixture(params=["sqlite", "kafka", "kafka4"])
 def store(request: pytest.FixtureRequest) -> str:

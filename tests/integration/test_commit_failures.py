@@ -28,8 +28,6 @@ from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher
 from tests.fault.pipeline_checks import write_job
 
-pytestmark = pytest.mark.kafka
-
 
 def settings(base: Path, max_attempts: int = 3) -> CommitSettings:
     return CommitSettings(PublishRoots.of([base / "task-output"], [base / "published"]), max_attempts)

@@ -44,8 +44,6 @@ from spark_pipeline.launcher import JobLauncher
 from tests.fault.pipeline_checks import assert_exactly_once, write_job
 from tests.log_fixtures import LogFactory
 
-pytestmark = pytest.mark.kafka
-
 
 def test_a_misspelled_fault_point_is_refused_with_the_known_ones() -> None:
     with pytest.raises(ValueError, match="unknown crash point 'after-renam'; known: after-task-output, "):

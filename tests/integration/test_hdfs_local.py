@@ -22,6 +22,8 @@ from localservers.errors import HdfsProvisioningError
 from localservers.hdfs import HdfsDaemon, LocalHdfs
 from localservers.hdfs_cli import app
 
+pytestmark = pytest.mark.hdfs  # the server's own tests: each starts one of its own
+
 
 def _webhdfs(server: LocalHdfs) -> WebHDFS:
     """fsspec's WebHDFS client for ``server`` (a fresh instance: fsspec caches them by arguments)."""

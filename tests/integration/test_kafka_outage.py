@@ -14,6 +14,8 @@ from localservers.errors import KafkaProvisioningError
 from localservers.tools import free_port
 from projections.projector import Projector
 
+pytestmark = pytest.mark.kafka  # it starts and stops brokers of its own
+
 
 def test_state_on_an_unreachable_broker_fails_within_the_read_timeout(caplog: pytest.LogCaptureFixture) -> None:
     port = free_port("nothing", KafkaProvisioningError)  # nothing listens there

@@ -29,8 +29,6 @@ from projections.state import State
 from projections.synthetic import HistoryShape, synthetic_history
 from tests.factories import at
 
-pytestmark = pytest.mark.kafka
-
 runner = CliRunner()
 SHAPE = HistoryShape(jobs=2, runs=5, datasets=3, partitions=2, task_failure=0.2, crash=0.0, run_failure=0.0)
 

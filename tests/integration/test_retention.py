@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
 from typer.testing import CliRunner
 
 from events.codec import Record
@@ -35,8 +34,6 @@ from oncelog.cli import app
 from projections.synthetic import HistoryShape, synthetic_history
 from tests.factories import at
 from tests.log_fixtures import LogFactory
-
-pytestmark = pytest.mark.kafka
 
 runner = CliRunner()
 SHAPE = HistoryShape(jobs=2, runs=5, datasets=2, partitions=2, task_failure=0.15, run_failure=0.1, step_failure=0.3,

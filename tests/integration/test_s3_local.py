@@ -23,6 +23,8 @@ from localservers.errors import S3ProvisioningError
 from localservers.s3 import LocalS3
 from localservers.s3_cli import app
 
+pytestmark = pytest.mark.s3  # the server's own tests: each starts one of its own
+
 MIB = 1 << 20
 
 

@@ -66,6 +66,7 @@ def _report(name: str, scenarios: int, totals: Counter[str], records: int) -> No
     print(f"\n{name}: " + json.dumps(summary))
 
 
+@pytest.mark.slow
 def test_seeded_scenarios_on_sqlite_publish_exactly_once() -> None:
     seeds = list(range(SQLITE_SCENARIOS))
     chunks = [seeds[i : i + CHUNK] for i in range(0, len(seeds), CHUNK)]

@@ -88,7 +88,7 @@ def child_run(path: Path, shards_on: str = "in-process") -> dict[str, Any]:
     from events.log import open_log
     from spark_pipeline.commit.faults import FaultInjector
     from spark_pipeline.engines.base import InProcessTaskEngine
-    from spark_pipeline.jobfile.validation import load_job_config
+    from spark_pipeline.jobs import load_job_config
     from spark_pipeline.launcher import JobLauncher
 
     config = load_job_config(path)
@@ -127,7 +127,7 @@ def child_scan(path: Path, run_id: str) -> dict[str, Any]:
     """The run's commit phase from its events' times, and the largest encoded value in the whole log."""
     from events.codec import EventCodec
     from events.log import open_log
-    from spark_pipeline.jobfile.validation import load_job_config
+    from spark_pipeline.jobs import load_job_config
 
     config = load_job_config(path)
     codec = EventCodec()

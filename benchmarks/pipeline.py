@@ -72,6 +72,7 @@ from replay.verify import verify
 from spark_pipeline.connectors import CONNECTORS, fetch_connectors
 from spark_pipeline.engines.spark import spark_session
 from spark_pipeline.jobfile.config import JobConfig
+from spark_pipeline.jobs import config_from_properties
 from spark_pipeline.launcher import JobLauncher
 from spark_pipeline.sources.kafka_frame import FETCH_WAIT_MS
 
@@ -117,7 +118,7 @@ ENGINE_KEY, FORMAT_KEY = "task.engine", "writer.output.format"
 
 def session_config(work: Path) -> JobConfig:
     """The job config the shared session is made from: local[*], oncelog's Spark defaults, no UI, snappy Avro."""
-    return JobConfig.from_properties({
+    return config_from_properties({
         "job.name": "bench-pipeline", "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",
         "writer.staging.dir": str(work / "unused-staging"), "writer.output.dir": str(work / "unused-output"),
         "data.publisher.final.dir": str(work / "unused-published"), "spark.master": "local[*]",
@@ -303,7 +304,7 @@ class Bench:
 
 def job_config(base: Path, log_url: str, source: Mapping[str, str]) -> JobConfig:
     """An oncelog job writing snappy files under `base`, with its log at `log_url`."""
-    return JobConfig.from_properties({
+    return config_from_properties({
         "job.name": "bench-pipeline", "writer.staging.dir": str(base / "staging"),
         "writer.output.dir": str(base / "task-output"), "data.publisher.final.dir": str(base / "published"),
         "writer.codec.type": CODEC, "oncelog.log.url": log_url, "task.maxretries": "0",

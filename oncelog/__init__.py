@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from replay.time_travel import state_as_of
     from replay.verify import VerifyReport, verify
     from spark_pipeline.jobfile.config import JobConfig
-    from spark_pipeline.jobfile.validation import (
+    from spark_pipeline.jobs import (
         load_job,
         load_job_config,
         load_job_dir,
@@ -58,11 +58,11 @@ _API: dict[str, str] = {
     "HolderStatus": "events.log.lock",
     "run_job": "oncelog.jobs",
     "recover": "oncelog.jobs",
-    "load_job_config": "spark_pipeline.jobfile.validation",
-    "load_job_dir": "spark_pipeline.jobfile.validation",
-    "load_job": "spark_pipeline.jobfile.validation",
-    "migration_report": "spark_pipeline.jobfile.validation",
-    "migration_reports": "spark_pipeline.jobfile.validation",
+    "load_job_config": "spark_pipeline.jobs",
+    "load_job_dir": "spark_pipeline.jobs",
+    "load_job": "spark_pipeline.jobs",
+    "migration_report": "spark_pipeline.jobs",
+    "migration_reports": "spark_pipeline.jobs",
     "JobConfig": "spark_pipeline.jobfile.config",
     "JobLauncher": "spark_pipeline.launcher",
     "RunResult": "spark_pipeline.launcher",

@@ -20,7 +20,7 @@ from replay.audit import audit
 from replay.audit_html import write_html
 from replay.render import audit_json, audit_tables, state_json, state_tables
 from spark_pipeline.engines.spark import spark_session
-from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.jobs import load_job_config
 from spark_pipeline.launcher import JobLauncher
 
 JOB_FILE = Path(__file__).parent / "examples" / "demo.yaml"

@@ -13,7 +13,7 @@ from spark_pipeline.commit.sequence import CommitResult
 from spark_pipeline.commit.session import open_session
 from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.jobfile.paths import absolute_config
-from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.jobs import load_job_config
 from spark_pipeline.launcher import JobLauncher, RunResult, commit_settings
 
 

@@ -20,7 +20,7 @@ from events.errors import OncelogError
 from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
 from spark_pipeline.engines.spark import spark_session
 from spark_pipeline.jobfile.config import JobConfig
-from spark_pipeline.jobfile.validation import load_job_dir
+from spark_pipeline.jobs import load_job_dir
 from spark_pipeline.launcher import JobLauncher, RunResult
 
 Report = Callable[[RunResult, float], None]

@@ -8,13 +8,13 @@ import pytest
 from pyspark.sql import SparkSession
 
 from spark_pipeline.engines.spark import spark_session
-from spark_pipeline.jobfile.config import JobConfig
+from spark_pipeline.jobs import config_from_properties
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """A local[2] Spark session; never skipped: a Spark test that cannot get one fails."""
-    config = JobConfig.from_properties({"job.name": "tests", "source.class": "spark_pipeline.sources.synthetic."
+    config = config_from_properties({"job.name": "tests", "source.class": "spark_pipeline.sources.synthetic."
                                         "SyntheticSource", "writer.staging.dir": "/tmp/unused-s",
                                         "writer.output.dir": "/tmp/unused-o",
                                         "data.publisher.final.dir": "/tmp/unused-f",

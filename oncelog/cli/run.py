@@ -154,7 +154,7 @@ def check_job_path(path: Path, folder_hint: str) -> None:
 
 def load_job(path: Path, overrides: Mapping[str, str], log_flag: str | None, environ: Mapping[str, str]) -> JobConfig:
     """A job file with `--conf` overrides and the log URL by precedence applied, fully validated (JobConfigError)."""
-    from spark_pipeline.jobfile.validation import validate_parsed
+    from spark_pipeline.jobs import validate_parsed
 
     parsed = parse_job_file(path, environ)
     if parsed.readable:
@@ -169,7 +169,7 @@ def load_job(path: Path, overrides: Mapping[str, str], log_flag: str | None, env
 
 def migration_notes(path: Path, environ: Mapping[str, str]) -> tuple[str, ...]:
     """What of a (Gobblin) job file does not carry over, or carries over as another key: one line each."""
-    from spark_pipeline.jobfile.validation import migration_report
+    from spark_pipeline.jobs import migration_report
 
     return migration_report(path, environ=environ).warnings
 
@@ -347,7 +347,7 @@ def schedule(directory: Annotated[Path, typer.Argument(help="A folder of job fil
              once: Annotated[bool, typer.Option("--once", help="Run every due job once and exit.")] = False,
              log_url: LogUrl = None, verbose: Verbose = False) -> None:
     """Run the jobs of a folder by their job.schedule cron expressions (one run at a time)."""
-    from spark_pipeline.jobfile.validation import load_job_dir
+    from spark_pipeline.jobs import load_job_dir
     from spark_pipeline.scheduler import Scheduler
 
     if not directory.is_dir():

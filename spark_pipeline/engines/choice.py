@@ -1,7 +1,9 @@
-"""`task.engine`: which engine runs a job's tasks, and why (recorded in the run's JobRunStarted properties).
+"""`task.engine`: which engine runs a job's tasks, and why (recorded in the run's JobRunStarted properties); and what
+in a job only the DataFrame engine runs when that engine cannot run the job (`engine_problems`, which loading a job
+reports with the job file's own problems: spark_pipeline/jobs.py).
 
-Reads the job's configuration (and asks its source whether it reads DataFrames, its record converters their output
-schema: avro_types.py), so validation can ask it too.
+Reads the job's configuration, and asks its source whether it reads DataFrames and its record converters their output
+schema (avro_types.py).
 """
 
 from __future__ import annotations
@@ -12,16 +14,19 @@ from events.errors import ConfigError
 from events.job import ENGINE_PROPERTY, REASON_PROPERTY
 from filesystems import urls
 from spark_pipeline.constructs import DataFrameReader
-from spark_pipeline.engines.dataframe.avro_types import converter_problem
+from spark_pipeline.engines.avro_types import converter_problem
 from spark_pipeline.jobfile.config import (
     DEFAULT_WRITER_BUILDER,
     JobCommitPolicy,
     JobConfig,
     JobConfigError,
+    KeyMessage,
     TaskEngineKind,
     WriterOutputFormat,
+    build_branch,
 )
 from spark_pipeline.jobfile.plugins import import_class, make_construct
+from spark_pipeline.writers import AvroDataWriterBuilder
 
 DIRECTORY_SOURCE = "spark_pipeline.sources.directory.DirectorySource"
 INPUT_FORMAT_KEY = "source.filebased.format"
@@ -29,6 +34,9 @@ SPARK_ONLY_INPUTS = frozenset({"parquet", "orc", "csv"})
 """The directory source's input formats only the DataFrame engine reads (directory.SPARK_ONLY_FORMATS)."""
 DATAFRAME_FORMATS = frozenset({WriterOutputFormat.AVRO, WriterOutputFormat.PARQUET, WriterOutputFormat.ORC,
                                WriterOutputFormat.JSON})
+"""The output formats of Spark's writers here: what the default writer builder writes on the DataFrame engine."""
+RECORDS_FORMATS = frozenset(WriterOutputFormat(f) for f in AvroDataWriterBuilder.SUPPORTED_OUTPUT_FORMATS)
+"""What the default writer builder writes on the records engine."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +122,44 @@ def dataframe_blocker(config: JobConfig) -> str | None:
     except JobConfigError as e:
         return f"its branch settings are invalid ({e})"
     return "; ".join(reasons) or None
+
+
+def engine_problems(config: JobConfig) -> list[KeyMessage]:
+    """What in the job only the DataFrame engine runs, when that engine cannot run it, as (key, message): an input
+    format only Spark's readers read, an output format of the default writer builder only Spark's writers write.
+
+    The checks of a job that depend on its engine; the job file's own are jobfile.validation's.
+    """
+    spark_input = spark_only_input(config)
+    outputs = [(key, output) for key, output in default_writer_outputs(config) if output not in RECORDS_FORMATS]
+    if spark_input is None and not outputs:
+        return []  # what either engine reads and writes
+    blocker = dataframe_blocker(config)
+    problems: list[KeyMessage] = []
+    if spark_input and blocker:
+        problems.append((INPUT_FORMAT_KEY, f"{INPUT_FORMAT_KEY!r}: {spark_input} is read by the DataFrame engine only "
+                                           f"(task.engine), which cannot run this job: {blocker}"))
+    written = RECORDS_FORMATS if blocker else DATAFRAME_FORMATS
+    for key, output in outputs:
+        if output in written:
+            continue
+        spark_only = (f"; the DataFrame engine (task.engine) writes it, but cannot run this job: {blocker}"
+                      if blocker and output in DATAFRAME_FORMATS else "")
+        problems.append((key, f"{key!r}: {output.value} is not written by {DEFAULT_WRITER_BUILDER} (it writes "
+                              f"{', '.join(sorted(written))}){spark_only}"))
+    return problems
+
+
+def default_writer_outputs(config: JobConfig) -> list[tuple[str, WriterOutputFormat]]:
+    """The output format of each branch the default writer builder writes, with the key it is read from (branches
+    whose settings are invalid left out: the job file's checks report them)."""
+    outputs = []
+    for n in range(config.fork_branches):
+        branch, sources, _ = build_branch(config.properties, n, config.fork_branches)
+        if branch is not None and branch.writer_builder_class == DEFAULT_WRITER_BUILDER:
+            key = sources.get("writer.output.format", ("writer.output.format",))[0]
+            outputs.append((key, branch.writer_output_format))
+    return outputs
 
 
 def sql_stages_error(config: JobConfig, keys: list[str], why: str) -> ConfigError:

@@ -1,14 +1,13 @@
 """Job configuration: Gobblin's keys in YAML or `.properties`/`.pull`/`.job` files, validated before anything runs.
 
-`validation.load_job_config(path)` parses, substitutes `${...}`, imports every configured construct class,
-checks every key against the core model and the `CONFIG_MODEL`s the constructs declare, and raises one
-`JobConfigError` listing every problem (file, line, key) — or returns a frozen `JobConfig`. The key reference is
-docs/job-config.md.
+`spark_pipeline.jobs.load_job_config(path)` parses, substitutes `${...}`, imports every configured construct class,
+checks every key against the core model and the `CONFIG_MODEL`s the constructs declare (jobfile/validation.py) and
+what depends on the engine that runs the job (engines/choice.py), and raises one `JobConfigError` listing every
+problem (file, line, key) — or returns a frozen `JobConfig`. The key reference is docs/job-config.md.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from events.log import DEFAULT_URL, parse_url
 from events.log.kafka.config import is_secret
 from filesystems import urls
 from spark_pipeline.jobfile.cron import CronSchedule, parse_cron
-from spark_pipeline.jobfile.formats import Entry, ParsedFile, Problem
+from spark_pipeline.jobfile.formats import Problem
 
 DEFAULT_WRITER_BUILDER = "spark_pipeline.writers.AvroDataWriterBuilder"
 DEFAULT_PUBLISHER = "spark_pipeline.publisher.BaseDataPublisher"
@@ -256,7 +255,8 @@ class BranchConfig(BranchKeys):
 
 
 class JobConfig(BranchKeys):
-    """A validated job: Gobblin's keys as field aliases; build it with `load_job_config` or `from_properties`."""
+    """A validated job: Gobblin's keys as field aliases; build it with spark_pipeline.jobs' `load_job_config` or
+    `config_from_properties`."""
 
     model_config = _FROZEN
 
@@ -304,17 +304,6 @@ class JobConfig(BranchKeys):
     """With job.commit.on.executors=auto, the fewest datasets committed in shards (fewer: on the driver)."""
     spark_master: NonEmpty = Field(default=DEFAULT_SPARK_MASTER, alias="spark.master")
     properties: dict[str, str] = Field(default_factory=dict, repr=False)  # may hold secrets from ${env:...}
-
-    @classmethod
-    def from_properties(cls, properties: Mapping[str, str], *, source: str = "<properties>",
-                        environ: Mapping[str, str] | None = None) -> JobConfig:
-        """Validate flat properties as a job file would be (substitution included); raises JobConfigError."""
-        from spark_pipeline.jobfile.validation import (
-            validate_parsed,  # it builds JobConfigs: imported late
-        )
-
-        parsed = ParsedFile(source, {k: Entry(v) for k, v in properties.items()})
-        return validate_parsed(parsed, os.environ if environ is None else environ)
 
     @property
     def row_policies(self) -> tuple[QualityPolicy, ...]:

@@ -77,6 +77,11 @@ class ParsedFile:
             return
         self.entries[key] = Entry(value, line)
 
+    def located(self, key: str | None, message: str) -> Problem:
+        """A problem about `key` (None: the job as a whole), on the line the key is set when there is one."""
+        entry = self.entries.get(key) if key else None
+        return Problem(self.file, message, entry.line if entry else None, key)
+
 
 def parse_job_file(path: Path, environ: Mapping[str, str] | None = None) -> ParsedFile:
     """Read a job file, choosing the syntax by extension; an unknown extension or unreadable file is a problem.

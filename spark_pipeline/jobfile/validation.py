@@ -1,8 +1,11 @@
-"""Loading job files: parse, substitute, carry Gobblin's keys over, check every key against the models the job's
-constructs declare.
+"""Checking job files: parse, substitute, carry Gobblin's keys over, check every key against the models the job's
+constructs declare, and the values, constructs and folders: everything the job file itself says.
+
+What depends on the engine that runs the job (an input or output format only Spark reads or writes) is checked by
+engines.choice.engine_problems; spark_pipeline/jobs.py loads jobs with both checks, every problem in one report.
 
 Gobblin keys with no meaning in oncelog are accepted and listed in one warning; keys with an oncelog equivalent are
-applied as that equivalent, each with a note (`MigrationReport`, `LoadedJob.warnings`); see docs/job-config.md.
+applied as that equivalent, each with a note (`MigrationReport`); see docs/job-config.md.
 """
 
 from __future__ import annotations
@@ -20,12 +23,6 @@ from pydantic import ValidationError
 
 from filesystems import urls
 from filesystems.settings import HADOOP_PREFIXES
-from spark_pipeline.engines.choice import (
-    DATAFRAME_FORMATS,
-    INPUT_FORMAT_KEY,
-    dataframe_blocker,
-    spark_only_input,
-)
 from spark_pipeline.jobfile.config import (
     BRANCH_KEYS,
     COMMIT_PARALLELIZE,
@@ -59,7 +56,6 @@ from spark_pipeline.jobfile.config import (
     JobConfig,
     JobConfigError,
     PolicyType,
-    WriterOutputFormat,
     branch_sources,
     build_branch,
     construct_input,
@@ -183,117 +179,51 @@ class MigrationReport:
             "problems": [{"message": p.message, "line": p.line, "key": p.key} for p in self.problems],
         }
 
-
-@dataclass(frozen=True)
-class LoadedJob:
-    """A valid job and what of its Gobblin keys was ignored or mapped (`warnings` for `run` to show)."""
-
-    config: JobConfig
-    report: MigrationReport
-
-    @property
-    def warnings(self) -> tuple[str, ...]:
-        """The ignored-keys warning and the mapping notes, one line each."""
-        return self.report.warnings
+    def with_problems(self, problems: Sequence[Problem]) -> MigrationReport:
+        """The report with more problems (the engine's checks, those across jobs), in file order."""
+        if not problems:
+            return self
+        return MigrationReport(self.file, self.job_name, self.ignored, self.mapped,
+                               tuple(_ordered([*self.problems, *problems])))
 
 
-def load_job(path: str | Path, *, environ: Mapping[str, str] | None = None) -> LoadedJob:
-    """Load and fully validate one job file, with its migration report; raises JobConfigError listing every problem."""
-    config, report = _assess(Path(path), os.environ if environ is None else environ)
-    if config is None:
-        raise JobConfigError(report.problems)
-    return LoadedJob(config, report)
-
-
-def load_job_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -> JobConfig:
-    """Load and fully validate one job file; raises JobConfigError listing every problem before anything runs."""
-    return load_job(path, environ=environ).config
-
-
-def migration_report(path: str | Path, *, environ: Mapping[str, str] | None = None) -> MigrationReport:
-    """What of one (Gobblin) job file carries over, and whether it will run; never raises for a bad file."""
-    return _assess(Path(path), os.environ if environ is None else environ)[1]
-
-
-def migration_reports(folder: str | Path, *, environ: Mapping[str, str] | None = None) -> list[MigrationReport]:
-    """One report per job file under `folder` (as `load_job_dir` finds them), with the checks across jobs.
-
-    Two files with one job.name, or two jobs with equal or nested folders, are problems of the later file's report.
-    """
-    return [report for _, _, report in _assess_dir(Path(folder), os.environ if environ is None else environ)]
-
-
-def validate_parsed(parsed: ParsedFile, environ: Mapping[str, str]) -> JobConfig:
-    """Substitute, validate and build a JobConfig from a parsed file, or raise JobConfigError."""
-    config, report = _validate(parsed, environ)
-    if config is None:
-        raise JobConfigError(report.problems)
-    return config
-
-
-def load_job_dir(directory: str | Path, *, environ: Mapping[str, str] | None = None) -> list[JobConfig]:
-    """Every job file under `directory` (recursively, hidden entries skipped), sorted by path.
-
-    One bad file fails the whole directory, with every file's problems listed; two files with one job.name too
-    (they would fence each other's runs), and two jobs whose folders are equal or nested (one job's cleanup would
-    delete the other's task output).
-    """
-    assessed = _assess_dir(Path(directory), os.environ if environ is None else environ)
-    problems = [problem for _, _, report in assessed for problem in report.problems]
-    if problems:
-        raise JobConfigError(problems)
-    return [config for _, config, _ in assessed if config is not None]
-
-
-def _assess_dir(root: Path,
-                environ: Mapping[str, str]) -> list[tuple[Path, JobConfig | None, MigrationReport]]:
-    """Every job file under root, assessed, with problems across jobs added to the later file's report."""
-    if not root.is_dir():
-        raise JobConfigError([Problem(str(root), "not a directory of job files")])
-    assessed = [(path, *_assess(path, environ)) for path in _job_files(root)]
-    extra: dict[str, list[Problem]] = {}
-    for problem in _across_jobs([(path, config) for path, config, _ in assessed if config is not None]):
-        extra.setdefault(problem.file, []).append(problem)
-    out: list[tuple[Path, JobConfig | None, MigrationReport]] = []
-    for path, config, report in assessed:
-        more = extra.get(str(path), [])
-        out.append((path, None if more else config, _with_problems(report, more)))
-    return out
-
-
-def _assess(path: Path, environ: Mapping[str, str]) -> tuple[JobConfig | None, MigrationReport]:
-    """Parse and validate one file: its JobConfig (None when anything is wrong) and its report."""
-    return _validate(parse_job_file(path, environ), environ)
-
-
-def _validate(parsed: ParsedFile, environ: Mapping[str, str]) -> tuple[JobConfig | None, MigrationReport]:
-    """Every step after parsing: substitution, Gobblin's keys carried over, every check."""
+def check_job_file(parsed: ParsedFile, environ: Mapping[str, str]) -> tuple[JobConfig | None, MigrationReport]:
+    """Every check of a parsed job file itself: substitution, Gobblin's keys carried over, keys, values, constructs
+    and folders. Returns the job as its core keys make it (None: they are invalid) even when the report has other
+    problems, for the checks that depend on the engine (engines.choice.engine_problems); and the report."""
     if not parsed.readable:
         return None, MigrationReport(parsed.file, None, problems=tuple(_ordered(parsed.problems)))
     migration = _Migration(parsed, substitute(parsed, environ))
     checker = _Checker(parsed, migration.values, frozenset(migration.consumed))
-    config = checker.run()
+    job = checker.run()
     report = MigrationReport(parsed.file, migration.values.get("job.name", "").strip() or None,
                              tuple(sorted(migration.ignored + checker.ignored, key=lambda i: (i.line or 0, i.key))),
                              tuple(migration.mapped), tuple(_ordered(parsed.problems)))
-    return (config if config is not None and not report.problems else None), report
+    return job, report
 
 
-def _with_problems(report: MigrationReport, problems: list[Problem]) -> MigrationReport:
-    """The report with problems found across jobs added."""
-    if not problems:
-        return report
-    return MigrationReport(report.file, report.job_name, report.ignored, report.mapped,
-                           report.problems + tuple(problems))
+def load_job_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -> JobConfig:
+    """Load one job file with its own checks (check_job_file), not those that depend on the engine; raises
+    JobConfigError listing every problem found. spark_pipeline.jobs.load_job_config, which the CLI and the `oncelog`
+    API use, makes both."""
+    environ = os.environ if environ is None else environ
+    job, report = check_job_file(parse_job_file(Path(path), environ), environ)
+    if job is None or report.problems:
+        raise JobConfigError(report.problems)
+    return job
 
 
-def _job_files(root: Path) -> list[Path]:
-    """Job files under root, recursively, sorted, hidden files and directories skipped."""
+def job_files(root: Path) -> list[Path]:
+    """Job files under root, recursively, sorted, hidden files and directories skipped; a JobConfigError when root
+    is no directory."""
+    if not root.is_dir():
+        raise JobConfigError([Problem(str(root), "not a directory of job files")])
     return sorted(p for p in root.rglob("*") if _is_job_file(p, root))
 
 
-def _across_jobs(jobs: Sequence[tuple[Path, JobConfig]]) -> list[Problem]:
-    """Two files with one job.name (they would fence each other), and jobs with equal or nested folders."""
+def across_jobs(jobs: Sequence[tuple[Path, JobConfig]]) -> list[Problem]:
+    """Two files with one job.name (they would fence each other's runs), and jobs with equal or nested folders (one
+    job's cleanup would delete the other's task output): problems of the later file."""
     problems: list[Problem] = []
     owners: dict[str, Path] = {}
     distinct: list[tuple[Path, JobConfig]] = []
@@ -339,7 +269,7 @@ class _Migration:
 
     def _problem(self, key: str, message: str) -> None:
         """A problem about a Gobblin key, on its line."""
-        self.parsed.problems.append(Problem(self.parsed.file, message, self._line(key), key))
+        self.parsed.problems.append(self.parsed.located(key, message))
 
     def _classes(self) -> None:
         """Gobblin's Java classes with an oncelog equivalent (BaseDataPublisher, AvroDataWriterBuilder, …)."""
@@ -534,8 +464,7 @@ class _Checker:
 
     def problem(self, key: str | None, message: str) -> None:
         """Record a problem about `key`, on the line the key is set when there is one."""
-        entry = self.parsed.entries.get(key) if key else None
-        self.parsed.problems.append(Problem(self.parsed.file, message, entry.line if entry else None, key))
+        self.parsed.problems.append(self.parsed.located(key, message))
 
     def run(self) -> JobConfig | None:
         """Every check in order; the JobConfig when the core keys are valid (other problems may remain)."""
@@ -549,7 +478,6 @@ class _Checker:
         self._check_speculation()
         if core is not None:
             self._check_master(core)
-            self._check_input_format(core)
             self._check_branches(core)
             self._check_functions(core)
         return core
@@ -685,14 +613,6 @@ class _Checker:
         for key, message in errors:
             self.problem(key, message)
 
-    def _check_input_format(self, core: JobConfig) -> None:
-        """An input format only Spark's readers read (parquet, orc, csv) needs a job the DataFrame engine runs."""
-        file_format = spark_only_input(core)
-        blocker = dataframe_blocker(core) if file_format else None
-        if file_format and blocker:
-            self.problem(INPUT_FORMAT_KEY, f"{INPUT_FORMAT_KEY!r}: {file_format} is read by the DataFrame engine "
-                                           f"only (task.engine), which cannot run this job: {blocker}")
-
     def _check_branches(self, core: JobConfig) -> None:
         """Each branch's settings, what its writer and publisher need, and that branches do not share directories."""
         built: list[tuple[BranchConfig, dict[str, tuple[str, str]]]] = []
@@ -733,23 +653,18 @@ class _Checker:
                                     f"or inside another")
 
     def _check_writer(self, core: JobConfig, branch: BranchConfig, sources: dict[str, tuple[str, str]]) -> None:
-        """The output format is one the builder writes; the default writer and publisher have their directories."""
+        """A builder of the job's own writes the output format (its SUPPORTED_OUTPUT_FORMATS, when it says); the
+        default writer and publisher have their directories. What the default builder writes depends on the engine
+        that runs the job: engines.choice.engine_problems checks it."""
         builder = self.imported.get(branch.writer_builder_class)
         supported = getattr(builder, "SUPPORTED_OUTPUT_FORMATS", None)
-        if supported is None and branch.writer_builder_class == DEFAULT_WRITER_BUILDER:
-            supported = (WriterOutputFormat.AVRO,)
-        blocker = dataframe_blocker(core) if branch.writer_builder_class == DEFAULT_WRITER_BUILDER else None
-        if branch.writer_builder_class == DEFAULT_WRITER_BUILDER and blocker is None:
-            supported = tuple(sorted(DATAFRAME_FORMATS))  # Spark's writers: the job runs on the DataFrame engine
-        if supported is not None and branch.writer_output_format not in {str(f).upper() for f in supported}:
-            key = sources.get("writer.output.format", ("writer.output.format",))[0]
-            formats = ", ".join(sorted(str(f).upper() for f in supported))
-            spark_only = (f"; the DataFrame engine (task.engine) writes it, but cannot run this job: {blocker}"
-                          if blocker and branch.writer_output_format in DATAFRAME_FORMATS else "")
-            self.problem(key, f"{key!r}: {branch.writer_output_format.value} is not written by "
-                              f"{branch.writer_builder_class} (it writes {formats}){spark_only}")
+        if branch.writer_builder_class != DEFAULT_WRITER_BUILDER and supported is not None:
+            if branch.writer_output_format not in {str(f).upper() for f in supported}:
+                key = sources.get("writer.output.format", ("writer.output.format",))[0]
+                formats = ", ".join(sorted(str(f).upper() for f in supported))
+                self.problem(key, f"{key!r}: {branch.writer_output_format.value} is not written by "
+                                  f"{branch.writer_builder_class} (it writes {formats})")
         self._check_default_dirs(core, branch)
-
 
     def _check_default_dirs(self, core: JobConfig, branch: BranchConfig) -> None:
         """The default writer and publisher move files: they need their directories."""

@@ -43,7 +43,7 @@ from spark_pipeline.constructs import (
     WorkUnitState,
 )
 from spark_pipeline.engines.base import InProcessTaskEngine
-from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.jobs import load_job_config
 from spark_pipeline.launcher import JobLauncher
 from tests.fault.pipeline_checks import avro_records, write_job
 

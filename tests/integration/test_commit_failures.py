@@ -24,7 +24,7 @@ from spark_pipeline.commit.sequence import Outcome
 from spark_pipeline.commit.session import open_session
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.steps import CommitStepError, PublishRoots
-from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.jobs import load_job_config
 from spark_pipeline.launcher import JobLauncher
 from tests.fault.pipeline_checks import write_job
 

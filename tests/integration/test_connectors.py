@@ -33,7 +33,7 @@ from spark_pipeline.connectors import (
     with_connectors,
 )
 from spark_pipeline.engines.spark import spark_session
-from spark_pipeline.jobfile.config import JobConfig
+from spark_pipeline.jobs import config_from_properties
 from tests.kafka_plugin import create_topic
 
 RECORDS = 1_000
@@ -47,11 +47,11 @@ JOB = {"job.name": "connectors", "source.class": "spark_pipeline.sources.synthet
 # another Spark version breaks first).
 _READER = """
 import json, sys
-from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.engines.spark import spark_session
+from spark_pipeline.jobs import config_from_properties
 job, bootstrap, topic, ranges, out = sys.argv[1:]
 ranges = json.loads(ranges)
-spark = spark_session(JobConfig.from_properties(json.loads(job)))
+spark = spark_session(config_from_properties(json.loads(job)))
 df = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
       .option("assign", json.dumps({topic: [int(p) for p in ranges]}))
       .option("startingOffsets", json.dumps({topic: {p: r[0] for p, r in ranges.items()}}))
@@ -137,7 +137,7 @@ def test_spark_session_without_the_cached_jars_names_them_and_the_command_before
     monkeypatch.setenv("ONCELOG_CACHE", str(tmp_path))
     with pytest.raises(SparkConnectorError, match=r"spark-sql-kafka-0-10 .*spark-avro .*are not in "
                                                   r".*run `oncelog spark jars`"):
-        spark_session(JobConfig.from_properties(JOB))
+        spark_session(config_from_properties(JOB))
 
 
 def test_a_missing_or_damaged_jar_is_named_with_the_command_that_fetches_it(

@@ -25,8 +25,8 @@ from projections.projector import Projector
 from projections.views import RunStatus
 from replay.verify import verify
 from spark_pipeline.engines.choice import choose, unsupported
-from spark_pipeline.jobfile.config import JobConfig, JobConfigError, TaskEngineKind
-from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.jobfile.config import JobConfigError, TaskEngineKind
+from spark_pipeline.jobs import config_from_properties, load_job_config
 from spark_pipeline.launcher import JobLauncher
 from spark_pipeline.sources.directory import (
     FILE,
@@ -238,7 +238,7 @@ def test_spark_only_formats_are_refused_on_the_records_engine(tmp_path: Path) ->
                                              ".*task.engine=records"):
         load_job_config(job)
     keys = {k: str(v) for k, v in yaml.safe_load(job.read_text()).items()}
-    config = JobConfig.from_properties({**keys, "task.engine": "dataframe"}).model_copy(
+    config = config_from_properties({**keys, "task.engine": "dataframe"}).model_copy(
         update={"task_engine": TaskEngineKind.RECORDS})  # past validation: choose refuses it too
     with pytest.raises(ConfigError, match="source.filebased.format=parquet is read by the DataFrame engine only"):
         choose(config)

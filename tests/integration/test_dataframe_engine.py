@@ -25,8 +25,7 @@ from replay.verify import verify
 from spark_pipeline.engines.choice import choose
 from spark_pipeline.engines.dataframe.engine import DataFrameTaskEngine
 from spark_pipeline.engines.select import engine_for
-from spark_pipeline.jobfile.config import JobConfig
-from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.jobs import config_from_properties, load_job_config
 from spark_pipeline.launcher import JobLauncher, RunResult
 from spark_pipeline.sources.synthetic import synthetic_record
 from tests.fault.pipeline_checks import (
@@ -195,7 +194,7 @@ def test_auto_runs_a_job_with_a_branch_converter_on_the_records_engine_and_says_
 
 
 def test_asking_for_what_the_dataframe_engine_cannot_do_names_the_key(tmp_path: Path) -> None:
-    config = JobConfig.from_properties({
+    config = config_from_properties({
         "job.name": "j", "source.class": "spark_pipeline.sources.directory.DirectorySource",
         "source.filebased.data.directory": "hdfs://127.0.0.1:9/in", "writer.staging.dir": str(tmp_path / "s"),
         "writer.output.dir": str(tmp_path / "o"), "data.publisher.final.dir": str(tmp_path / "f"),
@@ -204,9 +203,9 @@ def test_asking_for_what_the_dataframe_engine_cannot_do_names_the_key(tmp_path: 
                                           r"remote file system"):
         choose(config)
     with pytest.raises(ConfigError, match="task.engine"):
-        JobConfig.from_properties({**config.properties, "task.engine": "spark"})
+        config_from_properties({**config.properties, "task.engine": "spark"})
     synthetic = {k: v for k, v in config.properties.items() if not k.startswith("source.")}
-    parquet = JobConfig.from_properties({**synthetic, "source.class": SYNTHETIC_SOURCE,
+    parquet = config_from_properties({**synthetic, "source.class": SYNTHETIC_SOURCE,
                                          "writer.output.format": "parquet", "writer.codec.type": "deflate"})
     with pytest.raises(ConfigError, match="writer.codec.type='deflate' is not a codec of PARQUET output"):
         engine_for(parquet)

@@ -33,8 +33,8 @@ from spark_pipeline.constructs import (
     WorkUnitState,
 )
 from spark_pipeline.engines.choice import choose
-from spark_pipeline.jobfile.config import JobConfig, TaskEngineKind
-from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.jobfile.config import TaskEngineKind
+from spark_pipeline.jobs import config_from_properties, load_job_config
 from spark_pipeline.launcher import JobLauncher, RunResult
 from spark_pipeline.sources.synthetic import synthetic_record
 from tests.fault.pipeline_checks import (
@@ -307,13 +307,13 @@ def test_auto_runs_record_constructs_on_the_dataframe_engine_unless_a_converter_
         "qualitychecker.row.err.file": str(tmp_path / "err")})
     config = load_job_config(job)
     assert choose(config).kind is TaskEngineKind.DATAFRAME
-    opaque = JobConfig.from_properties({**config.properties, "converter.classes": f"{__name__}.Opaque"})
+    opaque = config_from_properties({**config.properties, "converter.classes": f"{__name__}.Opaque"})
     choice = choose(opaque)
     assert choice.kind is TaskEngineKind.RECORDS
     assert (f"converter.classes ({__name__}.Opaque) cannot say its output as an Avro record schema Spark can hold"
             in choice.reason), choice.reason
     with pytest.raises(ConfigError, match=f"task.engine=dataframe: .*converter.classes \\({__name__}.Opaque\\)"):
-        choose(JobConfig.from_properties({**opaque.properties, "task.engine": "dataframe"}))
+        choose(config_from_properties({**opaque.properties, "task.engine": "dataframe"}))
 
 
 @pytest.mark.parametrize("kind", ["MANDATORY", "OPTIONAL"])

@@ -20,7 +20,7 @@ from events.task import TaskFailed, TaskStarted
 from projections.views import RunStatus
 from replay.audit import audit
 from replay.render import audit_json
-from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.jobs import load_job_config
 from spark_pipeline.launcher import JobLauncher
 from spark_pipeline.sources.synthetic import synthetic_record
 from tests.fault.pipeline_checks import (

@@ -39,7 +39,7 @@ from spark_pipeline.constructs import (
 )
 from spark_pipeline.engines.base import InProcessTaskEngine
 from spark_pipeline.jobfile.config import JobConfig
-from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.jobs import load_job_config
 from spark_pipeline.launcher import JobLauncher, RunResult
 from spark_pipeline.sources.directory import (
     COMPLETE,

@@ -25,7 +25,7 @@ from events.log import EventLog, open_log
 from events.model import LoggedEvent
 from localservers.kafka import LocalKafkaCluster, SaslMechanism, SecureEndpoints
 from projections.views import RunStatus
-from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.jobs import load_job_config
 from spark_pipeline.launcher import JobLauncher, RunResult
 from tests.fault.pipeline_checks import assert_exactly_once, write_job
 

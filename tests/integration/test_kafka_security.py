@@ -14,7 +14,7 @@ from events.log import Snapshot, open_log
 from events.model import LoggedEvent
 from localservers.kafka import SecureEndpoints
 from spark_pipeline.constructs import SourceState, WorkUnitState
-from spark_pipeline.jobfile.config import JobConfig
+from spark_pipeline.jobs import config_from_properties
 from spark_pipeline.sources.kafka_topic import KafkaTopicSource
 from tests.factories import one_of_each
 from tests.kafka_plugin import create_topic
@@ -58,7 +58,7 @@ def test_the_kafka_source_reads_with_the_log_security_settings_of_the_job(secure
         producer.produce(topic, value=f"v{i}".encode(), partition=0)
     producer.flush(30)
     # The job gives its log's security once (oncelog.log.*); the source, on the same brokers, uses it too.
-    config = JobConfig.from_properties({
+    config = config_from_properties({
         "job.name": "secured", "source.class": "spark_pipeline.sources.kafka_topic.KafkaTopicSource",
         "writer.staging.dir": "unused/s", "writer.output.dir": "unused/o", "data.publisher.final.dir": "unused/f",
         "kafka.brokers": secure_kafka.sasl_ssl_bootstrap, "topic.whitelist": topic,

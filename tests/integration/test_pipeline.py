@@ -30,7 +30,7 @@ from spark_pipeline.constructs import (
     Schema,
     WorkUnitState,
 )
-from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.jobs import load_job_config
 from spark_pipeline.launcher import JobLauncher
 from tests.fault.pipeline_checks import (
     assert_exactly_once,

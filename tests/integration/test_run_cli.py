@@ -23,7 +23,7 @@ from oncelog.cli import app
 from projections.projector import Projector
 from projections.views import Phase
 from spark_pipeline.jobfile.paths import absolute_config
-from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.jobs import load_job_config
 from spark_pipeline.launcher import JobLauncher
 from spark_pipeline.progress import RichProgress
 from tests.fault.pipeline_checks import DATASETS, PARTITIONS, write_job

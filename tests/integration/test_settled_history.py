@@ -38,7 +38,7 @@ from spark_pipeline.commit.steps import (
 from spark_pipeline.commit.store import CommitStepStore
 from spark_pipeline.engines.base import InProcessTaskEngine
 from spark_pipeline.jobfile.config import JobConfig
-from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.jobs import load_job_config
 from spark_pipeline.launcher import JobLauncher, RunResult, commit_settings
 from tests.fault.pipeline_checks import published_records
 from tests.integration.test_log_stability import kill_inside_a_transaction

@@ -34,7 +34,7 @@ from spark_pipeline.constructs import (
 from spark_pipeline.engines.records.flow import build_constructs
 from spark_pipeline.engines.records.task import run_attempt
 from spark_pipeline.jobfile.config import JobConfig
-from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.jobs import config_from_properties, load_job_config
 from spark_pipeline.launcher import JobLauncher
 from spark_pipeline.sources.directory import (
     COMPLETE,
@@ -55,7 +55,7 @@ DIRECTORY_SOURCE = "spark_pipeline.sources.directory.DirectorySource"
 def config_of(source_class: str, **keys: str) -> JobConfig:
     """A job config for planning and extracting only (its writer folders are never created)."""
     folders = {k: f"unused/{k}" for k in ("writer.staging.dir", "writer.output.dir", "data.publisher.final.dir")}
-    return JobConfig.from_properties({"job.name": "sources-test", "source.class": source_class, **folders, **keys})
+    return config_from_properties({"job.name": "sources-test", "source.class": source_class, **folders, **keys})
 
 
 def source_state(config: JobConfig, watermarks: dict[str, dict[str, int]] | None = None) -> SourceState:

@@ -24,6 +24,7 @@ from events.errors import ConfigError
 from localservers.kafka import SecureEndpoints
 from spark_pipeline.connectors import fetch_connectors
 from spark_pipeline.jobfile.config import JobConfig
+from spark_pipeline.jobs import config_from_properties
 from spark_pipeline.sources.kafka_spark import (
     redaction_conf,
     spark_kafka_options,
@@ -155,7 +156,7 @@ def test_the_redaction_setting_extends_the_job_s_own_pattern() -> None:
 
 def source_job(brokers: str, log_url: str, **extra: str) -> JobConfig:
     """A job reading a Kafka topic, with its log at `log_url`."""
-    return JobConfig.from_properties({
+    return config_from_properties({
         "job.name": "spark-secured", "source.class": "spark_pipeline.sources.kafka_topic.KafkaTopicSource",
         "writer.staging.dir": "unused/s", "writer.output.dir": "unused/o", "data.publisher.final.dir": "unused/f",
         "kafka.brokers": brokers, "topic.whitelist": "t", "oncelog.log.url": log_url, **extra})

@@ -27,7 +27,7 @@ from spark_pipeline.constructs import (
 from spark_pipeline.engines.base import InProcessTaskEngine
 from spark_pipeline.engines.records.task import run_task
 from spark_pipeline.jobfile.config import JobConfig
-from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.jobs import config_from_properties, load_job_config
 from spark_pipeline.launcher import JobLauncher
 from spark_pipeline.sources.synthetic import SyntheticExtractor, SyntheticSource
 from spark_pipeline.writers import path_segment
@@ -75,7 +75,7 @@ class Recorder:
 
 def config_of(tmp_path: Path, **extra: str) -> JobConfig:
     """A synthetic job with the default writer and publisher, whose every attempt fails after FAIL_AFTER records."""
-    return JobConfig.from_properties({
+    return config_from_properties({
         "job.name": "failing", "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",
         "source.synthetic.datasets": "1", "source.synthetic.partitions": "1",
         "source.synthetic.fail.attempts": "9", "source.synthetic.fail.after.records": str(FAIL_AFTER),

@@ -52,7 +52,7 @@ from spark_pipeline.engines.choice import EngineChoice
 from spark_pipeline.engines.dataframe.engine import DataFrameTaskEngine
 from spark_pipeline.jobfile.config import JobConfig, TaskEngineKind
 from spark_pipeline.jobfile.paths import RUN_ID
-from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.jobs import config_from_properties, load_job_config
 from spark_pipeline.launcher import JobLauncher, commit_settings
 from tests.fault.pipeline_checks import published_records_of
 from tests.sim.faults import FaultPlan, FaultyEventLog, FaultyFileSystem, SimulatedCrash
@@ -344,7 +344,7 @@ def local_spark() -> SparkSession:
     """The local[2] Spark session of dataframe scenarios (one for all), as oncelog starts it (connectors included)."""
     from spark_pipeline.engines.spark import spark_session
 
-    return spark_session(JobConfig.from_properties({
+    return spark_session(config_from_properties({
         "job.name": "simulation", "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",
         "writer.staging.dir": "/tmp/unused-s", "writer.output.dir": "/tmp/unused-o",
         "data.publisher.final.dir": "/tmp/unused-f", "spark.master": "local[2]", "spark.ui.enabled": "false"}))

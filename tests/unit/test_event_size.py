@@ -40,7 +40,7 @@ from projections.projector import Projector
 from projections.views import RunStatus
 from replay.verify import verify
 from spark_pipeline.engines.base import InProcessTaskEngine
-from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.jobs import load_job_config
 from spark_pipeline.launcher import JobLauncher
 
 WORK_UNITS = 10_000

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from spark_pipeline.jobfile.config import JobConfigError
-from spark_pipeline.jobfile.validation import (
-    MigrationReport,
-    Verdict,
+from spark_pipeline.jobfile.validation import MigrationReport, Verdict
+from spark_pipeline.jobs import (
     load_job,
     load_job_config,
     load_job_dir,

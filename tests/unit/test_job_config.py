@@ -31,7 +31,7 @@ from spark_pipeline.jobfile.config import (
     WriterOutputFormat,
 )
 from spark_pipeline.jobfile.cron import parse_cron
-from spark_pipeline.jobfile.validation import load_job, load_job_config, load_job_dir
+from spark_pipeline.jobs import config_from_properties, load_job, load_job_config, load_job_dir
 
 M = __name__  # the constructs below are named by dotted path, as a job file names them
 
@@ -505,9 +505,9 @@ def test_job_config_is_frozen(tmp_path: Path) -> None:
 
 
 def test_from_properties_validates_like_a_file() -> None:
-    config = JobConfig.from_properties({**BASE, "dataset.urn": "${job.name}.0"}, environ={})
+    config = config_from_properties({**BASE, "dataset.urn": "${job.name}.0"}, environ={})
     assert config.default_dataset_urn == "PullOrders.0"
-    found = problems(lambda: JobConfig.from_properties({**BASE, "fork.brances": "2"}, source="api"))
+    found = problems(lambda: config_from_properties({**BASE, "fork.brances": "2"}, source="api"))
     assert found == ["api: unknown key 'fork.brances' (did you mean 'fork.branches'?)"]
 
 
@@ -719,7 +719,7 @@ def test_file_uris_are_local_folders(tmp_path: Path) -> None:
 
 def test_job_config_from_properties_refuses_an_unsupported_scheme() -> None:
     with pytest.raises(JobConfigError, match="'data.publisher.final.dir': 'gs://b/x': scheme 'gs'"):
-        JobConfig.from_properties({**BASE, "data.publisher.final.dir": "gs://b/x"})
+        config_from_properties({**BASE, "data.publisher.final.dir": "gs://b/x"})
 
 
 # --- Spark settings oncelog needs ------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from spark_pipeline.jobfile.paths import (
     nested_pairs,
     overlaps,
 )
+from spark_pipeline.jobs import config_from_properties
 from spark_pipeline.launcher import public_properties
 from spark_pipeline.scheduler import Scheduler
 
@@ -24,7 +25,7 @@ SOURCE = "spark_pipeline.sources.synthetic.SyntheticSource"
 
 def job(name: str, root: str, **extra: str) -> JobConfig:
     """A job whose folders are staging, output and published under `root`."""
-    return JobConfig.from_properties({"job.name": name, "source.class": SOURCE, "writer.staging.dir": f"{root}/staging",
+    return config_from_properties({"job.name": name, "source.class": SOURCE, "writer.staging.dir": f"{root}/staging",
                                       "writer.output.dir": f"{root}/output",
                                       "data.publisher.final.dir": f"{root}/published", **extra})
 

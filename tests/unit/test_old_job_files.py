@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from spark_pipeline.jobfile.plugins import import_class
-from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.jobs import load_job_config
 
 ROOT = Path(__file__).parents[2]
 CLASS_PATHS = {

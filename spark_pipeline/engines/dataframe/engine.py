@@ -29,10 +29,10 @@ from filesystems import urls
 from filesystems.router import FileSystems
 from spark_pipeline.constructs import MultiWorkUnit, ReadCount, TaskLevelPolicy, TaskStats
 from spark_pipeline.engines.attempts import AttemptPlan, Emit, TaskOutcome, run_attempts
+from spark_pipeline.engines.avro_types import converted_schema
 from spark_pipeline.engines.base import SparkTaskEngine, job_group
 from spark_pipeline.engines.choice import EngineChoice
 from spark_pipeline.engines.dataframe import stages
-from spark_pipeline.engines.dataframe.avro_types import converted_schema
 from spark_pipeline.engines.dataframe.errfile import write_diverted
 from spark_pipeline.engines.dataframe.record_stages import Attempt
 from spark_pipeline.engines.dataframe.results import (

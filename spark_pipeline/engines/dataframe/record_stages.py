@@ -30,7 +30,7 @@ from spark_pipeline.constructs import (
     Schema,
     WorkUnitState,
 )
-from spark_pipeline.engines.dataframe.avro_types import (
+from spark_pipeline.engines.avro_types import (
     CONVERTERS_KEY,
     converted_schema,
     source_schema,

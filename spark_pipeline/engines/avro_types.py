@@ -1,5 +1,6 @@
 """Avro schemas as Spark types, and the Avro schema a job's record converters output: what the DataFrame engine
-needs to know before it runs record converters through mapInArrow (Spark must know a stage's output columns).
+needs to know before it runs record converters through mapInArrow (Spark must know a stage's output columns), and
+what choice.py asks to know whether it can.
 
 Pure: builds the job's converters on the driver and asks them, reading no record.
 """

@@ -56,8 +56,9 @@ class FaultInjector:
         self._passes = 0
         self._lock = threading.Lock()
 
-    def __reduce__(self) -> tuple[type[FaultInjector], tuple[FaultPoint | None, int]]:
-        """Pickled for shard tasks as its point and pass number (a fresh count there; locks do not pickle)."""
+    def __reduce__(self) -> tuple[type[FaultInjector], tuple[object, ...]]:
+        """Pickled for shard tasks as its point and pass number (a fresh count there; locks do not pickle); a subclass
+        may add its own arguments."""
         return type(self), (self.point, self.nth)
 
     @classmethod
@@ -88,9 +89,8 @@ class FaultInjector:
         if self.point is not None and self.point.in_commit_shard:
             self.crash(f"injected crash at {self.point} (in a commit shard task: {detail[:300]})")
 
-    @staticmethod
-    def crash(message: str) -> None:
-        """Exit at once, as a kill would, after saying why."""
+    def crash(self, message: str) -> None:
+        """Exit at once, as a kill would, after saying why (the crash matrix's in-process driver dies otherwise)."""
         sys.stdout.flush()
         sys.stderr.write(f"oncelog: {message}\n")
         sys.stderr.flush()

@@ -4,6 +4,12 @@ For both stores (on Kafka, each engine, commit path and policy once), both task 
 `partial` commit policies, and both places a commit runs (shard tasks on the executors, where a point inside a shard
 kills that task and then its driver; or the driver alone): every source record is published exactly once, watermarks
 are exact, no published file is orphaned or duplicated, and `oncelog verify` passes.
+
+The whole matrix kills the driver in this process (tests/fault/in_process_crash.py: after the point the driver makes
+no I/O call, as if dead; a commit shard task, a process of its own, still exits for real), which spares a Python and
+a Spark JVM per case. A few canaries per store still kill a real `oncelog run` process (ONCELOG_CRASH_AT), at a
+point inside a commit shard and at one on the driver: the process boundary itself (os._exit, the kernel dropping the
+job lock and connections, the Spark application dying with its driver) stays tested.
 """
 
 from __future__ import annotations
@@ -16,9 +22,10 @@ from pyspark.sql import SparkSession
 from events.commit import CommitSequencePlanned
 from events.log import EventLog
 from projections.views import RunStatus
-from spark_pipeline.commit.faults import CRASH_EXIT_CODE, POINTS
+from spark_pipeline.commit.faults import CRASH_EXIT_CODE, POINTS, FaultPoint
 from spark_pipeline.jobfile.validation import load_job_config
 from spark_pipeline.launcher import JobLauncher
+from tests.fault.in_process_crash import driver_killed_in_process
 from tests.fault.pipeline_checks import (
     DATASETS,
     PARTITIONS,
@@ -47,29 +54,61 @@ is the same under every mode, and the whole matrix runs on SQLite."""
 
 CASES = [("sqlite", *mode) for mode in MODES] + [("kafka", *mode) for mode in KAFKA_MODES]
 
+CANARIES = [
+    (FaultPoint.AFTER_RENAME, "sqlite", "full", "records", "shards"),
+    (FaultPoint.BEFORE_WATERMARK, "sqlite", "partial", "records", "driver"),
+    (FaultPoint.BEFORE_COMPLETION, "kafka", "full", "dataframe", "shards"),
+    (FaultPoint.AFTER_PLANNING, "kafka", "full", "records", "driver"),
+]
+"""The cases whose crash kills a real `oncelog run` process: per store, one point inside a commit shard task (on
+an executor: its Python worker exits, then the driver) and one on the driver (the driver's own process exits)."""
+
 
 @pytest.mark.parametrize(("store", "policy", "engine", "commit"), CASES, ids=["-".join(c) for c in CASES])
 @pytest.mark.parametrize("point", POINTS)
-def test_a_crash_at_any_point_then_a_rerun_publishes_exactly_once(point: str, policy: str, engine: str, commit: str,
-                                                                   event_log: EventLog, tmp_path: Path,
+def test_a_crash_at_any_point_then_a_rerun_publishes_exactly_once(point: FaultPoint, policy: str, engine: str,
+                                                                   commit: str, event_log: EventLog, tmp_path: Path,
                                                                    spark: SparkSession) -> None:
-    failing: dict[str, object] = {
-        "source.synthetic.fail.attempts": 99, "source.synthetic.fail.after.records": FAIL_AFTER,
-        "source.synthetic.fail.datasets": "ds.1"} if policy == "partial" else {}
-    job = write_job(tmp_path, event_log.url, policy, None, **failing,
-                    **{"task.engine": engine, "job.commit.on.executors": commit == "shards"})
+    job = matrix_job(tmp_path, event_log, policy, engine, commit)
+    with driver_killed_in_process(job, point, spark) as death:
+        assert death.cause is not None and f"injected crash at {point}" in death.cause, death.cause
+        if commit == "shards" and point.in_commit_shard:  # the shard task's process exited; the driver heard of it
+            assert "in a commit shard task" in death.cause, death.cause
+        rerun_publishes_exactly_once(job, point, policy, commit, event_log, tmp_path, spark)
 
+
+@pytest.mark.parametrize(("point", "store", "policy", "engine", "commit"), CANARIES,
+                         ids=["-".join(c) for c in CANARIES])
+def test_a_process_killed_at_a_point_then_a_rerun_publishes_exactly_once(point: FaultPoint, policy: str, engine: str,
+                                                                         commit: str, event_log: EventLog,
+                                                                         tmp_path: Path, spark: SparkSession) -> None:
+    job = matrix_job(tmp_path, event_log, policy, engine, commit)
     crashed = run_cli(job, crash_at=point)
     assert crashed.returncode == CRASH_EXIT_CODE, f"exit {crashed.returncode}\n{crashed.stderr[-3000:]}"
     assert f"injected crash at {point}" in crashed.stderr
+    rerun_publishes_exactly_once(job, point, policy, commit, event_log, tmp_path, spark)
 
+
+def matrix_job(base: Path, log: EventLog, policy: str, engine: str, commit: str) -> Path:
+    """The matrix's job file: with `partial`, dataset ds.1 fails after FAIL_AFTER records on every attempt."""
+    failing: dict[str, object] = {
+        "source.synthetic.fail.attempts": 99, "source.synthetic.fail.after.records": FAIL_AFTER,
+        "source.synthetic.fail.datasets": "ds.1"} if policy == "partial" else {}
+    return write_job(base, log.url, policy, None, **failing,
+                     **{"task.engine": engine, "job.commit.on.executors": commit == "shards"})
+
+
+def rerun_publishes_exactly_once(job: Path, point: str, policy: str, commit: str, log: EventLog, base: Path,
+                                 spark: SparkSession) -> None:
+    """Run the crashed job again (in this process, on `spark`): it ends as its policy says, and every record the
+    crashed run and the rerun pulled is published exactly once."""
     again = JobLauncher(load_job_config(job), spark=spark).run()
     assert again.status is (RunStatus.COMMITTED if policy == "full" else RunStatus.FAILED), again.error
     if policy == "partial":
         assert again.error is not None and "commit" not in again.error and "shard" not in again.error, again.error
 
-    watermarks = assert_exactly_once(event_log.url, tmp_path)
-    planned = planned_datasets(event_log, again.run_id)
+    watermarks = assert_exactly_once(log.url, base)
+    planned = planned_datasets(log, again.run_id)
     if point == "after-task-output" or commit == "driver":
         # Before planning nothing was planned; the driver plans every dataset in one batch, before any later point.
         assert planned == (set() if point == "after-task-output" else {f"ds.{d}" for d in range(DATASETS)})

@@ -11,7 +11,6 @@ applied as that equivalent, each with a note (`MigrationReport`); see docs/job-c
 from __future__ import annotations
 
 import difflib
-import os
 import posixpath
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -74,7 +73,6 @@ from spark_pipeline.jobfile.formats import (
     Entry,
     ParsedFile,
     Problem,
-    parse_job_file,
     substitute,
 )
 from spark_pipeline.jobfile.paths import JobRoots, nested_pairs, overlaps, resolved_path
@@ -200,17 +198,6 @@ def check_job_file(parsed: ParsedFile, environ: Mapping[str, str]) -> tuple[JobC
                              tuple(sorted(migration.ignored + checker.ignored, key=lambda i: (i.line or 0, i.key))),
                              tuple(migration.mapped), tuple(_ordered(parsed.problems)))
     return job, report
-
-
-def load_job_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -> JobConfig:
-    """Load one job file with its own checks (check_job_file), not those that depend on the engine; raises
-    JobConfigError listing every problem found. spark_pipeline.jobs.load_job_config, which the CLI and the `oncelog`
-    API use, makes both."""
-    environ = os.environ if environ is None else environ
-    job, report = check_job_file(parse_job_file(Path(path), environ), environ)
-    if job is None or report.problems:
-        raise JobConfigError(report.problems)
-    return job
 
 
 def job_files(root: Path) -> list[Path]:

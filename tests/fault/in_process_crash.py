@@ -46,7 +46,7 @@ from events.log import (
 from events.log.lock import HolderStatus, JobLock
 from filesystems.router import FileSystems
 from spark_pipeline.commit.faults import FaultInjector, FaultPoint
-from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.jobs import load_job_config
 from spark_pipeline.launcher import JobLauncher
 from tests.sim.faults import Fault, FaultPlan, FaultyEventLog, FaultyFileSystem, FaultyWriter, SimulatedCrash
 

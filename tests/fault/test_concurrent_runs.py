@@ -20,7 +20,7 @@ from events.log.kafka.config import LOG_EVERY_S
 from events.log.lock import JobLockedError
 from localservers.kafka import LocalKafkaBroker
 from projections.views import RunStatus
-from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.jobs import load_job_config
 from spark_pipeline.launcher import JobLauncher
 from tests.fault.pipeline_checks import assert_exactly_once, write_job
 

@@ -23,7 +23,7 @@ from events.commit import CommitSequencePlanned
 from events.log import EventLog
 from projections.views import RunStatus
 from spark_pipeline.commit.faults import CRASH_EXIT_CODE, POINTS, FaultPoint
-from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.jobs import load_job_config
 from spark_pipeline.launcher import JobLauncher
 from tests.fault.in_process_crash import driver_killed_in_process
 from tests.fault.pipeline_checks import (
@@ -34,8 +34,6 @@ from tests.fault.pipeline_checks import (
     run_cli,
     write_job,
 )
-
-pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 FAIL_AFTER = 30
 """With `partial`, dataset ds.1 fails every attempt after this many records: its partial output is published."""

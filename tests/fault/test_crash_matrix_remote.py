@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from projections.views import RunStatus
 from spark_pipeline.commit.faults import CRASH_EXIT_CODE, POINTS, FaultPoint
-from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.jobs import load_job_config
 from spark_pipeline.launcher import JobLauncher
 from tests.fault.in_process_crash import driver_killed_in_process
 from tests.fault.pipeline_checks import (

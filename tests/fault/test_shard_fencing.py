@@ -37,7 +37,7 @@ from spark_pipeline.commit.shards import (
 )
 from spark_pipeline.engines.base import InProcessTaskEngine
 from spark_pipeline.jobfile.config import JobConfig
-from spark_pipeline.jobfile.validation import load_job_config
+from spark_pipeline.jobs import load_job_config
 from spark_pipeline.launcher import JobLauncher
 from tests.fault.pipeline_checks import DATASETS, assert_exactly_once, write_job
 from tests.log_fixtures import LogFactory

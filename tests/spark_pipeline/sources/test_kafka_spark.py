@@ -32,7 +32,7 @@ from spark_pipeline.sources.kafka_spark import (
 from spark_pipeline.sources.kafka_topic import KafkaTopicSource
 from tests.kafka_plugin import create_topic
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 KEY_PASSWORD = "key-pass-1"
 ODD_PASSWORD = 'p"a\\ss wo\'rd;\n}'
 """A password holding every character Kafka's JAAS parser treats specially: quote, backslash, line break, `;`."""

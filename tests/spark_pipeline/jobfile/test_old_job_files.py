@@ -13,7 +13,7 @@ import yaml
 from spark_pipeline.jobfile.plugins import import_class
 from spark_pipeline.jobs import load_job_config
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 CLASS_PATHS = {
     "spark_pipeline.sources.synthetic.SyntheticSource": "SyntheticSource",
     "spark_pipeline.sources.kafka_topic.KafkaTopicSource": "KafkaTopicSource",

@@ -40,8 +40,8 @@ from spark_pipeline.engines.base import InProcessTaskEngine
 from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.jobs import load_job_config
 from spark_pipeline.launcher import JobLauncher, RunResult, commit_settings
+from tests.events.log.kafka.test_log_stability import kill_inside_a_transaction
 from tests.fault.pipeline_checks import published_records
-from tests.integration.test_log_stability import kill_inside_a_transaction
 
 
 def job_config(base: Path, url: str, name: str = "orders", folder: str | None = None,

@@ -27,7 +27,7 @@ from events.model import Event
 from oncelog.cli import app
 from tests.factories import one_of_each
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LONG_URN = "kafka.orders.eu-west-1." + "very-long-topic-name-" * 6
 runner = CliRunner()
 

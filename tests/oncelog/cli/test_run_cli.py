@@ -29,7 +29,7 @@ from spark_pipeline.progress import RichProgress
 from tests.fault.pipeline_checks import DATASETS, PARTITIONS, write_job
 
 pytestmark = pytest.mark.spark
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 PHASES = [p.value for p in Phase]
 
 

@@ -22,7 +22,7 @@ from events.model import RunFields
 from oncelog.cli import app
 from projections.views import RunStatus
 from replay.lineage import LineageSettings, lineage_run_id, run_lineage
-from tests.integration.test_settled_history import job_config, run
+from tests.spark_pipeline.commit.test_settled_history import job_config, run
 
 Posted = list[dict[str, Any]]
 

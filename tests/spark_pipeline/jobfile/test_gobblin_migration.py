@@ -19,7 +19,7 @@ from spark_pipeline.jobs import (
     migration_reports,
 )
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gobblin"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "gobblin"
 SYNTHETIC = "spark_pipeline.sources.synthetic.SyntheticSource"
 PORTED = {  # a Gobblin job whose constructs are oncelog's: what a user has after replacing the Java classes
     "job.name": "Ported",

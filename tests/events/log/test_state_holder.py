@@ -19,7 +19,7 @@ from oncelog.cli import app
 from tests.fault.pipeline_checks import write_job
 from tests.fault.soak import kill_session, start_run
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 SLOW: dict[str, object] = {"source.synthetic.records.per.second": 40}  # seconds of tasks: time to look, then kill
 HOLD = """
 import sys, time

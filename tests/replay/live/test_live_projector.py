@@ -47,7 +47,7 @@ from tests.factories import at, one_of_each
 
 OTHER = "hdfs:/data/tracking/OtherTopic"
 """A dataset URN with slashes and a colon, as file-based sources have them."""
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 WAIT_S = 60.0
 STOP_S = 30.0
 T = TypeVar("T")

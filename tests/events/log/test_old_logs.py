@@ -18,7 +18,7 @@ import pytest
 import oncelog
 from events.log import open_log
 
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "logs"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "logs"
 LOGS = ["simulated-main-99a2c0f", "every-type-main-99a2c0f"]
 
 

@@ -15,7 +15,8 @@ from pyspark.sql import SparkSession
 
 from events.log import open_log
 from replay.verify import verify
-from tests.integration.test_sources import (
+from tests.kafka_plugin import create_topic
+from tests.spark_pipeline.sources.test_sources import (
     KAFKA_SOURCE,
     produce,
     published,
@@ -24,7 +25,6 @@ from tests.integration.test_sources import (
     values_of,
     write_job,
 )
-from tests.kafka_plugin import create_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

@@ -28,7 +28,7 @@ from projections.state import DamagedHistoryError, State
 from projections.synthetic import HistoryShape, synthetic_history
 from projections.views import AttemptView, RunView, SequenceView, TaskView
 from replay.verify import verify
-from tests.unit.test_fold_properties import as_logged, fold, fold_through_snapshots
+from tests.projections.test_fold_properties import as_logged, fold, fold_through_snapshots
 
 TINY_BUDGET = 24
 """Small enough that any list of two items or more is cut into parts."""

@@ -33,7 +33,7 @@ from spark_pipeline.sources.synthetic import SyntheticExtractor, SyntheticSource
 from spark_pipeline.writers import path_segment
 from tests.fault.pipeline_checks import RECORDS, assert_exactly_once, write_job
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 RUN_ID = "20261121T120000123Z-abcdef"
 URN, PARTITION = "ds.0", "ds.0:0"
 FAIL_AFTER = 4  # the synthetic source fails at this offset, in every attempt

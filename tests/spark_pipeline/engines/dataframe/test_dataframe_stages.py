@@ -34,7 +34,7 @@ from tests.fault.pipeline_checks import (
 
 pytestmark = [pytest.mark.spark]
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[4]
 
 CENTS = {"task.engine": "dataframe", "source.synthetic.payload.bytes": 8,
          "converter.sql.select": "dataset, partition, offset, amount * 100 AS amount_cents, upper(payload) AS code",

@@ -44,13 +44,13 @@ from tests.fault.pipeline_checks import (
     avro_records,
     write_job,
 )
-from tests.integration.test_dataframe_engine import KAFKA_SOURCE, kafka_job, produce
 from tests.kafka_plugin import create_topic
+from tests.spark_pipeline.engines.dataframe.test_dataframe_engine import KAFKA_SOURCE, kafka_job, produce
 
 pytestmark = [pytest.mark.spark]
 
 PAYLOAD = 8
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[4]
 ODD = "amount % 10 <> 0"
 """A condition about a tenth of the synthetic records fail."""
 
@@ -246,7 +246,7 @@ class Opaque(Converter):
 
 RECORD_CONSTRUCTS = {"source.synthetic.payload.bytes": PAYLOAD,
                      "converter.classes": "spark_pipeline.examples.converters.AmountInCents, "
-                                          "tests.integration.test_pipeline.Doubled",
+                                          "tests.spark_pipeline.test_pipeline.Doubled",
                      "qualitychecker.row.policies": f"{__name__}.RoundAmount, {__name__}.EvenOffsetsOnly, "
                                                     f"{__name__}.SmallAmount",
                      "qualitychecker.row.policy.types": "ERR_FILE, MANDATORY, OPTIONAL",

@@ -63,6 +63,10 @@ class RunNotFoundError(OncelogError):
     """No run with that id in the log (or several jobs have one, and the job was not named)."""
 
 
+AUDITED_PHASES = tuple(p for p in Phase if p is not Phase.START)
+"""The phases an audit shows: those the log tells (the engine's start-up, Spark's JVM, is not recorded)."""
+
+
 @dataclass(frozen=True)
 class PhaseSpan:
     """When a run was in one phase, as its events tell, and what it did there."""

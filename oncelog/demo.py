@@ -23,7 +23,7 @@ from spark_pipeline.engines.spark import spark_session
 from spark_pipeline.jobs import load_job_config
 from spark_pipeline.launcher import JobLauncher
 
-JOB_FILE = Path(__file__).parent / "examples" / "demo.yaml"
+JOB_FILE = Path(__file__).parents[1] / "spark_pipeline" / "examples" / "demo.yaml"
 WORK_DIR = Path(".oncelog/demo")
 
 

@@ -20,19 +20,10 @@ FIXTURE_MARKERS = {
 """A fixture -> the marker of the server it starts."""
 PARAMETER_MARKERS = {"kafka": "kafka", "kafka4": "kafka", "hdfs": "hdfs", "s3": "s3"}
 """A parameter value naming a store -> the marker of its server (fixtures that ask for it at run time)."""
-LONGEST_FIRST = ("tests/sim/", "tests/fault/test_soak.py", "tests/fault/test_concurrent_runs.py")
-"""The modules that take minutes each (the simulations, the soak, concurrent runs): collected first, so that the
-workers of `make test` start them at once and finish together, rather than one worker ending on a long module."""
-
-
-def _rank(item: pytest.Item) -> int:
-    """Where a test's module stands: its place in LONGEST_FIRST, else after them all."""
-    return next((i for i, prefix in enumerate(LONGEST_FIRST) if item.nodeid.startswith(prefix)), len(LONGEST_FIRST))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test with the servers its fixtures and store parameters need; the longest modules first."""
-    items.sort(key=_rank)  # stable: each module stays whole, in its order
+    """Mark each test with the servers its fixtures and store parameters need."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         callspec = getattr(item, "callspec", None)

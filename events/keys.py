@@ -22,6 +22,23 @@ def key_of(*segments: str | int) -> str:
     return "/".join(segment(s) if isinstance(s, str) else str(s) for s in segments)
 
 
+def unsegment(value: str) -> str:
+    """The segment as it was before `segment` escaped it."""
+    return value.replace("%2F", "/").replace("%25", "%") if "%" in value else value
+
+
+RUN_KEY_KINDS = ("run", "lock")
+"""The first segment of the keys of a run's own events: `run/<job>/<run_id>/…` and `lock/<job>/<run_id>/…`."""
+
+
+def run_of_key(key: str) -> tuple[str, str] | None:
+    """(job, run id) of a run's event key; None for any other key (a dataset's: `commit/…`)."""
+    parts = key.split("/", 3)
+    if len(parts) < 3 or parts[0] not in RUN_KEY_KINDS:
+        return None
+    return unsegment(parts[1]), unsegment(parts[2])
+
+
 def event_id_for(key: str) -> uuid.UUID:
     """The event id of a transition: re-emitting the same transition yields the same id."""
     return uuid.uuid5(EVENT_ID_NAMESPACE, key)

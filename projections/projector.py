@@ -103,7 +103,8 @@ class Projector:
         with fold_gc():
             for record in self.log.read_records(start=state.offsets, until=until):
                 if record.value is None:
-                    continue  # a tombstone
+                    state.apply_tombstone(record.key, record)  # a deletion by `oncelog gc`, honoured at once
+                    continue
                 try:
                     event = decode(record.value, record.topic, record.partition, record.offset, record.key)
                 except EventDecodeError as error:

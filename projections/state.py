@@ -33,6 +33,7 @@ from events.job import (
     JobRunSucceeded,
     WorkUnitsPlanned,
 )
+from events.keys import run_of_key
 from events.model import DatasetEvent, Event, LoggedEvent, RunEvent
 from events.published import DatasetPublished
 from events.task import TaskEvent, TaskFailed, TaskRetried, TaskStarted, TaskSucceeded
@@ -132,6 +133,41 @@ class State:
         else:
             handler(self, event, where)
         self.offsets[partition] = offset + 1
+
+    def apply_tombstone(self, key: bytes, where: Where) -> None:
+        """Fold a tombstone read from `where`: it deletes its key's events. `oncelog gc` tombstones every event of a
+        run at once (the run's start last), so a tombstone of a run's event deletes the run: its view, tasks and
+        work units, and its mentions in its job's view. Other keys' tombstones delete nothing the state keeps."""
+        partition, offset = where.partition, where.offset
+        if offset < self.offsets.get(partition, 0):
+            return
+        run = run_of_key(key.decode("utf-8", errors="replace"))
+        if run is not None:
+            self.forget_run(*run)
+        self.offsets[partition] = offset + 1
+
+    def forget_run(self, job: str, run_id: str) -> None:
+        """Delete a run from the state, as if its events had never been folded (its datasets' events stay)."""
+        key = (job, run_id)
+        if self.runs.pop(key, None) is None:
+            return
+        self.tasks.pop(key, None)
+        self.work_units.pop(key, None)
+        view = self.jobs.get(job)
+        if view is None:
+            return
+        changes: dict[str, object] = {}
+        if run_id in view.recent_runs:
+            changes["recent_runs"] = tuple(r for r in view.recent_runs if r != run_id)
+        if run_id in view.failed_streak:
+            changes["failed_streak"] = tuple(r for r in view.failed_streak if r != run_id)
+        if view.lock_run_id == run_id:
+            changes.update(lock_holder=None, lock_run_id=None)
+        if view.last_run_id == run_id:
+            remaining = self.runs_of(job)
+            changes["last_run_id"] = remaining[-1].run_id if remaining else None
+        if changes:
+            self.jobs[job] = evolve(view, **changes)
 
     def apply_event(self, event: Event, position: Where | None = None) -> None:
         """Fold one event (position None: appended by this process and not read back)."""

@@ -37,7 +37,7 @@ from events.job import (
     JobRunSucceeded,
     WorkUnitsPlanned,
 )
-from events.log import EventLog
+from events.log import EventLog, StoredRecord
 from events.model import DatasetEvent, Event, LoggedEvent, RunEvent
 from events.task import TaskFailed, TaskStarted, TaskSucceeded, WorkUnitResult
 from projections.state import State
@@ -338,11 +338,19 @@ def describe_step(step: CommitStepSpec) -> str:
 def audit(log: EventLog, run_id: str, job: str | None = None, progress: Progress | None = None) -> AuditTimeline:
     """The timeline of a run; RunNotFoundError when the log has no such run (or it is ambiguous)."""
     events: list[LoggedEvent] = []
-    for count, logged in enumerate(log.read(), start=1):
+    deleted: dict[tuple[int, bytes], int] = {}
+    """(partition, key) -> offset of its latest tombstone (`oncelog gc`): what came before it is deleted."""
+
+    def forget(record: StoredRecord) -> None:
+        deleted[(record.partition, record.key)] = record.offset
+
+    for count, logged in enumerate(log.read(on_tombstone=forget), start=1):
         if logged.event.run_id == run_id and (job is None or logged.event.job == job):
             events.append(logged)
         if progress is not None and count % 10_000 == 0:
             progress(count)
+    if deleted:
+        events = [e for e in events if e.offset > deleted.get((e.partition, e.event.key.encode()), -1)]
     jobs = sorted({logged.event.job for logged in events})
     if not jobs:
         raise RunNotFoundError(f"no run {run_id!r}" + (f" of job {job!r}" if job else "") + f" in {log.url}")

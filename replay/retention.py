@@ -15,7 +15,9 @@ its `WatermarkAdvanced` (the committed watermarks, and the chain of ranges `veri
 and abandoned sequences and `DatasetReleased` keep everything. The dataset fold reads only kept events, so after gc
 `state` (watermarks, totals, last run, pending and abandoned sequences) and `verify` give the same answers as before.
 
-Kafka's compaction then drops the tombstoned records (a SQLite log drops them at once).
+Every fold honours a tombstone the moment it reads it (`State.apply_tombstone`): after gc, `runs`, `history`, `audit`,
+`verify`, `serve` and a second `gc --dry-run` no longer see the deleted runs. A SQLite log also drops the deleted
+records at once; Kafka's compaction drops them within the bound the events topic's settings give (docs/log.md).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from events.codec import Record
 from events.commit import CommitStepFailed
 from events.errors import ConfigError
+from events.job import JobLockAcquired, JobRunStarted
 from events.keys import partition_for
 from events.log import EventLog
 from events.model import DatasetEvent, Event, RunEvent
@@ -35,6 +38,11 @@ from projections.state import RunKey, State
 
 Progress = Callable[[int], None]
 TOMBSTONE_BATCH = 10_000
+ANCHORS = (JobRunStarted, JobLockAcquired)
+"""The events that open a run in a fold: tombstoned after every other event of their run. Compaction applies a
+prefix of the tombstones (by offset) at a time, so whatever it has removed, a run's other events are never left in
+the log without its start while their tombstones wait: a fold meets the run's start, the events left, then the
+tombstones, and deletes the run at the first one (`State.apply_tombstone`)."""
 
 
 @dataclass
@@ -49,8 +57,10 @@ class GcReport:
 
 def runs_to_delete(state: State, keep_runs: int) -> list[RunKey]:
     """(job, run id) of every finished run older than the newest `keep_runs` finished runs of its job, except a run
-    whose sequence is pending or abandoned."""
-    unsettled = {(s.job, s.run_id) for s in state.sequences.values()}
+    whose sequence is pending, or abandoned and not yet released (`recover --release` rolls it back and frees its
+    dataset: then its run may go)."""
+    blocking = {(d.job, d.dataset_urn, d.blocked_by) for d in state.datasets.values() if d.blocked_by}
+    unsettled = {(s.job, s.run_id) for key, s in state.sequences.items() if not s.settled or key in blocking}
     doomed = []
     for job in sorted(state.jobs):
         finished = [r for r in state.runs_of(job) if r.status.finished]
@@ -78,15 +88,18 @@ def gc(log: EventLog, keep_runs: int, writer_name: str = "oncelog-gc", progress:
     doomed = set(runs_to_delete(state, keep_runs))
     report = GcReport(runs_deleted=sorted(doomed))
     keys: dict[bytes, int] = {}
+    anchors: dict[bytes, int] = {}
     kept: set[str] = set()
     for count, logged in enumerate(log.read(), start=1):
         event = logged.event
         if deletable(event, doomed, state):
-            keys[event.key.encode()] = partition_for(event.aggregate, log.partitions)
+            (anchors if isinstance(event, ANCHORS) else keys)[event.key.encode()] = partition_for(event.aggregate,
+                                                                                                  log.partitions)
         elif isinstance(event, DatasetEvent) and (event.job, event.run_id) in doomed:
             kept.add(f"{event.job} / {event.dataset_urn} / {event.sequence_id}")
         if progress is not None and count % 10_000 == 0:
             progress(count)
+    keys.update(anchors)  # last: see ANCHORS
     report.sequences_kept = sorted(kept)
     report.tombstones = len(keys)
     if dry_run or not keys:

@@ -146,6 +146,7 @@ class _Checker:
         key_hash = hash(record.key)
         if record.value is None:
             self.identities.pop(key_hash, None)
+            self.state.apply_tombstone(record.key, record)
             return
         try:
             event = self.codec.decode(record.value, record.topic, record.partition, record.offset, record.key)

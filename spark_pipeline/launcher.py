@@ -38,6 +38,7 @@ from events.job import (
 from events.keys import partition_for
 from events.log import EventLog, open_log
 from events.log.kafka.config import redact_settings
+from events.log.lock import Displaced
 from events.model import RunFields
 from filesystems import urls
 from filesystems.base import FileSystem
@@ -112,8 +113,10 @@ class JobLauncher:
     def __init__(self, config: JobConfig, spark: SparkSession | None = None, faults: FaultInjector = NO_FAULTS,
                  run_id: str | None = None, engine: TaskEngine | None = None, fs: FileSystem | None = None,
                  log: EventLog | None = None, observer: RunObserver = SILENT,
-                 lineage: LineageClient | None = None) -> None:
+                 lineage: LineageClient | None = None, take_over: bool = False) -> None:
         self.config = absolute_config(config)
+        self.take_over = take_over
+        """Take the job's lock from a live run (which is fenced) instead of being refused."""
         self.log = log
         """The log to use, left open; None: the job's log URL is opened, and closed after the run."""
         self.engine = engine or engine_for(self.config, spark)
@@ -149,11 +152,12 @@ class JobLauncher:
             log.ensure_topic()
             self.observer.phase(Phase.LOCK)
             lock = log.job_lock(config.job_name) if config.job_lock_enabled else None
-            holder = lock.acquire(self.run_id) if lock else f"writer {self._writer_name()} (job lock off)"
+            holder = (lock.acquire(self.run_id, take_over=self.take_over) if lock
+                      else f"writer {self._writer_name()} (job lock off)")
             try:
                 with open_session(log, self._writer_name(), self.commit_settings(), self.fs) as session:
                     with self.lineage.following(log) as lineage_warnings:
-                        result = self._run(session, holder)
+                        result = self._run(session, holder, lock.displaced if lock else None)
                     result.warnings += lineage_warnings
                     return result
             finally:
@@ -164,7 +168,7 @@ class JobLauncher:
         """The job's writer: one name per job fences a concurrent run (Kafka's job lock), unless locking is off."""
         return self.config.job_name if self.config.job_lock_enabled else f"{self.config.job_name}.{self.run_id}"
 
-    def _run(self, session: CommitSession, holder: str) -> RunResult:
+    def _run(self, session: CommitSession, holder: str, displaced: Displaced | None = None) -> RunResult:
         config, run = self.config, self.run_fields
         check_own_folders(config, session.state)
         emit = session.sink.emit
@@ -181,6 +185,7 @@ class JobLauncher:
         try:
             if config.job_lock_enabled:
                 session.fence_shards()
+                result.warnings += self._end_earlier_runs(session, displaced)
             self.observer.phase(Phase.RECOVER)
             result.recovered = self._recover(session)
             self._clean_stale(session)
@@ -196,6 +201,25 @@ class JobLauncher:
             self._finish(session, result, RunStatus.FAILED, f"{type(e).__name__}: {e}")
             raise
         return result
+
+    def _end_earlier_runs(self, session: CommitSession, displaced: Displaced | None) -> list[str]:
+        """Record the end of every earlier run of the job the log shows unfinished: with the job's lock and writer
+        now ours, each is over (dead, or fenced by a take-over), and must not stay RUNNING forever. Returns what to
+        tell the user."""
+        job = self.config.job_name
+        ended = [r.run_id for r in session.state.runs_of(job) if r.run_id != self.run_id and not r.status.finished]
+        if not ended:
+            return []
+
+        def reason(run_id: str) -> str:
+            if displaced is not None and displaced.claim.run_id == run_id:
+                return displaced.reason(self.run_id)
+            return (f"dead: this run ended without recording its end and no longer held the job's lock; run "
+                    f"{self.run_id} took the lock")
+
+        session.sink.emit([JobRunFailed(job=job, run_id=run_id, error=reason(run_id)) for run_id in ended])
+        return [f"earlier run {run_id} of {job} recorded as ended ({reason(run_id).split(':', 1)[0]})"
+                for run_id in ended]
 
     def _extract(self, session: CommitSession, result: RunResult) -> None:
         """Plan work units from the committed state of the settled datasets, and run the tasks."""

@@ -25,6 +25,9 @@ DEFAULT_URL = "sqlite:///.oncelog/events.db"
 ErrorHandler = Callable[[EventDecodeError], None]
 """Called with each record that cannot be decoded; reading goes on after it returns (it may raise to stop)."""
 
+TombstoneHandler = Callable[["StoredRecord"], None]
+"""Called with each tombstone read (a deletion of its key's earlier records: `oncelog gc`)."""
+
 Offsets = dict[int, int]
 """Per partition, an offset: where reading starts, or the next offset to be written."""
 
@@ -218,16 +221,22 @@ class EventLog(Closing):
         until: Mapping[int, int] | None = None,
         follow: bool = False,
         on_error: ErrorHandler = raise_error,
+        on_tombstone: TombstoneHandler | None = None,
     ) -> Iterator[LoggedEvent]:
-        """Events from start to until (or forever when follow); tombstones skipped; bad records to on_error."""
-        return decode_records(self.codec, self.read_records(start, until, follow), on_error)
+        """Events from start to until (or forever when follow); tombstones to on_tombstone (else skipped); bad
+        records to on_error."""
+        return decode_records(self.codec, self.read_records(start, until, follow), on_error, on_tombstone)
 
 
-def decode_records(codec: EventCodec, records: Iterable[StoredRecord], on_error: ErrorHandler) -> Iterator[LoggedEvent]:
-    """Decode records into events, skipping tombstones and handing undecodable ones to on_error."""
+def decode_records(codec: EventCodec, records: Iterable[StoredRecord], on_error: ErrorHandler,
+                   on_tombstone: TombstoneHandler | None = None) -> Iterator[LoggedEvent]:
+    """Decode records into events, handing tombstones to on_tombstone (skipped without one) and undecodable records
+    to on_error."""
     decode = codec.decode
     for r in records:
         if r.value is None:
+            if on_tombstone is not None:
+                on_tombstone(r)
             continue
         try:
             event = decode(r.value, r.topic, r.partition, r.offset, r.key)

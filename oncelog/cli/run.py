@@ -222,7 +222,11 @@ def kept_log(path: Path | None) -> Path | None:
 
 def run(job_file: JobFile, conf: Conf = None, log_url: LogUrl = None, verbose: Verbose = False,
         as_json: AsJson = False, explain_only: Annotated[bool, typer.Option(
-            "--explain", help="Print the plan (engine and why, tasks, work units, Spark's plan); run nothing.")] = False
+            "--explain", help="Print the plan (engine and why, tasks, work units, Spark's plan); run nothing.")
+        ] = False,
+        take_over: Annotated[bool, typer.Option(
+            "--take-over", help="If another run of the job holds its lock and is alive, take the lock from it: that "
+                                "run is fenced (publishes nothing more) and recorded as ended.")] = False
         ) -> None:
     """Run a job once: lock, recover, extract on Spark, publish exactly once, clean up, release."""
     from spark_pipeline.launcher import new_run_id
@@ -241,7 +245,8 @@ def run(job_file: JobFile, conf: Conf = None, log_url: LogUrl = None, verbose: V
     log_file = None if verbose else (LOGS_DIR / f"{config.job_name}-{run_id}.log").absolute()
     started = time.perf_counter()
     try:
-        result = run_shown(config, faults, run_id, log_file, verbose, quiet=as_json and merged_output())
+        result = run_shown(config, faults, run_id, log_file, verbose, quiet=as_json and merged_output(),
+                           take_over=take_over)
     except (JobLockedError, FencedError) as e:
         raise fail(with_log_hint(str(e), log_file), ExitCode.REFUSED) from e
     except (ConfigError, ValueError) as e:
@@ -282,17 +287,17 @@ def show_explanation(config: JobConfig, as_json: bool) -> None:
 
 
 def run_shown(config: JobConfig, faults: FaultInjector, run_id: str, log_file: Path | None, verbose: bool,
-              quiet: bool) -> RunResult:
+              quiet: bool, take_over: bool = False) -> RunResult:
     """Run a job, the output of the JVM and native libraries sent to `log_file` (when given), its progress shown
     (unless `quiet`; as plain lines when `verbose`, since Spark's own output then shares the terminal)."""
     from spark_pipeline.launcher import JobLauncher
 
     with quiet_native_output(log_file) as native:
         if quiet:
-            return JobLauncher(config, faults=faults, run_id=run_id).run()
+            return JobLauncher(config, faults=faults, run_id=run_id, take_over=take_over).run()
         console = Console(file=native.user_stderr, highlight=False)
         with progress_display(console, f"{config.job_name} run {run_id}", live=not verbose) as shown:
-            return JobLauncher(config, faults=faults, run_id=run_id, observer=shown).run()
+            return JobLauncher(config, faults=faults, run_id=run_id, observer=shown, take_over=take_over).run()
 
 
 def merged_output() -> bool:

@@ -162,7 +162,8 @@ class LiveView:
         listed, folded = len(state.problems), 0
         for record in records:
             if record.value is None:
-                continue  # a tombstone written by retention
+                state.apply_tombstone(record.key, record)  # a deletion by retention, honoured at once
+                continue
             try:
                 event = decode(record.value, record.topic, record.partition, record.offset, record.key)
             except EventDecodeError as error:

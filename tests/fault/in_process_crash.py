@@ -140,9 +140,11 @@ class DeadDriverLock(JobLock):
         self.inner = inner
         self.death = death
 
-    def acquire(self, run_id: str) -> str:
+    def acquire(self, run_id: str, take_over: bool = False) -> str:
         self.death.refuse("lock")
-        return self.inner.acquire(run_id)
+        holder = self.inner.acquire(run_id, take_over)
+        self.displaced = self.inner.displaced
+        return holder
 
     def release(self) -> None:
         self.inner.release()

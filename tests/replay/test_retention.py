@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from events.codec import Record
 from events.commit import (
+    CommitSequenceAbandoned,
     CommitSequenceCompleted,
     CommitSequencePlanned,
     CommitStepApplied,
@@ -20,7 +21,7 @@ from events.commit import (
     FsRenameStep,
     HighWatermarkStep,
 )
-from events.dataset import DatasetStateCommitted, WatermarkAdvanced
+from events.dataset import DatasetReleased, DatasetStateCommitted, WatermarkAdvanced
 from events.job import (
     JobLockAcquired,
     JobLockReleased,
@@ -163,3 +164,59 @@ def test_gc_keeps_the_newest_watermark_when_an_older_sequence_completed_last(log
 
     assert report["runs_deleted"] == ["J / run-1", "J / run-2", "J / run-3"]
     assert answers(compacted(log, log_factory)) == before
+
+
+def partly_compacted(log: EventLog, log_factory: LogFactory, applied: int) -> EventLog:
+    """A copy of the log as Kafka's cleaner may leave it mid-way: only the first `applied` tombstones (in offset
+    order: the cleaner works on a prefix of the log) have removed their keys' earlier records; every tombstone
+    stays (delete.retention.ms)."""
+    records = list(log.read_records())
+    tombstones = [i for i, r in enumerate(records) if r.value is None][:applied]
+    removed = {records[i].key: i for i in tombstones}
+    copy = log_factory(partitions=log.partitions, url=None)
+    with copy.writer("compactor") as writer:
+        writer.append_records(Record(r.partition, r.key, r.value, r.timestamp_ms) for i, r in enumerate(records)
+                              if r.value is None or removed.get(r.key, -1) < i)
+    return copy
+
+
+def run_ids(log: EventLog) -> list[str]:
+    """The runs `oncelog runs` lists (it exits 0: the fold met nothing it could not place)."""
+    return [r["run_id"] for r in cli_json(log, "runs")["runs"]]
+
+
+def test_gc_takes_effect_at_once_in_every_command_and_mid_compaction(log_factory: LogFactory) -> None:
+    log = log_factory()
+    log.append(synthetic_history(random.Random(4), SHAPE))
+    before = run_ids(log)
+    deleted = cli_json(log, "gc", "--keep-runs", "1")["runs_deleted"]
+    assert len(deleted) >= 6
+
+    gone = {entry.split(" / ")[1] for entry in deleted}
+    left = run_ids(log)  # on Kafka the deleted records are still there, behind their tombstones
+    assert left == [r for r in before if r not in gone] and len(left) == SHAPE.jobs
+    again = cli_json(log, "gc", "--keep-runs", "1", "--dry-run")
+    assert again["runs_deleted"] == [] and again["tombstones"] == 0, "gc and a later dry run must agree"
+    audited = runner.invoke(app, ["audit", sorted(gone)[0], "--log", log.url])
+    assert audited.exit_code == 2 and "no run" in audited.stderr, audited.stdout + audited.stderr
+    assert cli_json(log, "verify")["ok"]
+    tombstones = sum(1 for r in log.read_records() if r.value is None)
+    for applied in (tombstones // 3, tombstones // 2, tombstones - 1):
+        assert run_ids(partly_compacted(log, log_factory, applied)) == left, f"{applied} tombstones applied"
+
+
+def test_a_run_whose_abandoned_sequence_is_released_can_be_collected(log_factory: LogFactory) -> None:
+    log = log_factory()
+    seq: SequenceFields = {"job": "J", "run_id": "run-1", "dataset_urn": "ds", "sequence_id": "run-1"}
+    steps = (HighWatermarkStep(partition="ds:0", low_watermark=0, value=10),)
+    log.append([
+        *finished_run("J", "run-1", 0, [CommitSequencePlanned(**seq, steps=steps, emitted_at=at(3)),
+                                        CommitStepFailed(**seq, step_index=0, attempt=1, error="x", emitted_at=at(4)),
+                                        CommitSequenceAbandoned(**seq, attempts=1, error="x", emitted_at=at(5))]),
+        *finished_run("J", "run-2", 100), *finished_run("J", "run-3", 200),
+    ])
+    assert cli_json(log, "gc", "--keep-runs", "1", "--dry-run")["runs_deleted"] == ["J / run-2"]
+    log.append([DatasetReleased(**seq, reason="released with oncelog recover --release", emitted_at=at(300))])
+    assert cli_json(log, "gc", "--keep-runs", "1")["runs_deleted"] == ["J / run-1", "J / run-2"]
+    assert run_ids(log) == ["run-3"]
+    assert cli_json(log, "state")["abandoned_sequences"], "the abandoned sequence itself stays in the history"

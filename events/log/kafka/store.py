@@ -38,9 +38,10 @@ from events.log.kafka.config import (
     is_transient,
     refresh_leaders,
 )
+from events.log.kafka.lease import KafkaLeaseStore, locks_topic
 from events.log.kafka.snapshots import KafkaSnapshotStore
 from events.log.kafka.writer import KafkaWriter
-from events.log.lock import FencingJobLock
+from events.log.lock import LeaseJobLock
 
 CONSUME_BATCH = 10_000
 CONSUME_WAIT_S = 0.02
@@ -80,13 +81,31 @@ broker answers empty, which it holds back up to fetch.wait.max.ms (500 ms by def
 read often cannot end sooner, on its last record, since a batch's last offset is its transaction marker."""
 
 
+COMPACTION_CONFIGS: dict[str, str] = {
+    "max.compaction.lag.ms": str(60 * 60 * 1000),
+    "segment.ms": str(60 * 60 * 1000),
+    "min.cleanable.dirty.ratio": "0.5",
+    "delete.retention.ms": str(24 * 60 * 60 * 1000),
+}
+"""When compaction removes what `oncelog gc` tombstoned (docs/log.md): a record is eligible for compaction at most an
+hour after it is written (max.compaction.lag.ms, which also rolls the active segment on the next append after an
+hour; segment.ms the same), whatever the dirty ratio; the tombstones themselves stay a day longer
+(delete.retention.ms), so that a reader in the middle of the log still sees them. The folds honour a tombstone the
+moment they read it: compaction only frees the disk."""
+
+_warned: set[tuple[str, str, str]] = set()
+"""(bootstrap, topic, warning) already logged by this process: a run opens its log more than once."""
+
+
 def topic_configs(replication: int) -> dict[str, str]:
-    """The explicit configs of the events topic: compacted, durable."""
+    """The explicit configs of the events topic (and its snapshots and locks): compacted, durable, compacted within
+    a bounded time."""
     return {
         "cleanup.policy": "compact",
         "min.insync.replicas": str(min(SAFE_MIN_INSYNC, replication)),
         "message.timestamp.type": "CreateTime",
         "unclean.leader.election.enable": "false",
+        **COMPACTION_CONFIGS,
     }
 
 
@@ -150,6 +169,7 @@ class KafkaLog(EventLog):
         self._partitions: int | None = None
         self._meta_consumer: Consumer | None = None
         self._snapshots = KafkaSnapshotStore(self)
+        self._leases = KafkaLeaseStore(self)
         self._durability_checked = False
         self._durability: str | None = None
         self._created: set[str] = set()
@@ -174,6 +194,7 @@ class KafkaLog(EventLog):
             self.topic, self.settings.partitions or DEFAULT_PARTITIONS, self.settings.partitions is not None
         )
         self._ensure(self._snapshots.topic, 1, False)
+        self._ensure(self._leases.topic, 1, False)
         self._partitions = None
         self._set_durability(warning)
 
@@ -186,8 +207,10 @@ class KafkaLog(EventLog):
         return self._durability
 
     def _set_durability(self, warning: str | None) -> None:
-        """Keep the events topic's durability warning; log it when it is new (once per log, not per check)."""
-        if warning is not None and (not self._durability_checked or warning != self._durability):
+        """Keep the events topic's durability warning; log it once per process (a run opens its log more than
+        once: the CLI, the launcher, each commit shard's task)."""
+        if warning is not None and (self.settings.bootstrap, self.topic, warning) not in _warned:
+            _warned.add((self.settings.bootstrap, self.topic, warning))
             logger.warning("%s", warning)
         self._durability, self._durability_checked = warning, True
 
@@ -240,6 +263,8 @@ class KafkaLog(EventLog):
             return f"log topic {topic!r}"
         if topic == f"{self.topic}.snapshots":
             return f"the snapshots of log topic {self.topic!r}"
+        if topic == locks_topic(self.topic):
+            return f"the job locks of log topic {self.topic!r}"
         return f"topic {topic!r}"
 
     def _list_topics(self, topic: str) -> Any:
@@ -288,6 +313,10 @@ class KafkaLog(EventLog):
             time.sleep(0.1)
         return found
 
+    def has_topic(self, topic: str) -> bool:
+        """Whether the topic exists on the cluster (as its metadata says now)."""
+        return self._describe(topic) is not None
+
     def _describe_partitions(self, topic: str) -> int | None:
         found = self._describe(topic)
         return None if found is None else len(found.partitions)
@@ -304,9 +333,9 @@ class KafkaLog(EventLog):
             return None  # describing configs may be denied by ACLs
         return {name: str(entry.value) for name, entry in configs.items() if entry.value is not None}
 
-    def job_lock(self, job: str) -> FencingJobLock:
-        """The job's transactional writer is its lock: a second run opening it fences the first."""
-        return FencingJobLock(job)
+    def job_lock(self, job: str) -> LeaseJobLock:
+        """A lease in `<topic>.locks`, renewed by a heartbeat: a second run is refused while the holder is alive."""
+        return LeaseJobLock(job, self._leases)
 
     def writer(self, name: str) -> KafkaWriter:
         return self.writer_for(self.topic, name, self.partitions)

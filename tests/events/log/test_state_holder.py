@@ -1,5 +1,6 @@
 """`oncelog state` says what became of a job's lock holder: dead after a SIGKILLed run, alive while a real process
-holds the lock, fenced once another run holds it; the store's own job lock decides (SQLite's flock, Kafka's writer)."""
+holds the lock, fenced once another run holds it; the store's own job lock decides (SQLite's flock, Kafka's lease:
+tests/events/log/test_job_lock.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from typer.testing import CliRunner
 
 from events.job import JobLockAcquired
 from events.log import open_log
-from events.log.lock import FencingJobLock, Holder, HolderStatus
 from oncelog.cli import app
 from tests.fault.pipeline_checks import write_job
 from tests.fault.soak import kill_session, start_run
@@ -74,15 +74,6 @@ def test_a_holder_on_another_host_is_unknown(tmp_path: Path) -> None:
     with open_log(url) as log:
         log.append([JobLockAcquired(job="orders", run_id="run-1", holder="1@elsewhere.example")])
     assert holder_status(url, "orders") == "unknown"
-
-
-def test_the_kafka_lock_judges_its_writer_by_its_process() -> None:
-    lock = FencingJobLock("orders")
-    assert lock.holder_status(lock.acquire("run-1"), "run-1") is HolderStatus.ALIVE
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    dead = f"writer orders {Holder(int(gone.stdout), Holder.this_process().host)}"
-    assert lock.holder_status(dead, "run-1") is HolderStatus.DEAD
-    assert lock.holder_status("writer orders.run-1 (job lock off)", "run-1") is HolderStatus.UNKNOWN
 
 
 @pytest.mark.spark

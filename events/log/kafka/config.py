@@ -60,6 +60,9 @@ TLS_CODES = frozenset({KafkaError._SSL})
 OUTAGE_CODES = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE})
 LOG_EVERY_S = 30.0
 """A librdkafka log line that repeats (modulo timings and counts) is shown once per this many seconds."""
+_HANDLED = re.compile(r"fenced by a newer instance|PRODUCER_FENCED|INVALID_PRODUCER_EPOCH|_FENCED")
+"""librdkafka's own lines about a producer fenced by a newer one (TXNERR, FATAL): the writer raises FencedError,
+which says it in one line of ours; theirs go to the debug log only."""
 _NOISE = re.compile(r"\s*\(after \d+ms[^)]*\)|\s*\(\d+ identical error\(s\) suppressed\)|\d+ms")
 _LISTENER = re.compile(r"(?:(?P<protocol>[a-z_]+)://)?(?P<host>[^\s/,]+:\d+)/")
 _QUERY_PAIR = re.compile(r"(?P<lead>[?&])(?P<key>[^=&#]+)=(?P<value>[^&#]*)")
@@ -313,6 +316,8 @@ class ClientMonitor:
                 return
             self._last_shown[key] = now
             hidden = self._suppressed.pop(key, 0)
+        if _HANDLED.search(text):
+            level = min(level, logging.DEBUG)
         kind = client.split("#", 1)[-1].split("-", 1)[0] if "#" in client else "client"
         more = f" ({hidden} more like it in the last {self._every_s:.0f}s)" if hidden else ""
         logging.getLogger(f"oncelog.kafka.{kind}").log(level, "%s [%s] %s%s", facility, client,

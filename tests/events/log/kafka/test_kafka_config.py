@@ -79,6 +79,17 @@ class Clock:
         return self.now
 
 
+def test_librdkafka_lines_about_a_fenced_producer_go_to_the_debug_log_only(caplog: pytest.LogCaptureFixture) -> None:
+    """A fenced writer raises FencedError, which says it once: librdkafka's TXNERR and FATAL lines are not shown."""
+    monitor = ClientMonitor("h:1", SECURITY, {"write_timeout_s": 120})
+    caplog.set_level(logging.DEBUG, logger="oncelog.kafka")
+    fenced = "Local: This instance has been fenced by a newer instance"
+    monitor.log(logging.ERROR, "%s [%s] %s", "TXNERR", "rdkafka#producer-7", f"Fatal transaction error: {fenced}")
+    monitor.log(logging.CRITICAL, "%s [%s] %s", "FATAL", "rdkafka#producer-7", f"Fatal error: {fenced}")
+    monitor.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#producer-7", "h:1/bootstrap: Connect failed")
+    assert [r.levelno for r in caplog.records] == [logging.DEBUG, logging.DEBUG, logging.ERROR]
+
+
 def test_librdkafka_lines_are_rate_limited_per_distinct_message(caplog: pytest.LogCaptureFixture) -> None:
     clock = Clock()
     monitor = ClientMonitor("h:1", SECURITY, {"read_timeout_s": 30}, every_s=10, clock=clock)

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -325,12 +326,13 @@ def recover(job_file: JobFile, release: Annotated[list[str] | None, typer.Option
 
     config = absolute_config(job_for(job_file, conf, log_url, "name one job file"))
     try:
-        with open_log(config.log_url, config.log_settings) as log, open_session(
-                log, config.job_name, commit_settings(config), FileSystems.of(config.properties)) as s:
-            results = s.committer.recover(config.job_name)
-            for urn in release or ():
-                sequence = s.committer.release(config.job_name, urn, "released with oncelog recover --release")
-                stderr_console().print(f"released {urn} (blocked by abandoned sequence {sequence})", markup=False)
+        with open_log(config.log_url, config.log_settings) as log, log.job_lock(config.job_name) as lock:
+            lock.acquire(f"recover-{uuid.uuid4().hex[:12]}")  # refused while a run of the job is alive
+            with open_session(log, config.job_name, commit_settings(config), FileSystems.of(config.properties)) as s:
+                results = s.committer.recover(config.job_name)
+                for urn in release or ():
+                    sequence = s.committer.release(config.job_name, urn, "released with oncelog recover --release")
+                    stderr_console().print(f"released {urn} (blocked by abandoned sequence {sequence})", markup=False)
     except (JobLockedError, FencedError) as e:
         raise fail(str(e), ExitCode.REFUSED) from e
     except OncelogError as e:

@@ -55,4 +55,7 @@ class KafkaLeaseStore(LeaseStore):
         return None if found is None else Claim.from_json(found)
 
     def writer(self, job: str) -> KafkaClaimWriter:
+        """The job's claim writer; the topic is created first if it is missing (a log older than leases)."""
+        if not self._log.has_topic(self.topic):
+            self._log.ensure_locks_topic()
         return KafkaClaimWriter(self._log.writer_for(self.topic, f"lock-{job}", 1), job)

@@ -313,6 +313,10 @@ class KafkaLog(EventLog):
             time.sleep(0.1)
         return found
 
+    def ensure_locks_topic(self) -> None:
+        """Create the job locks' topic if it is missing (as `ensure_topic` does with the others)."""
+        self._ensure(self._leases.topic, 1, False)
+
     def has_topic(self, topic: str) -> bool:
         """Whether the topic exists on the cluster (as its metadata says now)."""
         return self._describe(topic) is not None

@@ -107,3 +107,22 @@ def test_a_kafka_lease_on_another_host_is_alive_until_it_expires_and_is_renewed(
         beating.release()
     released = lock.store.latest("orders")
     assert released is not None and released.released and released.run_id == "run-2"
+
+
+@pytest.mark.parametrize("store", ["sqlite"])
+def test_recover_is_refused_while_a_run_holds_the_lock(log_factory: LogFactory, tmp_path: Path) -> None:
+    """`oncelog recover` opens the job's writer, which would fence a live run: it takes the lock first."""
+    from tests.fault.pipeline_checks import write_job
+
+    log = log_factory()
+    job = write_job(tmp_path, log.url)
+    holder = hold(log.url, "crashy", "run-1")
+    try:
+        refused = subprocess.run([sys.executable, "-m", "oncelog", "recover", str(job)], cwd=ROOT, capture_output=True,
+                                 text=True, timeout=120)
+    finally:
+        kill(holder)
+    assert refused.returncode == 3 and "run-1" in refused.stderr, refused.stderr
+    done = subprocess.run([sys.executable, "-m", "oncelog", "recover", str(job)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

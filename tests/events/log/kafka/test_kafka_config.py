@@ -86,8 +86,10 @@ def test_librdkafka_lines_about_a_fenced_producer_go_to_the_debug_log_only(caplo
     fenced = "Local: This instance has been fenced by a newer instance"
     monitor.log(logging.ERROR, "%s [%s] %s", "TXNERR", "rdkafka#producer-7", f"Fatal transaction error: {fenced}")
     monitor.log(logging.CRITICAL, "%s [%s] %s", "FATAL", "rdkafka#producer-7", f"Fatal error: {fenced}")
+    monitor.log(logging.WARNING, "%s [%s] %s", "ADDPARTS", "rdkafka#producer-7", 'TxnCoordinator/1: Failed to add '
+                'partition "t" [2] to transaction: Broker: Producer attempted an operation with an old epoch')
     monitor.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#producer-7", "h:1/bootstrap: Connect failed")
-    assert [r.levelno for r in caplog.records] == [logging.DEBUG, logging.DEBUG, logging.ERROR]
+    assert [r.levelno for r in caplog.records] == [logging.DEBUG, logging.DEBUG, logging.DEBUG, logging.ERROR]
 
 
 def test_librdkafka_lines_are_rate_limited_per_distinct_message(caplog: pytest.LogCaptureFixture) -> None:

@@ -4,6 +4,8 @@ lock → recover unfinished commit sequences → plan work units → tasks on Sp
 all sequences in one atomic batch and applies them → job committed → clean up → release the lock. With
 job.commit.on.executors=true (auto: from job.commit.executors.min.datasets datasets on), commit shards do it instead:
 one task per shard of datasets, planning its sequences in one atomic batch and applying them.
+The engine (Spark) starts once the lock is held and the Source planned work (asked before the run's start is recorded,
+which then names Spark's application): a run with nothing to read is recorded without Spark.
 SIGINT / SIGTERM before the sequences are planned cancels the run: nothing is published, the run is recorded as
 cancelled. Once planned, the sequences are the point of no return: the commit finishes (or the next run does it).
 """

@@ -99,7 +99,7 @@ def test_kafka_brokers_that_refuse_connections_and_s3_without_credentials_or_end
     problems = checked.stdout.splitlines()[1:]
     assert sum(f"{job}:{line_of(job, k)}: {k!r} {bucket}/" in p and "no S3 credentials: set fs.s3a.access.key"
                in p for k in ("writer.staging.dir", "writer.output.dir", "data.publisher.final.dir")
-               for p in problems) == 3
+               for p in problems) == 3, checked.stdout
     assert any(p.startswith(f"  {job}:{line_of(job, 'kafka.brokers')}: every Kafka broker of 127.0.0.1:{closed_port} "
                             f"refuses connections") for p in problems)
 

@@ -34,21 +34,32 @@ POOL_CONNECTIONS = 64  # above the commit's parallelism: a thread never waits fo
 T = TypeVar("T")
 
 
-def client_for(settings: FileSystemSettings) -> Any:
-    """A boto3 S3 client from the s3a keys, falling back to AWS's own configuration chain."""
-    path_style = (settings.get("fs.s3a.path.style.access") or "").lower()
-    endpoint = settings.get("fs.s3a.endpoint")
-    if endpoint and "://" not in endpoint:
-        endpoint = f"https://{endpoint}"
-    addressing = "path" if path_style == "true" or (endpoint and path_style != "false") else "auto"
-    config = Config(s3={"addressing_style": addressing}, retries={"max_attempts": 5, "mode": "standard"},
-                    max_pool_connections=POOL_CONNECTIONS,
-                    request_checksum_calculation="when_required", response_checksum_validation="when_required")
-    session = boto3.session.Session(
+def session_for(settings: FileSystemSettings) -> boto3.session.Session:
+    """A boto3 session with the s3a keys' credentials and region, falling back to AWS's own configuration chain."""
+    return boto3.session.Session(
         aws_access_key_id=settings.get("fs.s3a.access.key"), aws_secret_access_key=settings.get("fs.s3a.secret.key"),
         aws_session_token=settings.get("fs.s3a.session.token"),
         region_name=settings.get("fs.s3a.endpoint.region"))
-    return session.client("s3", endpoint_url=endpoint, config=config)
+
+
+def endpoint_of(settings: FileSystemSettings) -> str | None:
+    """The S3 endpoint URL `fs.s3a.endpoint` names (https:// when it gives no scheme); None: AWS's own."""
+    endpoint = settings.get("fs.s3a.endpoint")
+    return f"https://{endpoint}" if endpoint and "://" not in endpoint else endpoint
+
+
+def client_for(settings: FileSystemSettings, probe_timeout_s: float | None = None) -> Any:
+    """A boto3 S3 client from the s3a keys, falling back to AWS's own configuration chain; `probe_timeout_s`: one
+    attempt per call, each connection and answer waited for that long at most (a pre-flight check)."""
+    path_style = (settings.get("fs.s3a.path.style.access") or "").lower()
+    endpoint = endpoint_of(settings)
+    addressing = "path" if path_style == "true" or (endpoint and path_style != "false") else "auto"
+    patience: dict[str, Any] = {"retries": {"max_attempts": 5, "mode": "standard"}} if probe_timeout_s is None else {
+        "retries": {"total_max_attempts": 1}, "connect_timeout": probe_timeout_s, "read_timeout": probe_timeout_s}
+    config = Config(s3={"addressing_style": addressing}, max_pool_connections=POOL_CONNECTIONS,
+                    request_checksum_calculation="when_required", response_checksum_validation="when_required",
+                    **patience)
+    return session_for(settings).client("s3", endpoint_url=endpoint, config=config)
 
 
 def _split(path: str) -> tuple[str, str]:

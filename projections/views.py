@@ -16,11 +16,11 @@ from events.task import WorkUnitResult
 
 
 class Phase(StrEnum):
-    """The steps of a run, in order (`start` is the engine's start-up: Spark's JVM); the audit and the progress
-    display name them alike."""
+    """The steps of a run, in order (`start` is the engine's start-up: Spark's JVM, once the job lock is held and the
+    run has tasks; a run with nothing to do has none); the audit and the progress display name them alike."""
 
-    START = "start"
     LOCK = "lock"
+    START = "start"
     RECOVER = "recover"
     PLAN = "plan"
     TASKS = "tasks"

@@ -1,7 +1,8 @@
 """`oncelog run --explain`: what a run of the job would do, planned from the log, without running anything.
 
-The work units come from the job's source and its committed state (as a run would plan them now); the engine from
-`task.engine` with its reason; on the DataFrame engine, Spark's plan of the first task's DataFrame (source, SQL
+The work units come from the job's source and its committed state, packed into tasks, by the code `run` plans with,
+on the engine `run` would use (`task.engine`, with its reason); a log not created yet has no history. On the DataFrame
+engine, Spark's plan of the first task's DataFrame (source, SQL
 stages), from Spark's analysis alone: no record is read and nothing is written.
 """
 
@@ -14,16 +15,17 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from events.job import WorkUnitSpec
+from events.job import ENGINE_PROPERTY, REASON_PROPERTY, WorkUnitSpec
 from events.log import open_log
 from projections.projector import Projector
-from spark_pipeline.constructs import MultiWorkUnit, SourceState
-from spark_pipeline.engines.choice import choose
+from spark_pipeline.constructs import MultiWorkUnit
 from spark_pipeline.engines.dataframe import stages
+from spark_pipeline.engines.dataframe.engine import DataFrameTaskEngine
 from spark_pipeline.engines.dataframe.sources import read_units
-from spark_pipeline.engines.spark import slots, spark_session
+from spark_pipeline.engines.select import engine_for
 from spark_pipeline.jobfile.config import JobConfig, TaskEngineKind
-from spark_pipeline.launcher import skip_reason
+from spark_pipeline.jobfile.paths import absolute_config
+from spark_pipeline.launcher import skip_reason, source_state
 from spark_pipeline.planning import plan_work_units
 
 EXPLAIN_RUN_ID = "explain"
@@ -59,20 +61,20 @@ class Explanation:
 
 
 def explain(config: JobConfig, spark: SparkSession | None = None) -> Explanation:
-    """Plan the job's next run from its log (read only) and say how it would run."""
-    choice = choose(config)
+    """Plan the job's next run from its log (read only) and say how it would run: the run's own engine, planning and
+    packing. Spark starts only when there is work to pack (the engine's slots) or to show Spark's plan of."""
+    config = absolute_config(config)
+    engine = engine_for(config, spark)
+    identity = engine.identity()
     with open_log(config.log_url, config.log_settings) as log:
         state, _ = Projector(log).rebuild()
     unsettled = state.unsettled_datasets(config.job_name)
     skipped = {urn: (f"commit sequence {s.sequence_id} is pending: the run recovers it first, and pulls the dataset "
                      f"only if it then ends" if s.pending else skip_reason(s)) for urn, s in sorted(unsettled.items())}
-    source_state = SourceState(config, EXPLAIN_RUN_ID, state.dataset_states(config.job_name),
-                               tuple(state.previous_work_unit_states(config.job_name, EXPLAIN_RUN_ID)),
-                               frozenset(unsettled))
-    session = spark or spark_session(config)
-    _, tasks = plan_work_units(config, source_state, slots(session))
-    plan = spark_plan(session, config, tasks) if choice.kind is TaskEngineKind.DATAFRAME else None
-    return Explanation(config.job_name, choice.kind, choice.reason, tuple(tasks), skipped, plan)
+    _, tasks = plan_work_units(config, source_state(config, state, EXPLAIN_RUN_ID), engine.slots)
+    plan = spark_plan(engine.spark, config, tasks) if isinstance(engine, DataFrameTaskEngine) and tasks else None
+    return Explanation(config.job_name, TaskEngineKind(identity[ENGINE_PROPERTY]), identity.get(REASON_PROPERTY, ""),
+                       tuple(tasks), skipped, plan)
 
 
 def spark_plan(spark: SparkSession, config: JobConfig, tasks: list[MultiWorkUnit]) -> str | None:

@@ -4,6 +4,8 @@ lock → recover unfinished commit sequences → plan work units → tasks on Sp
 all sequences in one atomic batch and applies them → job committed → clean up → release the lock. With
 job.commit.on.executors=true (auto: from job.commit.executors.min.datasets datasets on), commit shards do it instead:
 one task per shard of datasets, planning its sequences in one atomic batch and applying them.
+The engine (Spark) starts once the lock is held and the Source planned work (asked before the run's start is recorded,
+which then names Spark's application): a run with nothing to read is recorded without Spark.
 SIGINT / SIGTERM before the sequences are planned cancels the run: nothing is published, the run is recorded as
 cancelled. Once planned, the sequences are the point of no return: the commit finishes (or the next run does it).
 """
@@ -33,6 +35,7 @@ from events.job import (
     JobRunFailed,
     JobRunStarted,
     JobRunSucceeded,
+    WorkUnitSpec,
     WorkUnitsPlanned,
 )
 from events.keys import partition_for
@@ -71,7 +74,7 @@ from spark_pipeline.jobfile.config import JobCommitPolicy, JobConfig
 from spark_pipeline.jobfile.paths import JobRoots, absolute_config, overlaps, run_dirs
 from spark_pipeline.jobfile.plugins import make_construct
 from spark_pipeline.lineage import RunLineage
-from spark_pipeline.planning import plan_work_units
+from spark_pipeline.planning import pack_work_units, source_work_units
 from spark_pipeline.progress import SILENT, RunObserver
 
 
@@ -99,6 +102,16 @@ class RunResult:
     @property
     def records_written(self) -> int:
         return sum(r.records_written for t in self.tasks for r in t.results)
+
+
+@dataclass(frozen=True)
+class EarlyPlan:
+    """The Source's work units and the state they were planned from."""
+
+    state: SourceState
+    work_units: list[WorkUnitSpec]
+    error: Exception | None = None
+    """Why the Source could not plan (the work units are then empty)."""
 
 
 def new_run_id(now: datetime) -> str:
@@ -130,6 +143,9 @@ class JobLauncher:
         self.observer = self.lineage.observing(observer)
         """Told the run's phases and counts as they go (a progress display)."""
         self._mwus: list[MultiWorkUnit] = []
+        self._early: EarlyPlan | None = None
+        """The Source's work units asked before the run's start is recorded (see `_plan_early`)."""
+        self._engine_started = False
         self._ending: JobRunFailed | JobRunCancelled | None = None
         """The run's end once decided: appended again as it is (never a second payload under its key)."""
 
@@ -145,8 +161,6 @@ class JobLauncher:
     def run(self) -> RunResult:
         """The whole job flow; returns how it ended (FencedError if another run took the job over)."""
         config = self.config
-        self.observer.phase(Phase.START)
-        self.engine.start()
         opened = nullcontext(self.log) if self.log is not None else open_log(config.log_url, config.log_settings)
         with opened as log, self._signals():
             log.ensure_topic()
@@ -171,6 +185,9 @@ class JobLauncher:
     def _run(self, session: CommitSession, holder: str, displaced: Displaced | None = None) -> RunResult:
         config, run = self.config, self.run_fields
         check_own_folders(config, session.state)
+        self._early = self._plan_early(session.state)
+        if self._early.work_units or session.state.pending_sequences(config.job_name):
+            self._start_engine()  # before the run's start is recorded, which then names the Spark application
         emit = session.sink.emit
         emit([JobLockAcquired(**run, holder=holder),
               JobRunStarted(**run, job_group=config.job_group,
@@ -228,10 +245,17 @@ class JobLauncher:
         state = session.state
         unsettled = state.unsettled_datasets(config.job_name)
         result.skipped = {urn: skip_reason(sequence) for urn, sequence in sorted(unsettled.items())}
-        datasets = state.dataset_states(config.job_name)
-        previous = tuple(state.previous_work_unit_states(config.job_name, self.run_id))
-        source_state = SourceState(config, self.run_id, datasets, previous, frozenset(unsettled))
-        work_units, self._mwus = plan_work_units(config, source_state, self.engine.slots())
+        planned_from = source_state(self.config, state, self.run_id)
+        early = self._early
+        if early is not None and early.state == planned_from:
+            if early.error is not None:
+                raise early.error
+            planned = early.work_units
+        else:
+            planned = source_work_units(config, planned_from)
+        if planned:
+            self._start_engine()
+        work_units, self._mwus = pack_work_units(config, planned, self.engine.slots)
         skips = [DatasetSkipped(**run, dataset_urn=urn, sequence_id=unsettled[urn].sequence_id, reason=reason)
                  for urn, reason in result.skipped.items()]
         session.sink.emit([*skips, WorkUnitsPlanned(**run, work_units=tuple(work_units))])
@@ -246,6 +270,34 @@ class JobLauncher:
         self._check_cancelled()
         self.faults.reached(FaultPoint.AFTER_TASK_OUTPUT)
         session.catch_up()
+
+    def _plan_early(self, state: State) -> EarlyPlan:
+        """The Source's work units, asked before the run's start is recorded so that Spark starts only for a run with
+        tasks (its application then named in JobRunStarted). Planning proper reuses them when recovery left what
+        they were planned from unchanged (a failure too: raised there, where the run records it)."""
+        planned_from = source_state(self.config, state, self.run_id)
+        try:
+            return EarlyPlan(planned_from, source_work_units(self.config, planned_from))
+        except Exception as e:  # raised again by planning proper, which records the run's failure
+            return EarlyPlan(planned_from, [], e)
+
+    def _start_engine(self) -> None:
+        """Start the engine (Spark's JVM) once the run needs it, keeping the run's own SIGINT / SIGTERM handlers
+        (Spark installs its own SIGINT handler as it starts)."""
+        if self._engine_started:
+            return
+        self._engine_started = True
+        self.observer.phase(Phase.START)
+        if threading.current_thread() is not threading.main_thread():
+            self.engine.start()
+            return
+        kept = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self.engine.start()
+        finally:
+            for signum, handler in kept.items():
+                if handler is not None:
+                    signal.signal(signum, handler)
 
     def _publish(self, session: CommitSession, result: RunResult) -> None:
         """Apply the commit policy, then plan every dataset's sequence and commit them: per shard in the shards'
@@ -319,6 +371,7 @@ class JobLauncher:
         work = [ShardWork(job, self.run_id, shard, shards, shard_writer_name(self._writer_name(), shard), action,
                           newer_runs_from, tuple(assigned[shard]))
                 for shard in sorted(assigned)]
+        self._start_engine()
         try:
             summaries = self.engine.commit_engine(log, self.fs).run(self.config, work, settings)
         except ShardLostError as e:
@@ -401,6 +454,14 @@ def commit_settings(config: JobConfig, faults: FaultInjector = NO_FAULTS) -> Com
                           max_attempts=config.commit_sequence_max_attempts, parallelism=config.commit_parallelism,
                           shards=config.commit_shards, on_executors=config.commit_on_executors,
                           executors_min_datasets=config.commit_executors_min_datasets, faults=faults)
+
+
+def source_state(config: JobConfig, state: State, run_id: str) -> SourceState:
+    """What the Source plans a run from: the job's committed dataset states and previous work units, and the datasets
+    whose history is not settled (not pulled)."""
+    job = config.job_name
+    return SourceState(config, run_id, state.dataset_states(job), tuple(state.previous_work_unit_states(job, run_id)),
+                       frozenset(state.unsettled_datasets(job)))
 
 
 def check_own_folders(config: JobConfig, state: State) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from events.job import WorkUnitSpec
 from projections.views import WorkUnitStatus
 from spark_pipeline.constructs import MultiWorkUnit, Source, SourceState
@@ -23,16 +25,31 @@ def retried_work_units(config: JobConfig, state: SourceState, planned: list[Work
     return retried
 
 
-def plan_work_units(config: JobConfig, state: SourceState,
-                    slots: int) -> tuple[list[WorkUnitSpec], list[MultiWorkUnit]]:
-    """The run's work units and the tasks that run them (at most `slots` tasks)."""
+def source_work_units(config: JobConfig, state: SourceState) -> list[WorkUnitSpec]:
+    """The work units the Source plans from `state`, blocked datasets left out, failed ones retried by policy."""
     source = make_construct(config, "source.class", config.source_class, Source)
     planned = [w for w in source.get_work_units(state) if w.dataset_urn not in state.blocked_datasets]
     planned += [w for w in retried_work_units(config, state, planned) if w.dataset_urn not in state.blocked_datasets]
     ids = [w.work_unit_id for w in planned]
     if len(ids) != len(set(ids)):
         raise ValueError(f"{config.source_class} planned work units with the same id: ids must be unique in a run")
-    packed = source.pack(planned, slots)
+    return planned
+
+
+def pack_work_units(config: JobConfig, planned: list[WorkUnitSpec],
+                    slots: Callable[[], int]) -> tuple[list[WorkUnitSpec], list[MultiWorkUnit]]:
+    """The work units with their task ids, and the tasks that run them (at most `slots()` tasks; asked only when
+    there is work, since knowing the slots may start Spark)."""
+    if not planned:
+        return [], []
+    source = make_construct(config, "source.class", config.source_class, Source)
+    packed = source.pack(planned, slots())
     by_task = {w.work_unit_id: m.multi_work_unit_id for m in packed for w in m.work_units}
     work_units = [w.model_copy(update={"multi_work_unit_id": by_task[w.work_unit_id]}) for w in planned]
     return work_units, packed
+
+
+def plan_work_units(config: JobConfig, state: SourceState,
+                    slots: Callable[[], int]) -> tuple[list[WorkUnitSpec], list[MultiWorkUnit]]:
+    """The run's work units and the tasks that run them (at most `slots()` tasks): what `run` and `--explain` plan."""
+    return pack_work_units(config, source_work_units(config, state), slots)

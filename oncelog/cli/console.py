@@ -1,7 +1,8 @@
 """How oncelog's commands print and exit: Rich in a terminal; in a pipe or a log file, one line per record.
 
 Output that is not a terminal is never wrapped or truncated (a log collector or `grep` sees whole lines), tables are
-plain aligned text and colour is off; an error is one line on stderr. Exit codes follow one policy (`ExitCode`).
+plain aligned text and colour is off; an error goes to stderr, one line per problem. Exit codes follow one policy
+(`ExitCode`).
 """
 
 from __future__ import annotations
@@ -46,9 +47,10 @@ def _console(stderr: bool) -> Console:
 
 
 def fail(message: str, code: ExitCode = ExitCode.USAGE) -> typer.Exit:
-    """Print an error a user can act on, on one line of stderr; the caller raises the returned Exit."""
+    """Print an error a user can act on on stderr, one problem per line (in a pipe too: a list of problems joined
+    on one line cannot be read); the caller raises the returned Exit."""
     console = stderr_console()
-    text = message if console.is_terminal else " | ".join(line for line in message.splitlines() if line.strip())
+    text = "\n".join(line for line in message.splitlines() if line.strip())
     console.print(Text.assemble(("error: ", "red"), text))
     return typer.Exit(int(code))
 

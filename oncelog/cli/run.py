@@ -233,6 +233,7 @@ def run(job_file: JobFile, conf: Conf = None, log_url: LogUrl = None, verbose: V
     from spark_pipeline.launcher import new_run_id
 
     config = job_for(job_file, conf, log_url, f"to run every job in it use `oncelog schedule {job_file}`")
+    check_before_spark(config, job_file, parse_conf(conf))
     if explain_only:
         show_explanation(config, as_json)
         return
@@ -256,6 +257,24 @@ def run(job_file: JobFile, conf: Conf = None, log_url: LogUrl = None, verbose: V
         raise fail(with_log_hint(str(e), log_file), ExitCode.VERDICT) from e
     show(result, time.perf_counter() - started, as_json, kept_log(log_file))
     raise typer.Exit(exit_code(result))
+
+
+def check_before_spark(config: JobConfig, job_file: Path, overrides: Mapping[str, str]) -> None:
+    """Exit 2 naming every pre-flight problem (folders, file systems, Kafka) before anything starts."""
+    problems = preflight_problems(config, job_file, overrides)
+    if problems:
+        count = len(problems)
+        raise fail("\n".join([f"the job cannot run ({count} problem{'s' if count != 1 else ''}, found before "
+                               f"starting Spark); nothing was run:", *(f"  {p}" for p in problems)]))
+
+
+def preflight_problems(config: JobConfig, job_file: Path, overrides: Mapping[str, str]) -> list[str]:
+    """The pre-flight checks' problems of a loaded job, located in its file ("set with --conf" when a flag set the
+    key)."""
+    from spark_pipeline.preflight import located, preflight
+
+    problems = located(preflight(absolute_config(config)), job_file, os.environ)
+    return [f"{p} (set with --conf)" if p.key in overrides else str(p) for p in problems]
 
 
 def show_explanation(config: JobConfig, as_json: bool) -> None:
@@ -419,8 +438,9 @@ def job_files(paths: Sequence[Path]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def check_job(path: Path, overrides: Mapping[str, str], log_flag: str | None, against_log: bool) -> Verdict:
-    """Every check `run` makes before it runs anything, on one job file."""
+def check_job(path: Path, overrides: Mapping[str, str], log_flag: str | None, against_log: bool,
+              deep: bool = False) -> Verdict:
+    """Every check `run` makes before it runs anything, on one job file (`deep`: Spark's too)."""
     from spark_pipeline.launcher import commit_settings
 
     verdict = Verdict(path, notes=list(migration_notes(path, os.environ)))
@@ -434,9 +454,25 @@ def check_job(path: Path, overrides: Mapping[str, str], log_flag: str | None, ag
         verdict.problems.append(f"{path}: {e}")
         return verdict
     verdict.job, verdict.config = config.job_name, config
+    verdict.problems += preflight_problems(config, path, overrides)
     if against_log:
         verdict.problems += log_problems(path, config)
+    if deep and verdict.valid:
+        verdict.problems += deep_problems(path, config)
     return verdict
+
+
+def deep_problems(path: Path, config: JobConfig) -> list[str]:
+    """What only Spark tells: the job planned as `run --explain` plans it, its SQL stages analysed over the source's
+    real columns (Spark's output kept in a log file)."""
+    from spark_pipeline.explain import explain
+
+    with quiet_native_output((LOGS_DIR / f"{config.job_name}-validate.log").absolute()):
+        try:
+            explain(config)
+        except (OncelogError, ValueError) as e:
+            return [f"{path}: {e}"]
+    return []
 
 
 def log_problems(path: Path, config: JobConfig) -> list[str]:
@@ -476,12 +512,17 @@ def validate(jobs: Annotated[list[Path], typer.Argument(
              conf: Conf = None, log_url: LogUrl = None,
              check_log: Annotated[bool, typer.Option(
                  "--check-log", help="Also read each job's log and refuse folders another job of that log uses.")]
-             = False, as_json: AsJson = False) -> None:
-    """Check job files as `run` does before it runs anything (keys, values, constructs, folders), running nothing.
+             = False,
+             deep: Annotated[bool, typer.Option(
+                 "--deep", help="Also plan each job as `run --explain` does, with Spark: its SQL analysed over the "
+                                "source's columns.")] = False,
+             as_json: AsJson = False) -> None:
+    """Check job files as `run` does before it runs anything (keys, values, constructs, folders, the stores they
+    name), running nothing.
 
     Exit 0 when every job is valid, 1 when any is not, 2 on a usage error (no such file)."""
     overrides = parse_conf(conf)
-    verdicts = [check_job(path, overrides, log_url, check_log) for path in job_files(jobs)]
+    verdicts = [check_job(path, overrides, log_url, check_log, deep) for path in job_files(jobs)]
     shared_problems(verdicts)
     out = stdout_console()
     if as_json:

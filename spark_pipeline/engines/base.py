@@ -81,9 +81,11 @@ class SparkTaskEngine(TaskEngine):
         return self._spark
 
     def identity(self) -> dict[str, str]:
-        """The Spark application's id (its name in Spark's UI and history server), and the engine chosen and why."""
+        """The engine chosen and why, and the Spark application's id (its name in Spark's UI and history server) once
+        Spark runs: asking never starts it (a run with nothing to do never does)."""
         chosen = self.choice.properties() if self.choice else {}
-        return {"spark.app.id": self.spark.sparkContext.applicationId, **chosen}
+        running = {} if self._spark is None else {"spark.app.id": self._spark.sparkContext.applicationId}
+        return {**running, **chosen}
 
     def commit_engine(self, log: EventLog, fs: FileSystem) -> CommitEngine:
         """Shards commit on the executors (each opens the job's log and file systems there)."""

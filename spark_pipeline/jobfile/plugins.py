@@ -7,6 +7,7 @@ key); `make_construct` checks that a configured class is of the construct kind i
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -57,11 +58,20 @@ def import_class(path: str) -> type:
     raise ValueError(first or f"{path!r} is not a dotted path to a class (module.Class)")
 
 
+GOBBLIN_SOURCES = ((re.compile(r"Kafka\w*Source"), "spark_pipeline.sources.kafka_topic.KafkaTopicSource"),
+                   (re.compile(r"\w*File(Based)?Source"), "spark_pipeline.sources.directory.DirectorySource"))
+"""Gobblin's source classes by simple name (KafkaSimpleSource, TextFileBasedSource…) -> oncelog's source for them."""
+
+
 def _java_hint(path: str) -> str:
-    """A hint for Gobblin's Java class names, which cannot be imported."""
-    if path.startswith(("org.apache.gobblin.", "gobblin.", "com.linkedin.")):
-        return "; this is a Gobblin Java class: name a Python class (module.Class) instead"
-    return ""
+    """A hint for Gobblin's Java class names, which cannot be imported: oncelog's own class for a Gobblin source."""
+    if not path.startswith(("org.apache.gobblin.", "gobblin.", "com.linkedin.")):
+        return ""
+    name = path.rpartition(".")[2]
+    ours = next((python for pattern, python in GOBBLIN_SOURCES if pattern.fullmatch(name)), None)
+    if ours is not None:
+        return f"; this is a Gobblin Java class: oncelog's source for it is {ours}"
+    return "; this is a Gobblin Java class: name a Python class (module.Class) instead"
 
 
 def make_construct(config: JobConfig, key: str, path: str, base: type[T], *args: object) -> T:

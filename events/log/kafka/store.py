@@ -155,6 +155,10 @@ def check_topic_configs(topic: str, replication: int, configs: Mapping[str, str]
     return None
 
 
+class TopicAbsentError(Exception):
+    """The topic whose end offsets were asked for does not exist (read as empty: a log nothing was written to)."""
+
+
 class KafkaLog(EventLog):
     """A log kept in a Kafka topic (compacted), with snapshots in `<topic>.snapshots`."""
 
@@ -464,10 +468,14 @@ class KafkaLog(EventLog):
         """Each partition's end as `consumer` sees it (its isolation level decides: stable offset or high watermark).
 
         Transient errors (a topic just created, a leader moving) are retried with a bounded backoff until the read
-        timeout; then LogUnavailableError names the partition.
+        timeout; then LogUnavailableError names the partition. A topic that does not exist ends at 0 everywhere: a
+        log not created yet reads as one without history.
         """
         deadline = time.monotonic() + self.settings.read_timeout_s
-        return {p: self._end_of(consumer, TopicPartition(topic, p), deadline) for p in range(partitions)}
+        try:
+            return {p: self._end_of(consumer, TopicPartition(topic, p), deadline) for p in range(partitions)}
+        except TopicAbsentError:
+            return dict.fromkeys(range(partitions), 0)  # not created yet (a fresh log): it holds no history
 
     def _end_of(self, consumer: Consumer, partition: TopicPartition, deadline: float) -> int:
         pause = OFFSETS_RETRY_FIRST_S
@@ -497,10 +505,7 @@ class KafkaLog(EventLog):
                 if error.code() in (KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART):
                     just_created = partition.topic in self._created
                     if not just_created and self._absent(partition.topic):  # a topic that is not there
-                        raise LogUnavailableError(
-                            f"cannot read the end offset of {where} on {self.settings.bootstrap}: the topic does not "
-                            f"exist (open the log with the right topic setting, or create it: ensure_topic)"
-                        ) from e
+                        raise TopicAbsentError(partition.topic) from e
                 refresh_leaders(consumer, partition.topic, min(WAIT_SLICE_S, max(deadline - time.monotonic(), 0.1)))
                 time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
                 pause = min(2 * pause, OFFSETS_RETRY_MAX_S)

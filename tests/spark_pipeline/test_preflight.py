@@ -1,0 +1,168 @@
+"""Mistakes found before Spark starts: `validate` and `run` name the key and the file of a missing input folder, an
+unreachable HDFS, Kafka or S3, S3 without credentials or bucket, staging and output on two file systems; a run with
+nothing to do is recorded without Spark. The CLI runs with JAVA_HOME pointing nowhere: a JVM could not start, so a
+refusal in our words (or a committed run) proves that none was started."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from spark_pipeline.jobfile.config import JobConfigError
+from spark_pipeline.jobfile.paths import absolute_config
+from spark_pipeline.jobfile.plugins import import_class
+from spark_pipeline.jobs import config_from_properties, load_job
+from spark_pipeline.preflight import Finding, preflight
+from spark_pipeline.sources.kafka_topic import KafkaTopicSource
+
+ROOT = Path(__file__).parents[2]
+DIRECTORY_SOURCE = "spark_pipeline.sources.directory.DirectorySource"
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A loopback port bound by this test and never listened on: every connection to it is refused at once."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield held.getsockname()[1]
+
+
+def no_jvm_env(**extra: str) -> dict[str, str]:
+    """The environment of a CLI process that cannot start a JVM, without AWS credentials or profiles."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PYSPARK_", "SPARK_"))}
+    return {**env, "JAVA_HOME": "/nonexistent-java", "AWS_EC2_METADATA_DISABLED": "true", **extra}
+
+
+def oncelog(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI in a process of its own, its output piped."""
+    return subprocess.run([sys.executable, "-m", "oncelog", *args], cwd=cwd, env=env or no_jvm_env(),
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def write(path: Path, keys: dict[str, object]) -> Path:
+    path.write_text(yaml.safe_dump(keys, sort_keys=False))
+    return path
+
+
+def line_of(path: Path, key: str) -> int:
+    """The line a key is set on in a YAML job file."""
+    return next(n for n, text in enumerate(path.read_text().splitlines(), 1) if text.startswith(f"{key}:"))
+
+
+def test_a_missing_input_folder_and_a_silent_namenode_are_named_by_validate_and_refused_by_run_without_a_jvm(
+        tmp_path: Path, closed_port: int) -> None:
+    hdfs = f"hdfs://127.0.0.1:{closed_port}/jobs"
+    job = write(tmp_path / "job.yaml", {
+        "job.name": "files", "source.class": DIRECTORY_SOURCE, "source.filebased.data.directory": "incoming",
+        "writer.staging.dir": f"{hdfs}/staging", "writer.output.dir": f"{hdfs}/output",
+        "data.publisher.final.dir": f"{hdfs}/published", "dfs.namenode.http-address": f"127.0.0.1:{closed_port}"})
+
+    checked = oncelog(tmp_path, "validate", str(job))
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    lines = checked.stdout.splitlines()
+    assert lines[0] == f"INVALID  {job} (4 problems)"
+    assert f"  {job}:{line_of(job, 'source.filebased.data.directory')}: 'source.filebased.data.directory' " \
+           f"{tmp_path / 'incoming'}: no such folder" in lines
+    for key in ("writer.staging.dir", "writer.output.dir", "data.publisher.final.dir"):
+        assert any(line.startswith(f"  {job}:{line_of(job, key)}: {key!r} {hdfs}/") and
+                   f"no HDFS NameNode answers WebHDFS at http://127.0.0.1:{closed_port}" in line for line in lines)
+
+    refused = oncelog(tmp_path, "run", str(job))  # stderr is a pipe: one problem per line all the same
+    assert refused.returncode == 2, refused.stderr
+    errors = refused.stderr.splitlines()
+    assert errors[0] == "error: the job cannot run (4 problems, found before starting Spark); nothing was run:"
+    assert [line.strip() for line in errors[1:]] == [line.strip() for line in lines[1:]]  # validate's problems
+    assert "java" not in refused.stderr.lower() and refused.stdout == ""
+    assert not (tmp_path / ".oncelog" / "events.db").exists()  # refused before the log was opened
+
+
+def test_kafka_brokers_that_refuse_connections_and_s3_without_credentials_or_endpoint(
+        tmp_path: Path, closed_port: int) -> None:
+    bucket = "s3a://landing/kafka"
+    job = write(tmp_path / "job.yaml", {
+        "job.name": "topics", "source.class": "spark_pipeline.sources.kafka_topic.KafkaTopicSource",
+        "kafka.brokers": f"127.0.0.1:{closed_port}", "topic.whitelist": "events",
+        "writer.staging.dir": f"{bucket}/staging", "writer.output.dir": f"{bucket}/output",
+        "data.publisher.final.dir": f"{bucket}/published", "fs.s3a.endpoint": f"http://127.0.0.1:{closed_port}"})
+
+    checked = oncelog(tmp_path, "validate", str(job))
+    assert checked.returncode == 1
+    problems = checked.stdout.splitlines()[1:]
+    assert sum(f"{job}:{line_of(job, k)}: {k!r} {bucket}/" in p and "no S3 credentials: set fs.s3a.access.key"
+               in p for k in ("writer.staging.dir", "writer.output.dir", "data.publisher.final.dir")
+               for p in problems) == 3, checked.stdout
+    assert any(p.startswith(f"  {job}:{line_of(job, 'kafka.brokers')}: every Kafka broker of 127.0.0.1:{closed_port} "
+                            f"refuses connections") for p in problems)
+
+    keys = ["--conf", "fs.s3a.access.key=someone", "--conf", "fs.s3a.secret.key=secret"]
+    refused = oncelog(tmp_path, "run", str(job), *keys)
+    assert refused.returncode == 2
+    assert f"no S3 endpoint answers at http://127.0.0.1:{closed_port}" in refused.stderr
+    assert "secret" not in refused.stderr.replace("fs.s3a.secret.key", "")  # the credential is never shown
+    assert "java" not in refused.stderr.lower()
+
+
+def test_staging_and_task_output_on_two_file_systems_are_named_by_their_keys(tmp_path: Path) -> None:
+    config = absolute_config(config_from_properties({
+        "job.name": "split", "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",
+        "writer.staging.dir": str(tmp_path / "staging"), "writer.output.dir": "s3a://bucket/output",
+        "data.publisher.final.dir": "s3a://bucket/published"}))
+    moves = [f for f in preflight(config) if "different file systems" in f.message]
+    assert moves == [Finding("writer.output.dir", (
+        f"'writer.staging.dir' ({tmp_path / 'staging'}) and 'writer.output.dir' (s3a://bucket/output) lie on "
+        f"different file systems, and no file system moves files into another (each file a task writes in staging "
+        f"is moved to its task output): put both on s3a://bucket"))]
+
+
+def test_an_s3_bucket_that_does_not_exist_is_named_and_one_that_does_passes(s3_folder: str, tmp_path: Path) -> None:
+    missing = f"s3a://no-such-bucket-{uuid.uuid4().hex[:8]}"
+    properties = {"job.name": "s3", "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",
+                  "writer.staging.dir": f"{s3_folder}/staging", "writer.output.dir": f"{s3_folder}/output",
+                  "data.publisher.final.dir": f"{s3_folder}/published"}
+    assert preflight(absolute_config(config_from_properties(properties))) == []
+    config = absolute_config(config_from_properties({**properties, "writer.staging.dir": f"{missing}/staging",
+                                                     "writer.output.dir": f"{missing}/output",
+                                                     "data.publisher.final.dir": f"{missing}/published"}))
+    found = preflight(config)
+    assert [f.key for f in found] == ["writer.staging.dir", "writer.output.dir", "data.publisher.final.dir"]
+    assert all(f"bucket {missing.removeprefix('s3a://')!r} does not exist" in f.message for f in found)
+
+
+def test_a_run_with_nothing_to_read_is_explained_and_recorded_without_starting_spark(tmp_path: Path) -> None:
+    (tmp_path / "incoming").mkdir()
+    job = write(tmp_path / "job.yaml", {
+        "job.name": "quiet", "source.class": DIRECTORY_SOURCE, "source.filebased.data.directory": "incoming",
+        "writer.staging.dir": "work/staging", "writer.output.dir": "work/output",
+        "data.publisher.final.dir": "published", "job.commit.policy": "full"})
+
+    explained = oncelog(tmp_path, "run", str(job), "--explain", "--json")  # a fresh SQLite log: no history
+    assert explained.returncode == 0, explained.stderr
+    assert json.loads(explained.stdout)["tasks"] == []
+
+    ran = oncelog(tmp_path, "run", str(job), "--json")
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["status"] == "COMMITTED"
+    runs = oncelog(tmp_path, "runs", "--json")
+    assert [(r["job"], r["status"]) for r in json.loads(runs.stdout)["runs"]] == [("quiet", "COMMITTED")]
+
+
+def test_a_gobblin_kafka_source_class_is_refused_with_oncelogs_own_source_named(tmp_path: Path) -> None:
+    pull = tmp_path / "events.pull"
+    pull.write_text("job.name=events\n"
+                    "source.class=org.apache.gobblin.source.extractor.extract.kafka.KafkaSimpleSource\n"
+                    "writer.staging.dir=/tmp/s\nwriter.output.dir=/tmp/o\ndata.publisher.final.dir=/tmp/f\n")
+    with pytest.raises(JobConfigError) as refused:
+        load_job(pull)
+    [problem] = refused.value.problems
+    assert problem.key == "source.class" and problem.line == 2
+    named = problem.message.rpartition("oncelog's source for it is ")[2]
+    assert import_class(named) is KafkaTopicSource

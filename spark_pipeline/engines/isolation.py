@@ -4,13 +4,13 @@ run anyway).
 
 In Gobblin every WorkUnit is its own Task; packing them (one task per core) is oncelog's optimisation and must not
 change which datasets publish. So, on either engine, a task (MultiWorkUnit) runs its work units in one attempt; if
-that attempt fails, its work units run again at once as two parts (the failing work unit alone and the rest when the
-engine names it, as the records engine does; else two halves), each part a task of its own (`<task>.<n>`, attempt
-numbers going on from the part it came from), and so on until each failing work unit has failed alone. A work unit
-that failed alone gets `task.maxretries` retries, `task.retry.intervalinsec` apart: every failing part of the task
-waits one pause per round, then each is retried. Once `GIVE_UP_ALONE` work units have failed alone and no more work
-units succeeded than that, the failure is taken for the task's own (a missing bucket, a broker down): the parts left
-are no longer split, only retried.
+that attempt fails, its work units run again at once in two parts, each a task of its own (`<task>.<n>`, attempt
+numbers going on from the part it came from): the failing work unit alone and the rest when the engine names it (the
+records engine does), else two halves (the second split at once when the first succeeded: it holds the failure);
+and so on until each failing work unit has failed alone. A work unit that failed alone gets `task.maxretries`
+retries, `task.retry.intervalinsec` apart: every failing part of the task waits one pause per round, then each is
+retried. Once `GIVE_UP_ALONE` work units have failed alone and no more work units succeeded than that, the failure
+is taken for the task's own (a missing bucket, a broker down): the parts left are no longer split, only retried.
 
 Exactly once: a work unit's results count only from an attempt that succeeded (or, under `partial`, from its last
 attempt); every attempt has its own folder, so a failed attempt's output is never published.
@@ -99,23 +99,39 @@ class Isolation:
         return self._outcome()
 
     def _search(self) -> None:
-        """Run the task, and every failing part of it split, depth first (the rest before the failing unit)."""
-        stack: list[tuple[MultiWorkUnit, int]] = [(self.mwu, self.plan.first)]
+        """Run the task, and every failing part of it split, depth first (the rest before the failing unit). Of two
+        halves, the second holds the failure when the first succeeded: it is split without being run whole."""
+        stack: list[tuple[MultiWorkUnit, int, str | None]] = [(self.mwu, self.plan.first, None)]
+        passed: set[str] = set()
         while stack:
-            part, number = stack.pop()
+            part, number, sibling = stack.pop()
             alone = len(part.work_units) == 1
+            if sibling in passed and not alone and self.splitting:
+                stack += self._halves(part.work_units, number)
+                continue
             final = self.plan.retries == 0 and (alone or not self.splitting)
             ended = attempt_once(self.config, self.run_id, part, self.attempt, number, final, self.emit)
             self.attempts += 1
             if ended.failure is None:
                 self._succeeded(ended.results)
+                passed.add(part.multi_work_unit_id)
                 continue
             if alone or not self.splitting:
                 self.failing.append(Failing(part, number, ended.failure))
                 self._check_spread()
                 continue
-            for units in reversed(split(part.work_units, ended.failure.unit)):
-                stack.append((self._part(units), number + 1))
+            culprit = ended.failure.unit
+            if culprit is not None and any(u.work_unit_id == culprit for u in part.work_units):
+                stack += [(self._part([u for u in part.work_units if u.work_unit_id == culprit]), number + 1, None),
+                          (self._part([u for u in part.work_units if u.work_unit_id != culprit]), number + 1, None)]
+            else:
+                stack += self._halves(part.work_units, number + 1)
+
+    def _halves(self, units: Sequence[WorkUnitSpec], number: int) -> list[tuple[MultiWorkUnit, int, str | None]]:
+        """A failed part's two halves as the stack takes them (the first on top), the second knowing the first."""
+        middle = len(units) // 2
+        first, second = self._part(units[:middle]), self._part(units[middle:])
+        return [(second, number, first.multi_work_unit_id), (first, number, None)]
 
     def _check_spread(self) -> None:
         """Stop splitting once the failures look like the task's own rather than its work units'."""
@@ -154,14 +170,6 @@ class Isolation:
         partial = tuple(r for f in self.failing for r in f.failure.results)
         return TaskOutcome(self.mwu.multi_work_unit_id, not failures, self.attempts, results,
                            failures_summary(failures) if failures else None, partial, failures)
-
-
-def split(units: Sequence[WorkUnitSpec], culprit: str | None) -> list[list[WorkUnitSpec]]:
-    """A failed part's units in two: the others and the failing one when known, else two halves."""
-    if culprit is not None and any(u.work_unit_id == culprit for u in units):
-        return [[u for u in units if u.work_unit_id != culprit], [u for u in units if u.work_unit_id == culprit]]
-    middle = len(units) // 2
-    return [list(units[:middle]), list(units[middle:])]
 
 
 def failures_summary(failures: Sequence[TaskFailure]) -> str:

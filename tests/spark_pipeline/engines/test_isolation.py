@@ -12,12 +12,17 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from events.job import WorkUnitSpec
 from events.log import open_log
+from events.model import Event
 from events.published import DatasetPublished
-from events.task import TaskFailed, TaskSucceeded
+from events.task import TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
 from projections.views import RunStatus
+from spark_pipeline.constructs import MultiWorkUnit
+from spark_pipeline.engines.attempts import AttemptFailed, AttemptPlan, TaskOutcome
 from spark_pipeline.engines.base import InProcessTaskEngine
-from spark_pipeline.jobs import load_job_config
+from spark_pipeline.engines.isolation import run_task_attempts
+from spark_pipeline.jobs import config_from_properties, load_job_config
 from spark_pipeline.launcher import JobLauncher, RunResult
 from tests.fault.pipeline_checks import assert_exactly_once, run_cli, write_job
 
@@ -112,3 +117,75 @@ def test_each_commit_policy_on_the_dataframe_engine(policy: str, tmp_path: Path,
     assert watermarks == {(urn, f"{urn}:{p}"): RECORDS for urn in others for p in range(2)}
     failed_units = {u for t in result.tasks for f in t.failures for u in f.work_unit_ids}
     assert failed_units == {f"{urn}:{p}@0" for urn in FAILING for p in range(2)}
+
+
+def units_of(count: int) -> MultiWorkUnit:
+    """A task of `count` work units, one dataset each."""
+    return MultiWorkUnit("task-00000", tuple(
+        WorkUnitSpec(work_unit_id=f"u{i}", dataset_urn=f"ds.{i}", partition=f"ds.{i}:0", low_watermark=0,
+                     expected_high_watermark=1, estimated_records=1) for i in range(count)))
+
+
+class Units:
+    """An engine's attempt over work units: those in `failing` fail it (named when `names`), the others succeed."""
+
+    def __init__(self, failing: set[str], names: bool) -> None:
+        self.failing, self.names = failing, names
+        self.runs: list[tuple[str, int, int]] = []
+
+    def __call__(self, part: MultiWorkUnit, attempt: int, last: bool) -> list[WorkUnitResult]:
+        self.runs.append((part.multi_work_unit_id, len(part.work_units), attempt))
+        bad = [u.work_unit_id for u in part.work_units if u.work_unit_id in self.failing]
+        if bad:
+            raise AttemptFailed(RuntimeError(f"{bad[0]} is broken"), (), unit=bad[0] if self.names else None)
+        return [WorkUnitResult(work_unit_id=u.work_unit_id, dataset_urn=u.dataset_urn, partition=u.partition,
+                               low_watermark=0, expected_high_watermark=1, actual_high_watermark=1,
+                               records_extracted=1, records_written=1, bytes_written=1, output_files=())
+                for u in part.work_units]
+
+
+def isolated(count: int, failing: set[str], names: bool, retries: int = 1) -> tuple[TaskOutcome, Units, list[Event],
+                                                                                    list[float]]:
+    """One task of `count` units under `successful`, its events and its pauses."""
+    config = config_from_properties({
+        "job.name": "iso", "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",
+        "writer.staging.dir": "/tmp/unused-s", "writer.output.dir": "/tmp/unused-o",
+        "data.publisher.final.dir": "/tmp/unused-f", "job.commit.policy": "successful",
+        "task.maxretries": str(retries), "task.retry.intervalinsec": "7"})
+    attempt = Units(failing, names)
+    events: list[Event] = []
+    pauses: list[float] = []
+    outcome = run_task_attempts(config, "run", units_of(count), attempt, AttemptPlan.of(config), events.extend,
+                                pauses.append)
+    return outcome, attempt, events, pauses
+
+
+@pytest.mark.parametrize("names", [True, False])
+def test_only_the_failing_work_units_fail_whether_or_not_the_engine_names_them(names: bool) -> None:
+    outcome, attempt, events, pauses = isolated(64, {"u5", "u40"}, names)
+    assert not outcome.succeeded
+    assert {r.work_unit_id for r in outcome.results} == {f"u{i}" for i in range(64)} - {"u5", "u40"}
+    assert sorted(f.work_unit_ids for f in outcome.failures) == [("u40",), ("u5",)]
+    assert all(f.attempts == 2 for f in outcome.failures), "alone, then its one retry"
+    assert pauses == [7.0], "one pause for the round of retries, not one per failing unit"
+    retried_ = [e for e in events if isinstance(e, TaskRetried)]
+    assert sorted(e.task_id for e in retried_) == sorted(f.task_id for f in outcome.failures)
+    # Every part's attempt numbers go on from the part it came from: a unit's attempts only grow.
+    seen: dict[str, int] = {}
+    for e in events:
+        if isinstance(e, TaskStarted):
+            for unit in e.work_unit_ids:
+                assert e.attempt > seen.get(unit, 0)
+                seen[unit] = e.attempt
+    if names:  # the records engine names the failing unit: pack, rest, alone, rest, alone, and two retries
+        assert len(attempt.runs) == 7
+    else:  # halving: about 2·log2(64) attempts per failing unit, the second half split at once after the first passed
+        assert len(attempt.runs) <= 2 * 2 * 6 + 3
+
+
+def test_a_failure_of_every_work_unit_stops_the_splitting() -> None:
+    """A broker down fails every work unit: after three failed alone with none succeeding, the rest is not split."""
+    everything = {f"u{i}" for i in range(64)}
+    outcome, attempt, _, _ = isolated(64, everything, names=False, retries=0)
+    assert outcome.results == () and {u for f in outcome.failures for u in f.work_unit_ids} == everything
+    assert len(attempt.runs) < 20, attempt.runs

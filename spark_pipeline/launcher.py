@@ -101,7 +101,7 @@ class RunResult:
 
     @property
     def records_written(self) -> int:
-        return sum(r.records_written for t in self.tasks for r in t.results)
+        return sum(r.records_written for t in self.tasks for r in t.written)
 
 
 @dataclass(frozen=True)
@@ -305,16 +305,15 @@ class JobLauncher:
         config, run = self.config, self.run_fields
         failed = [t for t in result.tasks if not t.succeeded]
         if failed and config.job_commit_policy is JobCommitPolicy.FULL:
-            self._finish(session, result, RunStatus.FAILED, failure_message(failed), [t.task_id for t in failed])
+            self._finish(session, result, RunStatus.FAILED, failure_message(failed), failed_task_ids(failed))
             return
         if not failed:
             session.sink.emit([JobRunSucceeded(**run, tasks=len(result.tasks),
                                                records_extracted=sum(r.records_extracted for t in result.tasks
                                                                      for r in t.results),
                                                records_written=result.records_written)])
-        kept = result.tasks if config.job_commit_policy is JobCommitPolicy.PARTIAL else [
-            t for t in result.tasks if t.succeeded]
-        outputs = [o for o in dataset_outputs(kept) if o.dataset_urn not in result.skipped]
+        outputs = [o for o in dataset_outputs(result.tasks, config.job_commit_policy)
+                   if o.dataset_urn not in result.skipped]
         self._check_cancelled()
         if self.commit_settings().in_shards(len(outputs)):
             self.observer.phase(Phase.COMMIT, len(outputs))
@@ -335,7 +334,7 @@ class JobLauncher:
         if failed or unfinished:
             errors = [failure_message(failed)] if failed else []
             errors += [f"commit of {c.dataset_urn} {c.outcome}: {c.error}" for c in unfinished]
-            self._finish(session, result, RunStatus.FAILED, "; ".join(errors), [t.task_id for t in failed])
+            self._finish(session, result, RunStatus.FAILED, "; ".join(errors), failed_task_ids(failed))
             return
         session.sink.emit([JobRunCommitted(**run, datasets_committed=committed, datasets_abandoned=abandoned,
                                            datasets_skipped=tuple(result.skipped))])
@@ -487,18 +486,27 @@ def skip_reason(sequence: SequenceView) -> str:
             f"fix the cause, then `oncelog recover --release {sequence.dataset_urn}` rolls it back and frees it")
 
 
-def dataset_outputs(tasks: list[TaskOutcome]) -> list[DatasetOutput]:
-    """The work-unit results of the tasks, grouped by dataset URN (in URN order)."""
+def dataset_outputs(tasks: list[TaskOutcome], policy: JobCommitPolicy) -> list[DatasetOutput]:
+    """The work-unit results the commit policy publishes, grouped by dataset URN (in URN order): those of the work
+    units that succeeded (a task's failing work units are isolated: engines.isolation), and under `partial` what
+    the failed ones' last attempts fully wrote."""
     grouped: dict[str, list] = {}
     for task in tasks:
-        for result in task.results:
+        for result in task.written if policy is JobCommitPolicy.PARTIAL else task.results:
             grouped.setdefault(result.dataset_urn, []).append(result)
     return [DatasetOutput(urn, tuple(results)) for urn, results in sorted(grouped.items())]
 
 
 def failure_message(failed: list[TaskOutcome]) -> str:
-    """What failed, in one line per task."""
-    return "; ".join(f"task {t.task_id} failed after {t.attempts} attempt(s): {t.error}" for t in failed)
+    """What failed, in one line per task (a task whose failing work units were isolated names them)."""
+    return "; ".join(f"task {t.task_id}: work unit(s) failed: {t.error}"
+                     if any(f.task_id != t.task_id for f in t.failures)
+                     else f"task {t.task_id} failed after {t.attempts} attempt(s): {t.error}" for t in failed)
+
+
+def failed_task_ids(failed: list[TaskOutcome]) -> list[str]:
+    """The tasks (or parts of tasks) whose work units failed for good."""
+    return [f.task_id for t in failed for f in t.failures] or [t.task_id for t in failed]
 
 
 def public_properties(config: JobConfig) -> dict[str, str]:

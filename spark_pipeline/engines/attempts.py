@@ -26,19 +26,47 @@ MESSAGE_CHARS = 2000
 
 Emit = Callable[[Sequence[Event]], object]
 Sleep = Callable[[float], None]
-RunAttempt = Callable[[int, bool], Sequence[WorkUnitResult]]
-"""One attempt of a task: (attempt number, whether it is the last) -> its results; raises when it fails."""
+RunAttempt = Callable[[MultiWorkUnit, int, bool], Sequence[WorkUnitResult]]
+"""One attempt of work units as a task: (the task, attempt number, whether a failed work unit keeps what it fully
+wrote: a task's last attempt) -> their results; raises when it fails (AttemptFailed: with what it got done)."""
+
+
+@dataclass(frozen=True)
+class TaskFailure:
+    """Work units that failed for good, as the task (or part of a task, engines.isolation) that last ran them."""
+
+    task_id: str
+    work_unit_ids: tuple[str, ...]
+    attempts: int
+    error: str
 
 
 @dataclass(frozen=True)
 class TaskOutcome:
-    """How a task ended: its last attempt's results (complete, or partial when it failed)."""
+    """How a task ended: the results of its work units that succeeded, and those that failed (`failures`) with what
+    their last attempt fully wrote (`partial`: for the `partial` commit policy)."""
 
     task_id: str
     succeeded: bool
     attempts: int
     results: tuple[WorkUnitResult, ...]
     error: str | None = None
+    partial: tuple[WorkUnitResult, ...] = ()
+    failures: tuple[TaskFailure, ...] = ()
+
+    @property
+    def written(self) -> tuple[WorkUnitResult, ...]:
+        """Every result the task recorded in the end: its succeeded work units', then its failed ones' partial."""
+        return self.results + self.partial
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How one attempt ended: its results, or its failure (with what it got done)."""
+
+    number: int
+    results: tuple[WorkUnitResult, ...]
+    failure: AttemptFailed | None = None
 
 
 @dataclass(frozen=True)
@@ -55,15 +83,21 @@ class AttemptPlan:
         the same task (Spark re-runs a task whose executor was lost: each attempt keeps its own events and folder)."""
         return cls(first_attempt, first_attempt + config.task_max_retries, float(config.task_retry_interval_s))
 
+    @property
+    def retries(self) -> int:
+        """How many attempts follow the first."""
+        return self.last - self.first
+
 
 class AttemptFailed(Exception):
     """An attempt failed, with what it got done (`results`: work units before, and a partial one).
 
-    `cleanup` is a second error met while keeping or dropping the failed work unit's output (its partial commit).
+    `cleanup` is a second error met while keeping or dropping the failed work unit's output (its partial commit);
+    `unit` the work unit that failed, when the engine knows it (engines.isolation then runs it alone).
     """
 
     def __init__(self, error: BaseException, results: Sequence[WorkUnitResult],
-                 cleanup: BaseException | None = None) -> None:
+                 cleanup: BaseException | None = None, unit: str | None = None) -> None:
         summary = error_summary(error)
         if cleanup is not None:
             summary += f"; then handling the failed work unit's output failed: {error_summary(cleanup)}"
@@ -71,6 +105,7 @@ class AttemptFailed(Exception):
         self.error = error
         self.results = tuple(results)
         self.where = "\n".join(last_frames(e) for e in (error, cleanup) if e is not None)
+        self.unit = unit
 
 
 def error_summary(error: BaseException) -> str:
@@ -92,34 +127,57 @@ def executor_name() -> str:
 def run_attempts(config: JobConfig, run_id: str, mwu: MultiWorkUnit, attempt: RunAttempt, plan: AttemptPlan,
                  emit: Emit, sleep: Sleep = time.sleep) -> TaskOutcome:
     """Run a task's attempts until one succeeds or the last fails, recording each through `emit`."""
-    task: TaskFields = {"job": config.job_name, "run_id": run_id, "task_id": mwu.multi_work_unit_id}
     unit_ids = tuple(u.work_unit_id for u in mwu.work_units)
     for number in range(plan.first, plan.last + 1):
-        started = time.perf_counter()
         last = number == plan.last
-        emit(TaskStarted(**task, attempt=number, work_unit_ids=unit_ids, executor=executor_name()).in_parts())
-        try:
-            results = tuple(attempt(number, last))
-        except Exception as e:
-            failure = e if isinstance(e, AttemptFailed) else AttemptFailed(e, ())
+        ended = attempt_once(config, run_id, mwu, attempt, number, last, emit)
+        failure = ended.failure
+        if failure is None:
+            return TaskOutcome(mwu.multi_work_unit_id, True, number, ended.results)
+        if last:
             summary = str(failure)
-            emit(TaskFailed(**task, attempt=number, error=f"{summary}\n{failure.where}"[:ERROR_CHARS],
-                            results=failure.results, duration_ms=_since(started)).in_parts())
-            if last:
-                return TaskOutcome(mwu.multi_work_unit_id, False, number, failure.results, summary)
-            emit([TaskRetried(**task, attempt=number, next_attempt=number + 1, delay_s=plan.retry_interval_s,
-                              reason=summary.splitlines()[0])])
-            sleep(plan.retry_interval_s)
-            continue
-        except BaseException as stopped:  # interrupted (KeyboardInterrupt, SystemExit): the attempt still ends
-            error = f"attempt stopped by {error_summary(stopped)}\n{last_frames(stopped)}"
-            emit([TaskFailed(**task, attempt=number, error=error[:ERROR_CHARS], results=(),
-                             duration_ms=_since(started))])
-            raise
-        # In parts when the results are many (one atomic batch): no event grows with the work units of a task.
-        emit(TaskSucceeded(**task, attempt=number, results=results, duration_ms=_since(started)).in_parts())
-        return TaskOutcome(mwu.multi_work_unit_id, True, number, results)
+            return TaskOutcome(mwu.multi_work_unit_id, False, number, (), summary, failure.results,
+                               (TaskFailure(mwu.multi_work_unit_id, unit_ids, number, summary),))
+        emit([retried(config, run_id, mwu, number, plan.retry_interval_s, failure)])
+        sleep(plan.retry_interval_s)
     raise AssertionError("unreachable: the last attempt returns")
+
+
+def attempt_once(config: JobConfig, run_id: str, mwu: MultiWorkUnit, attempt: RunAttempt, number: int,
+                 keeps_partial: bool, emit: Emit) -> Ended:
+    """One attempt of `mwu`'s work units, recorded: TaskStarted, then TaskSucceeded or TaskFailed."""
+    task = task_fields(config, run_id, mwu)
+    unit_ids = tuple(u.work_unit_id for u in mwu.work_units)
+    started = time.perf_counter()
+    emit(TaskStarted(**task, attempt=number, work_unit_ids=unit_ids, executor=executor_name()).in_parts())
+    try:
+        results = tuple(attempt(mwu, number, keeps_partial))
+    except Exception as e:
+        failure = e if isinstance(e, AttemptFailed) else AttemptFailed(e, ())
+        summary = str(failure)
+        emit(TaskFailed(**task, attempt=number, error=f"{summary}\n{failure.where}"[:ERROR_CHARS],
+                        results=failure.results, duration_ms=_since(started)).in_parts())
+        return Ended(number, failure.results, failure)
+    except BaseException as stopped:  # interrupted (KeyboardInterrupt, SystemExit): the attempt still ends
+        error = f"attempt stopped by {error_summary(stopped)}\n{last_frames(stopped)}"
+        emit([TaskFailed(**task, attempt=number, error=error[:ERROR_CHARS], results=(),
+                         duration_ms=_since(started))])
+        raise
+    # In parts when the results are many (one atomic batch): no event grows with the work units of a task.
+    emit(TaskSucceeded(**task, attempt=number, results=results, duration_ms=_since(started)).in_parts())
+    return Ended(number, results)
+
+
+def retried(config: JobConfig, run_id: str, mwu: MultiWorkUnit, number: int, delay_s: float,
+            failure: AttemptFailed) -> TaskRetried:
+    """The event saying that a failed attempt of `mwu` is retried after `delay_s`."""
+    return TaskRetried(**task_fields(config, run_id, mwu), attempt=number, next_attempt=number + 1, delay_s=delay_s,
+                       reason=str(failure).splitlines()[0])
+
+
+def task_fields(config: JobConfig, run_id: str, mwu: MultiWorkUnit) -> TaskFields:
+    """The job, run and task every event of the task's attempts carries."""
+    return {"job": config.job_name, "run_id": run_id, "task_id": mwu.multi_work_unit_id}
 
 
 def _since(started: float) -> int:

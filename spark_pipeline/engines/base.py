@@ -149,7 +149,7 @@ class InProcessTaskEngine(TaskEngine):
         for mwu in mwus:
             with self.open_writer(task_writer_name(config, run_id, mwu)) as writer:
                 outcomes.append(run_task(config, run_id, mwu, writer.append, self.sleep))
-            records += sum(r.records_written for r in outcomes[-1].results)
+            records += sum(r.records_written for r in outcomes[-1].written)
             progress(len(outcomes), records)
         return outcomes
 

@@ -25,6 +25,7 @@ from spark_pipeline.commit.shards import (
 from spark_pipeline.connectors import with_connectors
 from spark_pipeline.constructs import MultiWorkUnit
 from spark_pipeline.engines.attempts import TaskOutcome
+from spark_pipeline.engines.isolation import most_attempts
 from spark_pipeline.engines.records.task import run_task
 from spark_pipeline.jobfile.config import SPECULATION, JobConfig
 
@@ -88,7 +89,7 @@ def execute(config: JobConfig, run_id: str, mwu: MultiWorkUnit, log_url: str, lo
     Spark runs a task again when its executor is lost (that does not count against spark.task.maxFailures): the
     new run's attempts are numbered after the lost one's, and its writer (same name) fences the lost one's."""
     context = TaskContext.get()
-    first_attempt = (context.attemptNumber() if context else 0) * (config.task_max_retries + 1) + 1
+    first_attempt = (context.attemptNumber() if context else 0) * most_attempts(config, len(mwu.work_units)) + 1
     with open_log(log_url, log_settings) as log, log.writer(task_writer_name(config, run_id, mwu)) as w:
         return run_task(config, run_id, mwu, w.append, first_attempt=first_attempt)
 
@@ -103,7 +104,7 @@ def run_tasks(spark: SparkSession, config: JobConfig, run_id: str, mwus: list[Mu
     def tasks(units: Iterable[MultiWorkUnit]) -> Iterable[TaskOutcome]:
         for unit in units:
             outcome = execute(config, run_id, unit, log_url, settings)
-            counts.add((1, sum(r.records_written for r in outcome.results)))
+            counts.add((1, sum(r.records_written for r in outcome.written)))
             yield outcome
 
     spark.sparkContext.setJobGroup(f"oncelog-{run_id}", f"{config.job_name} run {run_id}", interruptOnCancel=True)

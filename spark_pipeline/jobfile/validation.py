@@ -77,6 +77,7 @@ from spark_pipeline.jobfile.formats import (
 )
 from spark_pipeline.jobfile.paths import JobRoots, nested_pairs, overlaps, resolved_path
 from spark_pipeline.jobfile.plugins import import_class, import_function
+from spark_pipeline.jobfile.sql_order import sql_order_note
 
 _TRUE = ("true", "yes", "on", "1")
 FUNCTIONS_KEY = "converter.dataframe.functions"
@@ -127,6 +128,8 @@ class MigrationReport:
     ignored: tuple[IgnoredKey, ...] = ()
     mapped: tuple[MappedKey, ...] = ()
     problems: tuple[Problem, ...] = ()
+    cautions: tuple[str, ...] = ()
+    """What the job may rely on that changed (sql_order: the SQL row policy now runs after the SQL converter)."""
 
     @property
     def verdict(self) -> Verdict:
@@ -148,8 +151,9 @@ class MigrationReport:
 
     @property
     def notes(self) -> tuple[str, ...]:
-        """One line per mapped key: file, line, the Gobblin key and what it became."""
-        return tuple(f"{self.file}:{m.line}: {m}" if m.line else f"{self.file}: {m}" for m in self.mapped)
+        """One line per mapped key: file, line, the Gobblin key and what it became; then the cautions."""
+        return tuple(f"{self.file}:{m.line}: {m}" if m.line else f"{self.file}: {m}" for m in self.mapped) + tuple(
+            f"{self.file}: {c}" for c in self.cautions)
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -182,7 +186,7 @@ class MigrationReport:
         if not problems:
             return self
         return MigrationReport(self.file, self.job_name, self.ignored, self.mapped,
-                               tuple(_ordered([*self.problems, *problems])))
+                               tuple(_ordered([*self.problems, *problems])), self.cautions)
 
 
 def check_job_file(parsed: ParsedFile, environ: Mapping[str, str]) -> tuple[JobConfig | None, MigrationReport]:
@@ -196,7 +200,8 @@ def check_job_file(parsed: ParsedFile, environ: Mapping[str, str]) -> tuple[JobC
     job = checker.run()
     report = MigrationReport(parsed.file, migration.values.get("job.name", "").strip() or None,
                              tuple(sorted(migration.ignored + checker.ignored, key=lambda i: (i.line or 0, i.key))),
-                             tuple(migration.mapped), tuple(_ordered(parsed.problems)))
+                             tuple(migration.mapped), tuple(_ordered(parsed.problems)),
+                             tuple(n for n in (sql_order_note(migration.values),) if n))
     return job, report
 
 

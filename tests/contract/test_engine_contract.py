@@ -71,6 +71,13 @@ class SmallAmount(RowLevelPolicy):
         return bool(record["amount"] < 10_000)
 
 
+class EvenCents(RowLevelPolicy):
+    """Checks the field a converter adds (AmountInCents): a row policy running before the converters would fail."""
+
+    def check(self, record: Record) -> bool:
+        return bool(record["amount_cents"] % 200 == 0)
+
+
 class Squares(Source, DataFrameReader):
     """A user's own source offering a DataFrame reader: dataset `squares`, records {n, square} for offsets n."""
 
@@ -121,6 +128,9 @@ CASES: dict[str, dict[str, object]] = {
     "a failing MANDATORY task-level policy": {
         "qualitychecker.row.policies": f"{__name__}.EvenAmount", "qualitychecker.row.policy.types": "MANDATORY",
         "qualitychecker.task.policies": TASK_POLICY, "qualitychecker.task.policy.types": "MANDATORY"},
+    "a row policy on the field a converter adds (converters before quality checkers)": {
+        "converter.classes": "spark_pipeline.examples.converters.AmountInCents",
+        "qualitychecker.row.policies": f"{__name__}.EvenCents", "qualitychecker.row.policy.types": "ERR_FILE"},
     "a source failing every attempt": {
         "source.synthetic.fail.attempts": 9, "source.synthetic.fail.after.records": 5,
         "source.synthetic.fail.datasets": "ds.1"},

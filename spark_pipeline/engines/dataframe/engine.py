@@ -28,7 +28,7 @@ from events.task import (
 from filesystems import urls
 from filesystems.router import FileSystems
 from spark_pipeline.constructs import MultiWorkUnit, ReadCount, TaskLevelPolicy, TaskStats
-from spark_pipeline.engines.attempts import AttemptPlan, Emit, TaskOutcome, run_attempts
+from spark_pipeline.engines.attempts import AttemptPlan, Emit, TaskOutcome
 from spark_pipeline.engines.avro_types import converted_schema
 from spark_pipeline.engines.base import SparkTaskEngine, job_group
 from spark_pipeline.engines.choice import EngineChoice
@@ -50,6 +50,7 @@ from spark_pipeline.engines.dataframe.sources import (
     read_units,
 )
 from spark_pipeline.engines.dataframe.writers import WriterSettings, write_attempt
+from spark_pipeline.engines.isolation import run_task_attempts
 from spark_pipeline.engines.policies import TaskQualityError, check_task
 from spark_pipeline.engines.spark import (
     TaskProgress,
@@ -110,7 +111,7 @@ class DataFrameTaskEngine(SparkTaskEngine):
             outcome = self._task(plan, mwu)
             with lock:
                 done[0] += 1
-                done[1] += sum(r.records_written for r in outcome.results)
+                done[1] += sum(r.records_written for r in outcome.written)
                 progress(done[0], done[1])
             return outcome
 
@@ -129,9 +130,11 @@ class DataFrameTaskEngine(SparkTaskEngine):
 
 def run_task(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, emit: Emit,
              sleep: Callable[[float], None]) -> TaskOutcome:
-    """A task's attempts, each one Spark job (a failed attempt leaves no output, so no partial results)."""
-    return run_attempts(plan.config, plan.run_id, mwu, lambda attempt, _last: run_attempt(spark, plan, mwu, attempt),
-                        AttemptPlan.of(plan.config), emit, sleep)
+    """A task's attempts, each one Spark job (a failed attempt leaves no output, so no partial results); its failing
+    work units isolated (engines.isolation)."""
+    return run_task_attempts(plan.config, plan.run_id, mwu,
+                             lambda part, attempt, _last: run_attempt(spark, plan, part, attempt),
+                             AttemptPlan.of(plan.config), emit, sleep)
 
 
 def run_attempt(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, attempt: int

@@ -81,23 +81,40 @@ def output_struct(config: JobConfig) -> StructType:
                        StructField(VERDICT, IntegerType(), False)])
 
 
-def record_stage(config: JobConfig, frame: DataFrame, attempt: Attempt) -> DataFrame:
-    """`frame` through the job's record converters and row policies, batch by batch on the executors."""
-    struct = output_struct(config)
-    adapter = BatchAdapter(config, attempt, to_arrow_schema(struct))
+def judged_struct(frame: DataFrame) -> StructType:
+    """A policies-only stage's output columns: the frame's own, the work unit, and the verdict."""
+    return StructType([*(f for f in frame.schema.fields if f.name != UNIT_COLUMN),
+                       StructField(UNIT_COLUMN, IntegerType(), False), StructField(VERDICT, IntegerType(), False)])
+
+
+def record_stage(config: JobConfig, frame: DataFrame, attempt: Attempt, converting: bool = True,
+                 judging: bool = True) -> DataFrame:
+    """`frame` through the job's record converters (`converting`) and row policies (`judging`), batch by batch on
+    the executors."""
+    struct = output_struct(config) if converting else judged_struct(frame)
+    adapter = BatchAdapter(config, attempt, to_arrow_schema(struct), Steps(converting, judging))
     return frame.mapInArrow(adapter, struct)
+
+
+@dataclass(frozen=True)
+class Steps:
+    """Which record constructs a stage runs: the converters, the row policies, or both."""
+
+    converting: bool = True
+    judging: bool = True
 
 
 class BatchAdapter:
     """The mapInArrow function: built on the driver, shipped to the executors, constructs built once per partition."""
 
-    def __init__(self, config: JobConfig, attempt: Attempt, schema: pa.Schema) -> None:
+    def __init__(self, config: JobConfig, attempt: Attempt, schema: pa.Schema, steps: Steps) -> None:
         self.config = config
         self.attempt = attempt
         self.schema = schema
+        self.steps = steps
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        flow = RecordFlow(self.config, self.attempt)
+        flow = RecordFlow(self.config, self.attempt, self.steps)
         for batch in batches:
             rows = [out for record in batch.to_pylist() for out in flow.process(record)]
             yield pa.RecordBatch.from_pylist(rows, schema=self.schema)
@@ -106,12 +123,13 @@ class BatchAdapter:
 class RecordFlow:
     """One partition's converters and row policies, with a WorkUnitState per work unit."""
 
-    def __init__(self, config: JobConfig, attempt: Attempt) -> None:
+    def __init__(self, config: JobConfig, attempt: Attempt, steps: Steps) -> None:
         self.config = config
         self.attempt = attempt
-        self.converters = [make_construct(config, CONVERTERS_KEY, p, Converter) for p in config.converter_classes]
+        self.converters = [make_construct(config, CONVERTERS_KEY, p, Converter)
+                           for p in config.converter_classes] if steps.converting else []
         self.policies = [make_construct(config, POLICIES_KEY, p.class_path, RowLevelPolicy, p.type)
-                         for p in config.row_policies]
+                         for p in config.row_policies] if steps.judging else []
         self.units: dict[int, tuple[WorkUnitState, list[Schema]]] = {}
 
     def unit(self, index: int) -> tuple[WorkUnitState, list[Schema]]:
@@ -119,7 +137,8 @@ class RecordFlow:
         if index not in self.units:
             a = self.attempt
             state = WorkUnitState(a.units[index], self.config, a.run_id, a.task_id, a.attempt)
-            self.units[index] = (state, chain_schema(self.converters, source_schema(self.config), state)[1])
+            schemas = chain_schema(self.converters, source_schema(self.config), state)[1] if self.converters else []
+            self.units[index] = (state, schemas)
         return self.units[index]
 
     def process(self, row: dict[str, Any]) -> list[dict[str, Any]]:

@@ -76,6 +76,12 @@ def observed(observation: Observation, units: Sequence[WorkUnitSpec]) -> tuple[l
             [None if values.get(f"m{i}") is None else int(values[f"m{i}"]) for i in range(len(units))])
 
 
+def output_extension(spark_extension: str) -> str:
+    """A file's extension in the task output: Spark's, except for Avro, whose codec compresses blocks inside the
+    container (the file is no `.snappy` stream): `.avro`, as the records engine (and Gobblin) name it."""
+    return ".avro" if spark_extension.endswith(".avro") else spark_extension
+
+
 def staged_files(fs: FileSystem, folder: str, units: Sequence[WorkUnitSpec], output_root: str) -> list[StagedFile]:
     """The files of a committed attempt folder, each with its name in the run's task output (one per work unit)."""
     found: dict[int, list[tuple[str, str]]] = {}
@@ -93,7 +99,7 @@ def staged_files(fs: FileSystem, folder: str, units: Sequence[WorkUnitSpec], out
         unit = units[index]
         (src, extension), = files
         name = (f"{path_segment(unit.dataset_urn)}/{path_segment(unit.partition)}_{unit.low_watermark}-"
-                f"{unit.expected_high_watermark}{extension}")
+                f"{unit.expected_high_watermark}{output_extension(extension)}")
         staged.append(StagedFile(src, index, urls.join(output_root, name)))
     return staged
 

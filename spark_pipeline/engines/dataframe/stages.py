@@ -77,20 +77,33 @@ def has_stages(config: JobConfig) -> bool:
 
 
 def transform(config: JobConfig, frame: DataFrame, attempt: Attempt = PLANNING) -> Staged:
-    """The records the job writes: `frame` through its record converters and row policies (mapInArrow), checked by
-    its SQL row policy, converted by its select list, then by its DataFrame functions."""
+    """The records the job writes, in Gobblin's order: converters, then quality checkers. `frame` through its record
+    converters (mapInArrow), its select list and its DataFrame functions, then checked by its record row policies
+    (in the record converters' mapInArrow when no SQL or DataFrame converter comes between) and its SQL row policy."""
     staged = Staged(frame)
     units = len(attempt.units)
-    if has_record_stages(config):
-        staged = judged(staged, record_stage(config, frame, attempt), units, diverts(config))
-    if config.row_policy_sql is not None:
-        staged = policy_stage(staged, config.row_policy_sql, config.row_policy_sql_type, units)
+    late = has_frame_converters(config)
+    policies = bool(config.row_policy_classes)
+    if config.converter_classes or (policies and not late):
+        judging = policies and not late
+        staged = judged(staged, record_stage(config, frame, attempt, judging=judging), units,
+                        judging and diverts(config))
     frame = staged.written
     if config.converter_sql_select is not None:
         frame = selected(frame, config.converter_sql_select)
     for path in config.converter_dataframe_functions:
         frame = applied(frame, path)
-    return replace(staged, written=frame, drops=staged.drops or bool(config.converter_dataframe_functions))
+    staged = replace(staged, written=frame, drops=staged.drops or bool(config.converter_dataframe_functions))
+    if policies and late:
+        staged = judged(staged, record_stage(config, frame, attempt, converting=False), units, diverts(config))
+    if config.row_policy_sql is not None:
+        staged = policy_stage(staged, config.row_policy_sql, config.row_policy_sql_type, units)
+    return staged
+
+
+def has_frame_converters(config: JobConfig) -> bool:
+    """Whether the job converts its records in Spark (a select list or DataFrame functions)."""
+    return config.converter_sql_select is not None or bool(config.converter_dataframe_functions)
 
 
 def policy_stage(staged: Staged, condition: str, kind: PolicyType, units: int) -> Staged:
@@ -174,7 +187,7 @@ def selected(frame: DataFrame, select_list: str) -> DataFrame:
     try:
         converted = frame.sparkSession.sql(f"SELECT {escaped}, {UNIT_COLUMN} FROM {{records}}", records=frame)
     except AnalysisException as e:
-        raise ConfigError(f"{SELECT_KEY}={select_list!r} is not a select list over the source's columns "
+        raise ConfigError(f"{SELECT_KEY}={select_list!r} is not a select list over the records' columns "
                           f"({', '.join(c for c in frame.columns if c != UNIT_COLUMN)}): {_first_line(e)}") from e
     names = converted.columns
     extra = [f"_oncelog_extra_{i}" for i, name in enumerate(names[:-1]) if name == UNIT_COLUMN]
@@ -191,7 +204,7 @@ def _expression(frame: DataFrame, key: str, text: str) -> F.Column:
         column = F.expr(text)
         _ = frame.select(column).schema  # analysed now, so that a bad expression fails before any task
     except AnalysisException as e:
-        raise ConfigError(f"{key}={text!r} is not a condition over the source's columns "
+        raise ConfigError(f"{key}={text!r} is not a condition over the records' columns after the converters "
                           f"({', '.join(c for c in frame.columns if c != UNIT_COLUMN)}): {_first_line(e)}") from e
     return column
 

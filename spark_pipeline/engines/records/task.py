@@ -11,7 +11,8 @@ import time
 
 from events.task import WorkUnitResult
 from spark_pipeline.constructs import MultiWorkUnit, WorkUnitState
-from spark_pipeline.engines.attempts import AttemptFailed, AttemptPlan, Emit, Sleep, TaskOutcome, run_attempts
+from spark_pipeline.engines.attempts import AttemptFailed, AttemptPlan, Emit, Sleep, TaskOutcome
+from spark_pipeline.engines.isolation import run_task_attempts
 from spark_pipeline.engines.policies import TaskQualityError
 from spark_pipeline.engines.records.flow import Constructs, WorkUnitFlow, build_constructs
 from spark_pipeline.jobfile.config import JobConfig
@@ -35,10 +36,10 @@ def run_attempt(constructs: Constructs, run_id: str, mwu: MultiWorkUnit, attempt
             try:  # a work unit its task-level policy refused keeps nothing, whatever the commit policy
                 partial = _end_failed(flow, last and not isinstance(e, TaskQualityError))
             except Exception as cleanup:
-                raise AttemptFailed(e, results, cleanup) from cleanup
+                raise AttemptFailed(e, results, cleanup, unit.work_unit_id) from cleanup
             if partial is not None:
                 results.append(partial)
-            raise AttemptFailed(e, results) from e
+            raise AttemptFailed(e, results, unit=unit.work_unit_id) from e
     return results
 
 
@@ -54,7 +55,9 @@ def _end_failed(flow: WorkUnitFlow | None, last: bool) -> WorkUnitResult | None:
 
 def run_task(config: JobConfig, run_id: str, mwu: MultiWorkUnit, emit: Emit, sleep: Sleep = time.sleep,
              first_attempt: int = 1) -> TaskOutcome:
-    """Run a task with its retries, recording every attempt through `emit` (`first_attempt`: AttemptPlan.of)."""
+    """Run a task with its retries (its failing work units isolated: engines.isolation), recording every attempt
+    through `emit` (`first_attempt`: AttemptPlan.of)."""
     constructs = build_constructs(config)
-    return run_attempts(config, run_id, mwu, lambda attempt, last: run_attempt(constructs, run_id, mwu, attempt, last),
-                        AttemptPlan.of(config, first_attempt), emit, sleep)
+    return run_task_attempts(config, run_id, mwu,
+                             lambda part, attempt, last: run_attempt(constructs, run_id, part, attempt, last),
+                             AttemptPlan.of(config, first_attempt), emit, sleep)

@@ -101,8 +101,8 @@ def test_the_last_attempt_commits_what_it_fully_wrote(tmp_path: Path) -> None:
     outcome = run_task(config_of(tmp_path), RUN_ID, one_task(), emit, sleep=lambda _: None)
     assert emit.kinds() == [("TaskStarted", 1), ("TaskFailed", 1), ("TaskRetried", 1), ("TaskStarted", 2),
                             ("TaskFailed", 2)]
-    assert not outcome.succeeded and outcome.attempts == 2
-    (partial,) = outcome.results
+    assert not outcome.succeeded and outcome.attempts == 2 and outcome.results == ()
+    (partial,) = outcome.partial
     assert partial.actual_high_watermark == FAIL_AFTER and partial.records_written == FAIL_AFTER
     assert [f.path for f in partial.output_files] == [str(partial_file(tmp_path))]
 
@@ -119,7 +119,7 @@ def test_a_failing_partial_commit_still_ends_the_attempt_with_task_failed(tmp_pa
     assert f"injected failure at offset {FAIL_AFTER}" in last.error
     assert "then handling the failed work unit's output failed: IsADirectoryError" in last.error
     assert str(blocker) in last.error
-    assert not outcome.succeeded and outcome.results == () and "IsADirectoryError" in str(outcome.error)
+    assert not outcome.succeeded and outcome.written == () and "IsADirectoryError" in str(outcome.error)
     assert blocker.is_dir() and not any(blocker.iterdir())  # nothing half-published in its place
 
 
@@ -166,8 +166,9 @@ def test_the_next_run_retries_the_work_units_the_previous_run_failed(tmp_path: P
     keys = {"source.class": f"{__name__}.FirstRunOnlySource", "source.synthetic.datasets": 2,
             "source.synthetic.fail.datasets": "ds.1", "source.synthetic.fail.after.records": FAIL_AFTER,
             "workunit.retry.policy": "always"}
+    # ds.1's work units fail in their task (attempt 1), alone (2) and in their one retry (3): engines.isolation
     failing = load_job_config(write_job(tmp_path, url, "partial", None, **keys,
-                                        **{"source.synthetic.fail.attempts": 2}))
+                                        **{"source.synthetic.fail.attempts": 3}))
     fixed = load_job_config(write_job(tmp_path, url, "partial", None, **keys))
     with open_log(url) as log:
         first = JobLauncher(failing, engine=InProcessTaskEngine(log.writer), log=log).run()
@@ -198,6 +199,6 @@ def test_a_work_unit_its_mandatory_task_policy_refuses_keeps_nothing_even_under_
     outcome = run_task(config, RUN_ID, one_task(), emit, sleep=lambda _: None)
     assert not outcome.succeeded and outcome.attempts == 2
     assert "task-level policy WroteEverything failed" in str(outcome.error)
-    assert outcome.results == ()
+    assert outcome.written == ()
     assert all(e.results == () for e in emit.events if isinstance(e, TaskFailed))
     assert not list((tmp_path / "task-output").rglob("*.avro"))

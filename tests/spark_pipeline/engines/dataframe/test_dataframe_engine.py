@@ -83,7 +83,7 @@ def test_synthetic_job_publishes_the_record_engines_records_exactly_once_with_a_
     succeeded = [e for e in events if isinstance(e, TaskSucceeded)]
     files = [f for e in succeeded for r in e.results for f in r.output_files]
     assert sorted(Path(f.path).name for f in files) == sorted(
-        f"ds.{d}%3A{p}_0-{RECORDS}.snappy.avro" for d in range(DATASETS) for p in range(PARTITIONS))
+        f"ds.{d}%3A{p}_0-{RECORDS}.avro" for d in range(DATASETS) for p in range(PARTITIONS))
     assert all(f.records == RECORDS and len(f.checksum) == 64 for f in files)
     assert {p[ENGINE_PROPERTY] for p in started_properties(log_url)} == {"dataframe"}
 

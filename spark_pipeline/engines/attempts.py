@@ -7,6 +7,7 @@ errors read is decided here once, so that both engines record the same events fo
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -14,15 +15,20 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from events.job import WorkUnitSpec
 from events.model import Event, TaskFields
 from events.task import TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
 from spark_pipeline.constructs import MultiWorkUnit
+from spark_pipeline.engines.failures import Failure, classify
 from spark_pipeline.jobfile.config import JobConfig
 
 ERROR_CHARS = 4000
 """The longest error a TaskFailed records (its message first, then where it was raised)."""
 MESSAGE_CHARS = 2000
 """The longest message of an error kept before its frames."""
+
+log = logging.getLogger(__name__)
+"""Each failed attempt's full trace: to the run's log file (`oncelog run` sends this logger there)."""
 
 Emit = Callable[[Sequence[Event]], object]
 Sleep = Callable[[float], None]
@@ -63,7 +69,7 @@ class AttemptFailed(Exception):
     """
 
     def __init__(self, error: BaseException, results: Sequence[WorkUnitResult],
-                 cleanup: BaseException | None = None) -> None:
+                 cleanup: BaseException | None = None, work_unit_id: str | None = None) -> None:
         summary = error_summary(error)
         if cleanup is not None:
             summary += f"; then handling the failed work unit's output failed: {error_summary(cleanup)}"
@@ -71,6 +77,9 @@ class AttemptFailed(Exception):
         self.error = error
         self.results = tuple(results)
         self.where = "\n".join(last_frames(e) for e in (error, cleanup) if e is not None)
+        self.cleanup = cleanup
+        self.work_unit_id = work_unit_id
+        """The work unit it failed on, when the engine knows it."""
 
 
 def error_summary(error: BaseException) -> str:
@@ -82,6 +91,22 @@ def error_summary(error: BaseException) -> str:
 def last_frames(error: BaseException) -> str:
     """Where an error was raised: the last lines of its traceback."""
     return "".join(traceback.format_exception(error)[-3:]).strip()[-1500:]
+
+
+def failed_unit(mwu: MultiWorkUnit, failure: AttemptFailed) -> WorkUnitSpec | None:
+    """The work unit an attempt failed on: the one its engine names, or the task's only one."""
+    if failure.work_unit_id is not None:
+        return next((u for u in mwu.work_units if u.work_unit_id == failure.work_unit_id), None)
+    return mwu.work_units[0] if len(mwu.work_units) == 1 else None
+
+
+def outcome_error(judged: Failure, unit: WorkUnitSpec | None, cleanup: BaseException | None) -> str:
+    """A failed task's error as its outcome (and the run's error) says it: where, the root cause, why it was not
+    retried when no retry could fix it, and a second error met handling its output."""
+    where = f"work unit {unit.work_unit_id} of {unit.dataset_urn}: " if unit else ""
+    why = f" (not retried: {judged.permanent.value})" if judged.permanent else ""
+    then = f"; then handling the failed work unit's output failed: {error_summary(cleanup)}" if cleanup else ""
+    return f"{where}{judged.cause}{why}{then}"
 
 
 def executor_name() -> str:
@@ -102,13 +127,22 @@ def run_attempts(config: JobConfig, run_id: str, mwu: MultiWorkUnit, attempt: Ru
             results = tuple(attempt(number, last))
         except Exception as e:
             failure = e if isinstance(e, AttemptFailed) else AttemptFailed(e, ())
-            summary = str(failure)
-            emit(TaskFailed(**task, attempt=number, error=f"{summary}\n{failure.where}"[:ERROR_CHARS],
-                            results=failure.results, duration_ms=_since(started)).in_parts())
-            if last:
-                return TaskOutcome(mwu.multi_work_unit_id, False, number, failure.results, summary)
+            judged = classify(failure.error)
+            final = last or not judged.retriable  # a failure no retry can fix ends the task at once
+            unit = failed_unit(mwu, failure)
+            log.warning("task %s attempt %d failed%s", mwu.multi_work_unit_id, number,
+                        f" on work unit {unit.work_unit_id}" if unit else "", exc_info=failure.error)
+            emit(TaskFailed(**task, attempt=number, error=f"{failure}\n{failure.where}"[:ERROR_CHARS],
+                            results=failure.results, duration_ms=_since(started), cause=judged.cause,
+                            failed_work_unit=unit.work_unit_id if unit else "",
+                            failed_dataset=unit.dataset_urn if unit else "", retriable=judged.retriable,
+                            next_attempt=0 if final else number + 1,
+                            retry_delay_s=0.0 if final else plan.retry_interval_s).in_parts())
+            if final:
+                return TaskOutcome(mwu.multi_work_unit_id, False, number, failure.results,
+                                   outcome_error(judged, unit, failure.cleanup))
             emit([TaskRetried(**task, attempt=number, next_attempt=number + 1, delay_s=plan.retry_interval_s,
-                              reason=summary.splitlines()[0])])
+                              reason=judged.cause)])
             sleep(plan.retry_interval_s)
             continue
         except BaseException as stopped:  # interrupted (KeyboardInterrupt, SystemExit): the attempt still ends

@@ -35,10 +35,10 @@ def run_attempt(constructs: Constructs, run_id: str, mwu: MultiWorkUnit, attempt
             try:  # a work unit its task-level policy refused keeps nothing, whatever the commit policy
                 partial = _end_failed(flow, last and not isinstance(e, TaskQualityError))
             except Exception as cleanup:
-                raise AttemptFailed(e, results, cleanup) from cleanup
+                raise AttemptFailed(e, results, cleanup, unit.work_unit_id) from cleanup
             if partial is not None:
                 results.append(partial)
-            raise AttemptFailed(e, results) from e
+            raise AttemptFailed(e, results, work_unit_id=unit.work_unit_id) from e
     return results
 
 

@@ -113,7 +113,8 @@ class Durations:
         """`24.9s (+27.6s starting Spark and ending)`: the run's own duration first, as `runs` has it."""
         if self.run_s is None:
             return f"{self.command_s:.1f}s (the whole command, Spark's start-up included)"
-        return f"{self.run_s:.1f}s (+{max(0.0, self.command_s - self.run_s):.1f}s starting Spark and ending)"
+        run_s = round(self.run_s, 3)  # as `runs` rounds it before showing it
+        return f"{run_s:.1f}s (+{max(0.0, self.command_s - run_s):.1f}s starting Spark and ending)"
 
 
 def show(result: RunResult, seconds: float | Durations, as_json: bool, log_file: Path | None = None) -> None:

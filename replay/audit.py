@@ -395,8 +395,7 @@ class AuditTimeline:
             for unit_id in task.work_unit_ids:
                 spec = specs.get(unit_id)
                 if spec is not None and spec.dataset_urn not in culprits:
-                    along.setdefault(spec.dataset_urn, f"task {task.task_id} failed on {failure.where}: "
-                                                       f"{failure.cause}")
+                    along.setdefault(spec.dataset_urn, f"its task {task.task_id} failed on {failure.where}")
         return along
 
     def _unplanned(self, urn: str, culprits: dict[str, FailureRow], along: dict[str, str], written: bool

@@ -405,7 +405,8 @@ def summary_html(timeline: AuditTimeline, start: datetime, end: datetime, datase
         ("Status", f"<b class='status-{escape(run.status.name)}'>{escape(run.status.name)}</b>"),
         ("Started", escape(start.isoformat(timespec="milliseconds"))),
         ("Ended", escape(end.isoformat(timespec="milliseconds")) if timeline.ending else "no end in the log"),
-        ("Duration", escape(seconds_text((end - start).total_seconds()))),
+        ("Duration", escape(seconds_text((run.ended_at - run.started_at).total_seconds())) + _RUN_DURATION
+         if run.started_at and run.ended_at else escape(seconds_text((end - start).total_seconds()))),
         ("Spark application", f"<code id='spark-app-id'>{escape(app_id)}</code>" if app_id else
          f"<span class='note'>not recorded (no <code>{SPARK_APP_ID}</code> property in JobRunStarted)</span>"),
         ("Launcher", escape(started.launcher) if started else ""),
@@ -449,6 +450,9 @@ def failures_html(failures: list[FailureRow], datasets: list[DatasetRow]) -> str
                      + _table(["dataset", "task", "failed attempts", "cause"], shown, frozenset({2}), "retried")
                      + note)
     return "".join(parts)
+
+
+_RUN_DURATION = ' <span class="note">(JobRunStarted to the run\'s end, as <code>oncelog runs</code> counts it)</span>'
 
 
 def phases_html(timeline: AuditTimeline, start: datetime) -> str:

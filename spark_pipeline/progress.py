@@ -141,9 +141,9 @@ class PlainProgress:
         """How the current phase ended, when it counts something."""
         now = self._now
         if now.phase is Phase.TASKS and now.total is not None:
-            return f"tasks {now.done}/{now.total} done, {now.records:,} records written"
+            return f"tasks {now.done:,}/{now.total:,} done, {now.records:,} records written"
         if now.phase is Phase.COMMIT and now.total is not None:
-            return f"datasets {now.done}/{now.total} committed"
+            return f"datasets {now.done:,}/{now.total:,} committed"
         return ""
 
     def _line(self, text: str) -> None:

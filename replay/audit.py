@@ -93,7 +93,8 @@ class StepRow:
     detail: str
     outcome: str
     applied_at: datetime | None
-    duration_ms: float
+    duration_ms: float | None
+    """None: not applied, or applied by a completion of an earlier version, which did not time its steps."""
     failures: tuple[str, ...]
 
 
@@ -571,12 +572,14 @@ def _commit_rows(events: Iterable[Event]) -> tuple[list[SequenceRow], list[StepR
     return sequences, steps, watermarks
 
 
-def _applied_by(completion: CommitSequenceCompleted | None, index: int) -> tuple[str, datetime | None, float]:
+def _applied_by(completion: CommitSequenceCompleted | None, index: int) -> tuple[str, datetime | None, float | None]:
     """A step with no CommitStepApplied of its own: executed by the attempt that completed its sequence, if that
-    completion (v2) counts it; else not applied."""
+    completion (v2) counts it, in the time it says (v3; None: an earlier version did not record it); else not
+    applied."""
     if completion is None or completion.steps_applied is None or index >= completion.steps_applied:
-        return "not applied", None, 0.0
-    return "executed", completion.emitted_at, 0.0
+        return "not applied", None, None
+    timed = completion.step_ms
+    return "executed", completion.emitted_at, timed[index] if index < len(timed) else None
 
 
 def _first(events: Iterable[Event], kind: type[E]) -> E | None:

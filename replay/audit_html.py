@@ -346,9 +346,15 @@ def commit_section(title: str, sequences: list[SequenceRow], steps: list[StepRow
 def _step_bar(step: StepRow, start: datetime) -> Bar:
     assert step.applied_at is not None
     end = _offset(step.applied_at, start) or 0.0
-    tip = (f"{step.dataset_urn} · step {step.index} {step.kind} — {step.outcome} — {step.duration_ms:.1f} ms — "
+    took = step.duration_ms or 0.0
+    tip = (f"{step.dataset_urn} · step {step.index} {step.kind} — {step.outcome} — {ms_text(step.duration_ms)} ms — "
            f"{step.detail}" + (f" — failures: {'; '.join(step.failures)}" if step.failures else ""))
-    return Bar(end - step.duration_ms / 1000, end, _colour(step.outcome), tip, f"step step-{step.outcome}")
+    return Bar(end - took / 1000, end, _colour(step.outcome), tip, f"step step-{step.outcome}")
+
+
+def ms_text(value: float | None) -> str:
+    """A step's milliseconds; "" when not known (not applied, or a log of a version that did not time it)."""
+    return "" if value is None else f"{value:.1f}"
 
 
 def _total(timeline: AuditTimeline, start: datetime) -> float:
@@ -573,7 +579,7 @@ def steps_html(steps: list[StepRow], start: datetime, large: bool) -> str:
     rows: list[Sequence[str]] = [[
         _s(s.dataset_urn), str(s.index), _s(s.kind), _s(s.detail), _status(s.outcome),
         "" if s.applied_at is None else f"+{seconds_text(_offset(s.applied_at, start) or 0.0)}",
-        f"{s.duration_ms:.1f}", _pre("\n".join(s.failures)),
+        ms_text(s.duration_ms), _pre("\n".join(s.failures)),
     ] for s in steps]
     shown, note = _capped(rows, "steps")
     return intro + _table(["dataset", "step", "kind", "detail", "outcome", "applied", "ms", "failures"], shown,

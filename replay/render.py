@@ -167,7 +167,8 @@ def audit_blocks(document: dict[str, Any]) -> list[Block]:
                         a["cause"] or first_line(a["error"])] for a in document["attempts"]])
     steps = _sheet("Commit steps", ["dataset", "step", "kind", "detail", "outcome", "applied at", "ms", "failures"],
                    [[s["dataset_urn"], s["index"], s["kind"], s["detail"], s["outcome"], s["applied_at"],
-                     f"{s['duration_ms']:.1f}", "; ".join(s["failures"])] for s in document["commit_steps"]])
+                     "" if s["duration_ms"] is None else f"{s['duration_ms']:.1f}", "; ".join(s["failures"])]
+                    for s in document["commit_steps"]])
     marks = _sheet("Watermarks moved", ["dataset", "partition", "from", "to", "at"],
                    [[m["dataset_urn"], m["partition"], m["from"], m["to"], m["at"]] for m in document["watermarks"]])
     return [*header, units, attempts, steps, marks]

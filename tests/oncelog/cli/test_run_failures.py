@@ -5,6 +5,7 @@ duration is the one `runs` shows."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -70,6 +71,9 @@ def test_each_failed_attempt_is_shown_as_it_happens_and_runs_and_audit_name_the_
     audited = cli("audit", "latest", "--log", url).splitlines()
     culprits = audited[audited.index("What failed (1 task(s)):") + 2:][:1]
     assert culprits[0].split()[0] == "ds.10" and "injected failure" in culprits[0], audited[:12]
+    steps = json.loads(cli("audit", "latest", "--json", "--log", url))["commit_steps"]
+    assert steps and all(s["outcome"] == "executed" and s["duration_ms"] is not None for s in steps), steps[:3]
+    assert sum(s["duration_ms"] for s in steps) > 0, "each step's time, as the completing attempt took it"
 
 
 @pytest.mark.spark

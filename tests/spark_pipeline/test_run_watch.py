@@ -7,11 +7,9 @@ from __future__ import annotations
 import io
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
-import pytest
 from rich.console import Console
 
 from events.job import JobRunFailed, JobRunStarted
@@ -19,16 +17,9 @@ from events.log import open_log
 from events.task import TaskFailed
 from projections.views import Phase
 from spark_pipeline.progress import FailedAttempt, PlainProgress, RichProgress, RunWatch, Watched
+from tests.log_fixtures import LogFactory
 
 T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def url(tmp_path: Path) -> Iterator[str]:
-    url = f"sqlite:///{tmp_path / 'events.db'}"
-    with open_log(url) as log:
-        log.ensure_topic()
-    yield url
 
 
 def failed(run_id: str, attempt: int, job: str = "orders", next_attempt: int = 0) -> TaskFailed:
@@ -44,22 +35,23 @@ def wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> None:
         time.sleep(0.02)
 
 
-def test_each_failed_attempt_of_the_run_is_told_as_it_is_recorded(url: str) -> None:
+def test_each_failed_attempt_of_the_run_is_told_as_it_is_recorded(log_factory: LogFactory) -> None:
+    """On each store: the watch reads through a connection of its own, as `oncelog run`'s does."""
     seen: list[FailedAttempt] = []
-    watch = RunWatch(lambda: open_log(url), "orders", "run-1", seen.append, poll_s=0.05)
+    log = log_factory()
+    watch = RunWatch(lambda: open_log(log.url), "orders", "run-1", seen.append, poll_s=0.05)
     observer = Watched(PlainProgress(io.StringIO(), "orders run run-1"), watch)
-    with open_log(url) as log:
-        log.append([failed("run-0", 1)])  # before the run began: not its concern
-        observer.phase(Phase.LOCK)
-        log.append([JobRunStarted(job="orders", run_id="run-1", properties={}, emitted_at=T0)])
-        log.append([failed("run-1", 1, next_attempt=2), failed("run-1", 1, job="other")])
-        wait_for(lambda: len(seen) == 1)
-        assert [(f.task_id, f.attempt, f.dataset, f.next_attempt) for f in seen] == [("task-00001", 1, "orders.7", 2)]
-        assert seen[0].next_at == T0 + timedelta(seconds=301)
-        log.append([failed("run-1", 2), JobRunFailed(job="orders", run_id="run-1", error="…",
-                                                     emitted_at=T0 + timedelta(seconds=20))])
-        observer.phase(Phase.CLEANUP)  # the display's next phase comes after the last failures
-        assert [f.attempt for f in seen] == [1, 2]
+    log.append([failed("run-0", 1)])  # before the run began: not its concern
+    observer.phase(Phase.LOCK)
+    log.append([JobRunStarted(job="orders", run_id="run-1", properties={}, emitted_at=T0)])
+    log.append([failed("run-1", 1, next_attempt=2), failed("run-1", 1, job="other")])
+    wait_for(lambda: len(seen) == 1)
+    assert [(f.task_id, f.attempt, f.dataset, f.next_attempt) for f in seen] == [("task-00001", 1, "orders.7", 2)]
+    assert seen[0].next_at == T0 + timedelta(seconds=301)
+    log.append([failed("run-1", 2), JobRunFailed(job="orders", run_id="run-1", error="…",
+                                                 emitted_at=T0 + timedelta(seconds=20))])
+    observer.phase(Phase.CLEANUP)  # the display's next phase comes after the last failures
+    assert [f.attempt for f in seen] == [1, 2]
     watch.stop()
     assert watch.seconds == 20.0
 

@@ -24,6 +24,7 @@ PYTHON_TRACEBACK = "Traceback (most recent call last):"
 PYTHON_ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*)(: .*)?$")
 JAVA_CAUSE = re.compile(r"^Caused by: (.+)$")
 JAVA_THROWABLE = re.compile(r"^(?:: )?((?:[a-z_$][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error|Throwable)[\w$]*)(: .*)?$")
+INLINE_THROWABLE = re.compile(r"(?<![\w$.])(?:[a-z_$][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error)[\w$]*: ")
 STACK_MARKS = (PYTHON_TRACEBACK, "\n\tat ", "\nCaused by: ", "JVM stacktrace:")
 """What a message holding a stack trace (a Java error's, a Python worker's) shows of it."""
 
@@ -106,12 +107,18 @@ def cause_in_text(text: str) -> str | None:
     lines = text.splitlines()
     causes = [m.group(1) for line in lines if (m := JAVA_CAUSE.match(line.strip()))]
     if causes:
-        return _python_or_java(causes[-1])
+        return _innermost(causes[-1])
     for line in lines:
-        m = JAVA_THROWABLE.match(line.strip())
-        if m:
-            return line.strip().removeprefix(": ")
+        if JAVA_THROWABLE.match(line.strip()):
+            return _innermost(line.strip().removeprefix(": "))
     return None
+
+
+def _innermost(line: str) -> str:
+    """The last throwable a Java error line names inline (Spark's `Job aborted due to stage failure: … most recent
+    failure: Lost task …: java.io.FileNotFoundException: …` ends with the task's own error)."""
+    named = list(INLINE_THROWABLE.finditer(line))
+    return line[named[-1].start():] if named else line
 
 
 def _python_error(traceback_text: str) -> str | None:
@@ -122,13 +129,6 @@ def _python_error(traceback_text: str) -> str | None:
         if PYTHON_ERROR_LINE.match(line):
             return line.strip()
     return None
-
-
-def _python_or_java(cause: str) -> str:
-    """A `Caused by:` line: a Python worker's exception names its Python error inside it."""
-    if "PythonException" in cause and PYTHON_TRACEBACK in cause:
-        return _python_error(cause.rsplit(PYTHON_TRACEBACK, 1)[1]) or cause
-    return cause
 
 
 def permanent_kind(error: BaseException, cause: str) -> Permanent | None:

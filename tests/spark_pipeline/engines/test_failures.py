@@ -46,6 +46,14 @@ PY4J_JAVA_CAUSE = (
     "\tat com.amazonaws.http.AmazonHttpClient.handleErrorResponse(AmazonHttpClient.java:1879)\n")
 
 
+PY4J_STAGE_FAILURE = (
+    "An error occurred while calling o51.save.\n"
+    ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 in stage 2.0 failed 1 times, most "
+    "recent failure: Lost task 1.0 in stage 2.0 (TID 5) (vm executor driver): java.io.FileNotFoundException: File "
+    "file:/data/in/part-7.avro does not exist\n"
+    "\tat org.apache.hadoop.fs.RawLocalFileSystem.deprecatedGetFileStatus(RawLocalFileSystem.java:915)\n")
+
+
 class Wrapper(Exception):
     """An error whose text carries a stack trace, as py4j's and Spark's wrappers do."""
 
@@ -60,6 +68,12 @@ def test_a_java_error_comes_down_to_its_deepest_cause_and_credentials_are_not_re
     failure = classify(Wrapper(PY4J_JAVA_CAUSE))
     assert failure.cause.startswith("com.amazonaws.services.s3.model.AmazonS3Exception: Forbidden")
     assert failure.permanent is Permanent.CREDENTIALS
+
+
+def test_a_spark_stage_failure_comes_down_to_the_task_s_own_error() -> None:
+    failure = classify(Wrapper(PY4J_STAGE_FAILURE))
+    assert failure.cause == "java.io.FileNotFoundException: File file:/data/in/part-7.avro does not exist"
+    assert failure.permanent is Permanent.MISSING_PATH
 
 
 def test_an_error_of_ours_stays_as_it_is_and_only_failures_a_retry_cannot_fix_are_permanent() -> None:

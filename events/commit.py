@@ -95,21 +95,28 @@ class CommitStepFailed(DatasetEvent):
         return self.commit_key("step", self.step_index, "FAILED", self.attempt)
 
 
+STEP_TIMINGS_MAX = 4000
+"""The most steps whose timings a CommitSequenceCompleted carries (8 bytes each: well under the event size limit)."""
+
+
 class CommitSequenceCompleted(DatasetEvent):
     """Every step of the sequence is done: the dataset's output of the run is published exactly once.
 
     v2: a step executed by the completing attempt has no CommitStepApplied of its own (one found done has one,
     `verified`; one applied before a failed attempt has one too): this event says all `steps_applied` are done, and
-    how many the completing attempt executed and verified.
+    how many the completing attempt executed and verified. v3: and how long each of them took (`step_ms`).
     """
 
-    SCHEMA_VERSION: ClassVar[int] = 2
+    SCHEMA_VERSION: ClassVar[int] = 3
 
     duration_ms: float = 0.0
     steps_applied: Count | None = None
     """The plan's step count; None in events of version 1, whose steps each had a CommitStepApplied."""
     executed: Count = 0
     verified: Count = 0
+    step_ms: tuple[float, ...] = ()
+    """v3: how long each step took the completing attempt, by plan index (0.0 for a step applied before it; empty
+    in events of earlier versions, and for plans of more than STEP_TIMINGS_MAX steps)."""
 
     @property
     def key(self) -> str:

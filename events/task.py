@@ -79,14 +79,30 @@ class TaskSucceeded(TaskEvent, Parted):
 
 
 class TaskFailed(TaskEvent, Parted):
-    """An attempt failed; results hold what it did get done (used by the `partial` commit policy). v2: in parts."""
+    """An attempt failed; results hold what it did get done (used by the `partial` commit policy). v2: in parts.
 
-    SCHEMA_VERSION: ClassVar[int] = 2
+    v3: what it comes down to — its root cause's first line, the work unit (and dataset) it failed on when known,
+    whether a retry could fix it, and the next attempt (0: none) with the pause before it. Events of v2 read with
+    these empty: `cause_line` then falls back to the error's first line.
+    """
+
+    SCHEMA_VERSION: ClassVar[int] = 3
     PARTED_FIELDS: ClassVar[tuple[str, ...]] = ("results",)
 
     error: str
     results: tuple[WorkUnitResult, ...] = ()
     duration_ms: Count = 0
+    cause: str = ""
+    failed_work_unit: str = ""
+    failed_dataset: str = ""
+    retriable: bool = True
+    next_attempt: Count = 0
+    retry_delay_s: float = 0.0
+
+    @property
+    def cause_line(self) -> str:
+        """The root cause's first line (for events of v2, the error's first line)."""
+        return self.cause or next((line.strip() for line in self.error.splitlines() if line.strip()), "")
 
     @property
     def key(self) -> str:

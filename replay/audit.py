@@ -5,6 +5,7 @@ moved — built by folding only that run's events (and the earlier runs' sequenc
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from events.job import (
     JobRunFailed,
     JobRunStarted,
     JobRunSucceeded,
+    WorkUnitSpec,
     WorkUnitsPlanned,
 )
 from events.log import EventLog, StoredRecord
@@ -91,7 +93,8 @@ class StepRow:
     detail: str
     outcome: str
     applied_at: datetime | None
-    duration_ms: float
+    duration_ms: float | None
+    """None: not applied, or applied by a completion of an earlier version, which did not time its steps."""
     failures: tuple[str, ...]
 
 
@@ -165,6 +168,42 @@ class DatasetRow:
     commit_ms: float | None
     records_published: int
     error: str | None
+
+
+@dataclass(frozen=True)
+class FailureRow:
+    """A task whose attempts failed: the work unit and dataset it failed on (when known), its root cause's first
+    line, and how the task ended (`recovered`: a later attempt succeeded)."""
+
+    task_id: str
+    work_unit_id: str
+    dataset_urn: str
+    attempts_failed: int
+    last_attempt: int
+    cause: str
+    retriable: bool
+    recovered: bool
+    work_units: int
+
+    @property
+    def where(self) -> str:
+        """The dataset (and work unit) it failed on, or the task's size when the engine could not tell."""
+        if self.dataset_urn:
+            return self.dataset_urn + (f" (work unit {self.work_unit_id})" if self.work_unit_id else "")
+        return f"one of its {self.work_units:,} work units"
+
+
+NOT_PUBLISHED = "not published"
+"""A dataset whose tasks wrote it but whose run failed before committing it (job.commit.policy full)."""
+FAILED_WITH_TASK = "failed with its task"
+"""A dataset packed into a task that failed on another dataset."""
+FAILED = "failed"
+"""A dataset a task failed on: a culprit."""
+
+
+def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
+    """A key sorting names as people read them: ds.2 before ds.10 (digit runs compare as numbers)."""
+    return tuple((1, int(part)) if part.isdigit() else (0, part) for part in re.split(r"(\d+)", text) if part)
 
 
 @dataclass
@@ -270,6 +309,31 @@ class AuditTimeline:
                                     "staging and task output removed, lock released"))
         return phases
 
+    def failed_attempts(self) -> dict[tuple[str, int], TaskFailed]:
+        """Each failed attempt's TaskFailed (its first part), by (task, attempt)."""
+        return {(e.task_id, e.attempt): e for e in self._own() if isinstance(e, TaskFailed) and e.part == 0}
+
+    def failures(self) -> list[FailureRow]:
+        """The tasks whose attempts failed, those that stayed failed first, each by dataset (naturally sorted)."""
+        failed = self.failed_attempts()
+        by_task: dict[str, list[TaskFailed]] = {}
+        for event in failed.values():
+            by_task.setdefault(event.task_id, []).append(event)
+        tasks = {t.task_id: t for t in self.tasks}
+        specs = {w.spec.work_unit_id: w.spec for w in self.work_units}
+        rows = []
+        for task_id, events in by_task.items():
+            last = max(events, key=lambda e: e.attempt)
+            view = tasks.get(task_id)
+            ended = view.last if view is not None else None
+            unit_ids = view.work_unit_ids if view is not None else ()
+            unit, urn = last.failed_work_unit, last.failed_dataset
+            if not urn:
+                unit, urn = _named_unit(last, [specs[u] for u in unit_ids if u in specs])
+            rows.append(FailureRow(task_id, unit, urn, len(events), last.attempt, last.cause_line, last.retriable,
+                                   ended is not None and ended.status is AttemptStatus.SUCCEEDED, len(unit_ids)))
+        return sorted(rows, key=lambda r: (r.recovered, natural_key(r.dataset_urn or "~"), natural_key(r.task_id)))
+
     def task_rows(self) -> list[TaskRow]:
         """Each task with its work units, records and bytes (of its last attempt) and its duration."""
         rows = []
@@ -288,7 +352,9 @@ class AuditTimeline:
         return rows
 
     def dataset_rows(self) -> list[DatasetRow]:
-        """Every dataset of the run (planned, written or committed): what was written and how its commit went."""
+        """Every dataset of the run (planned, written or committed): what was written and how its commit went; those
+        a task failed on first (with their error's first line), then the others needing attention, then the rest,
+        each group naturally sorted (ds.2 before ds.10)."""
         units = Counter(w.spec.dataset_urn for w in self.work_units)
         written: dict[str, list[WorkUnitResult]] = {}
         for task in self.tasks:
@@ -300,22 +366,78 @@ class AuditTimeline:
         steps: dict[str, list[StepRow]] = {}
         for step in self.steps:
             steps.setdefault(step.dataset_urn, []).append(step)
+        culprits = {f.dataset_urn: f for f in self.failures() if not f.recovered and f.dataset_urn}
+        along = self._failed_along(culprits)
         rows = []
-        for urn in sorted(set(units) | set(written) | set(sequences)):
+        for urn in set(units) | set(written) | set(sequences):
             results, sequence, its_steps = written.get(urn, []), sequences.get(urn), steps.get(urn, [])
+            status, error = self._unplanned(urn, culprits, along, urn in written)
             rows.append(DatasetRow(
                 urn, units.get(urn, 0), sum(r.records_written for r in results), sum(result_bytes(r) for r in results),
-                sum(len(r.output_files) for r in results), sequence.status if sequence else "not planned",
+                sum(len(r.output_files) for r in results), sequence.status if sequence else status,
                 len(its_steps), sum(1 for s in its_steps if s.outcome == "executed"),
                 sum(1 for s in its_steps if s.outcome == "verified"), sum(len(s.failures) for s in its_steps),
                 (sequence.ended_at - sequence.planned_at).total_seconds() * 1000
                 if sequence and sequence.ended_at and sequence.planned_at else None,
-                sequence.records_published if sequence else 0, sequence.error if sequence else None,
+                sequence.records_published if sequence else 0,
+                (sequence.error or error) if sequence else error,
             ))
-        return rows
+        return sorted(rows, key=_attention)
+
+    def _failed_along(self, culprits: dict[str, FailureRow]) -> dict[str, str]:
+        """Datasets of the work units of tasks that stayed failed, that are no culprit: what their task failed on."""
+        specs = {w.spec.work_unit_id: w.spec for w in self.work_units}
+        failed = {f.task_id: f for f in self.failures() if not f.recovered}
+        along: dict[str, str] = {}
+        for task in self.tasks:
+            failure = failed.get(task.task_id)
+            if failure is None:
+                continue
+            for unit_id in task.work_unit_ids:
+                spec = specs.get(unit_id)
+                if spec is not None and spec.dataset_urn not in culprits:
+                    along.setdefault(spec.dataset_urn, f"its task {task.task_id} failed on {failure.where}")
+        return along
+
+    def _unplanned(self, urn: str, culprits: dict[str, FailureRow], along: dict[str, str], written: bool
+                   ) -> tuple[str, str | None]:
+        """A dataset without a commit sequence: why, and the error's first line when a task failed."""
+        if urn in culprits:
+            return FAILED, culprits[urn].cause
+        if urn in along:
+            return FAILED_WITH_TASK, along[urn]
+        if written and self.run.status.finished and self.ending is not None and not isinstance(
+                self.ending, JobRunCommitted):
+            return NOT_PUBLISHED, None
+        return "not planned", None
 
     def _own(self) -> Iterator[Event]:
         return (logged.event for logged in self.events)
+
+
+FINE_DATASET_STATUSES = ("completed",)
+ATTENTION_ORDER = (FAILED, FAILED_WITH_TASK, "abandoned", "pending", NOT_PUBLISHED, "not planned")
+"""Datasets in the order an operator looks at them: culprits, then unfinished commits, then the rest."""
+
+
+def _attention(row: DatasetRow) -> tuple[int, tuple[tuple[int, int | str], ...]]:
+    """Culprits first, then datasets needing attention (failed steps count), then the rest; each naturally sorted."""
+    rank = ATTENTION_ORDER.index(row.status) if row.status in ATTENTION_ORDER else len(ATTENTION_ORDER)
+    if row.status in FINE_DATASET_STATUSES:
+        rank = len(ATTENTION_ORDER) + (0 if row.failures else 1)
+    return rank, natural_key(row.dataset_urn)
+
+
+def _named_unit(event: TaskFailed, specs: list[WorkUnitSpec]) -> tuple[str, str]:
+    """The work unit (and dataset) a TaskFailed that names none failed on: the task's only one, else the one whose
+    partition its error names (Spark's error names it, not which work unit it was); ("", "") if none can tell."""
+    if len(specs) == 1:
+        return specs[0].work_unit_id, specs[0].dataset_urn
+    text = f"{event.cause}\n{event.error}"
+    named = [s for s in specs if re.search(rf"(?<![\w.]){re.escape(s.partition)}(?![\w.])", text)]
+    if len({s.dataset_urn for s in named}) == 1:
+        return (named[0].work_unit_id if len(named) == 1 else ""), named[0].dataset_urn
+    return "", ""
 
 
 def result_bytes(result: WorkUnitResult) -> int:
@@ -389,8 +511,9 @@ def _timeline(job: str, run_id: str, events: list[LoggedEvent], recovery: list[L
     recovered, recovered_steps, _ = _commit_rows(logged.event for logged in recovery)
     return AuditTimeline(
         job, run_id, run, events,
-        work_units=sorted(state.work_units.get((job, run_id), {}).values(), key=lambda w: w.spec.work_unit_id),
-        tasks=sorted(state.tasks.get((job, run_id), {}).values(), key=lambda t: t.task_id),
+        work_units=sorted(state.work_units.get((job, run_id), {}).values(),
+                          key=lambda w: natural_key(w.spec.work_unit_id)),
+        tasks=sorted(state.tasks.get((job, run_id), {}).values(), key=lambda t: natural_key(t.task_id)),
         sequences=sequences, steps=steps, watermarks=watermarks, recovered=recovered, recovered_steps=recovered_steps,
         recovery_events=recovery,
     )
@@ -431,7 +554,8 @@ def _commit_rows(events: Iterable[Event]) -> tuple[list[SequenceRow], list[StepR
                                                 event.emitted_at))
     sequences: list[SequenceRow] = []
     steps: list[StepRow] = []
-    for urn, sequence_id in sorted(set(planned) | set(ends) | {k[:2] for k in (*applied, *failures)}):
+    for urn, sequence_id in sorted(set(planned) | set(ends) | {k[:2] for k in (*applied, *failures)},
+                                   key=lambda k: (natural_key(k[0]), k[1])):
         plan = planned.get((urn, sequence_id))
         status, ended_at, error = ends.get((urn, sequence_id), ("pending", None, None))
         if plan is None:  # planned before the events read (a recovered sequence): its steps as they were applied
@@ -456,12 +580,14 @@ def _commit_rows(events: Iterable[Event]) -> tuple[list[SequenceRow], list[StepR
     return sequences, steps, watermarks
 
 
-def _applied_by(completion: CommitSequenceCompleted | None, index: int) -> tuple[str, datetime | None, float]:
+def _applied_by(completion: CommitSequenceCompleted | None, index: int) -> tuple[str, datetime | None, float | None]:
     """A step with no CommitStepApplied of its own: executed by the attempt that completed its sequence, if that
-    completion (v2) counts it; else not applied."""
+    completion (v2) counts it, in the time it says (v3; None: an earlier version did not record it); else not
+    applied."""
     if completion is None or completion.steps_applied is None or index >= completion.steps_applied:
-        return "not applied", None, 0.0
-    return "executed", completion.emitted_at, 0.0
+        return "not applied", None, None
+    timed = completion.step_ms
+    return "executed", completion.emitted_at, timed[index] if index < len(timed) else None
 
 
 def _first(events: Iterable[Event], kind: type[E]) -> E | None:

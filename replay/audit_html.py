@@ -24,6 +24,7 @@ from replay.audit import (
     SPARK_APP_ID,
     AuditTimeline,
     DatasetRow,
+    FailureRow,
     SequenceRow,
     StepRow,
     TaskRow,
@@ -74,6 +75,8 @@ dl.summary dt{color:#616161}dl.summary dd{margin:0}
 svg text{font:12px system-ui,sans-serif}svg text.section{font-weight:bold}
 .legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}
 .note{color:#616161}#dataset-filter{width:24em}
+section.failed{border:2px solid #c62828;background:#fff5f5;padding:.5em 1em;margin:1em 0}
+section.failed h2{margin-top:.2em;color:#c62828}details summary{cursor:pointer;color:#616161}
 """
 
 FILTER_SCRIPT = """
@@ -343,9 +346,15 @@ def commit_section(title: str, sequences: list[SequenceRow], steps: list[StepRow
 def _step_bar(step: StepRow, start: datetime) -> Bar:
     assert step.applied_at is not None
     end = _offset(step.applied_at, start) or 0.0
-    tip = (f"{step.dataset_urn} · step {step.index} {step.kind} — {step.outcome} — {step.duration_ms:.1f} ms — "
+    took = step.duration_ms or 0.0
+    tip = (f"{step.dataset_urn} · step {step.index} {step.kind} — {step.outcome} — {ms_text(step.duration_ms)} ms — "
            f"{step.detail}" + (f" — failures: {'; '.join(step.failures)}" if step.failures else ""))
-    return Bar(end - step.duration_ms / 1000, end, _colour(step.outcome), tip, f"step step-{step.outcome}")
+    return Bar(end - took / 1000, end, _colour(step.outcome), tip, f"step step-{step.outcome}")
+
+
+def ms_text(value: float | None) -> str:
+    """A step's milliseconds; "" when not known (not applied, or a log of a version that did not time it)."""
+    return "" if value is None else f"{value:.1f}"
 
 
 def _total(timeline: AuditTimeline, start: datetime) -> float:
@@ -402,7 +411,8 @@ def summary_html(timeline: AuditTimeline, start: datetime, end: datetime, datase
         ("Status", f"<b class='status-{escape(run.status.name)}'>{escape(run.status.name)}</b>"),
         ("Started", escape(start.isoformat(timespec="milliseconds"))),
         ("Ended", escape(end.isoformat(timespec="milliseconds")) if timeline.ending else "no end in the log"),
-        ("Duration", escape(seconds_text((end - start).total_seconds()))),
+        ("Duration", escape(seconds_text((run.ended_at - run.started_at).total_seconds())) + _RUN_DURATION
+         if run.started_at and run.ended_at else escape(seconds_text((end - start).total_seconds()))),
         ("Spark application", f"<code id='spark-app-id'>{escape(app_id)}</code>" if app_id else
          f"<span class='note'>not recorded (no <code>{SPARK_APP_ID}</code> property in JobRunStarted)</span>"),
         ("Launcher", escape(started.launcher) if started else ""),
@@ -419,6 +429,36 @@ def summary_html(timeline: AuditTimeline, start: datetime, end: datetime, datase
     body = "".join(f"<dt>{name}</dt><dd>{value}</dd>" for name, value in items)
     error = f"<h2>Error</h2>{_pre(run.error)}" if run.error else ""
     return f'<dl class="summary">{body}</dl>{error}'
+
+
+def failures_html(failures: list[FailureRow], datasets: list[DatasetRow]) -> str:
+    """What failed and why, first on the page: each task that stayed failed, the dataset and work unit it failed on
+    and its root cause's first line; then those a retry recovered."""
+    failed = [f for f in failures if not f.recovered]
+    recovered = [f for f in failures if f.recovered]
+    along = sum(1 for d in datasets if d.status == "failed with its task")
+    parts = []
+    if failed:
+        rows: list[Sequence[str]] = [[
+            _s(f.dataset_urn or f.where), _s(f.work_unit_id), _s(f.task_id),
+            f"{f.attempts_failed}" + ("" if f.retriable else " (not retriable)"), f"<b>{escape(f.cause)}</b>",
+        ] for f in failed]
+        shown, note = _capped(rows, "failed tasks")
+        parts.append(f"<p>{len(failed):,} task(s) failed"
+                     + (f"; {along:,} other dataset(s) packed into their tasks were not published with them"
+                        if along else "") + ":</p>"
+                     + _table(["dataset", "work unit", "task", "attempts", "cause"], shown, frozenset({3}),
+                              "failures") + note)
+    if recovered:
+        rows = [[_s(f.dataset_urn or f.where), _s(f.task_id), str(f.attempts_failed), _s(f.cause)] for f in recovered]
+        shown, note = _capped(rows, "retried tasks")
+        parts.append(f"<p>{len(recovered):,} task(s) failed, then succeeded on a retry:</p>"
+                     + _table(["dataset", "task", "failed attempts", "cause"], shown, frozenset({2}), "retried")
+                     + note)
+    return "".join(parts)
+
+
+_RUN_DURATION = ' <span class="note">(JobRunStarted to the run\'s end, as <code>oncelog runs</code> counts it)</span>'
 
 
 def phases_html(timeline: AuditTimeline, start: datetime) -> str:
@@ -444,17 +484,28 @@ def tasks_html(tasks: list[TaskRow]) -> str:
 
 def attempts_html(timeline: AuditTimeline, start: datetime) -> str:
     pairs = timeline.attempts
+    failed = timeline.failed_attempts()
     if len(pairs) > MAX_ROWS:
         pairs = [(t, a) for t, a in pairs if a.error or a.retry_delay_s is not None or t.attempts[-1] is not a]
     rows: list[Sequence[str]] = [[
         _s(t.task_id), str(a.attempt), _status(a.status.name.lower()),
         "" if a.started_at is None else f"+{seconds_text(_offset(a.started_at, start) or 0.0)}",
         "" if a.ended_at is None else f"+{seconds_text(_offset(a.ended_at, start) or 0.0)}", _s(a.executor),
-        "" if a.retry_delay_s is None else f"after {a.retry_delay_s:g} s", _pre(a.error),
+        "" if a.retry_delay_s is None else f"after {a.retry_delay_s:g} s",
+        _error_html(failed[t.task_id, a.attempt].cause_line if (t.task_id, a.attempt) in failed else None, a.error),
     ] for t, a in pairs]
     shown, note = _capped(rows, "attempts")
     return _table(["task", "attempt", "status", "started", "ended", "executor", "retried", "error"], shown,
                   frozenset({1, 3, 4}), "attempts") + note
+
+
+def _error_html(cause: str | None, error: str | None) -> str:
+    """An attempt's error: its root cause's first line, the whole error (frames and all) folded under it."""
+    if not error:
+        return ""
+    if not cause:
+        return _pre(error)
+    return f"<b>{escape(cause)}</b><details><summary>whole error</summary>{_pre(error)}</details>"
 
 
 def work_units_html(timeline: AuditTimeline, large: bool) -> str:
@@ -498,8 +549,7 @@ def datasets_html(datasets: list[DatasetRow], large: bool) -> str:
     if not large:
         rows = [_dataset_html_cells(dataset_cells(d)) for d in datasets]
         return _table(DATASET_COLUMNS, rows, numeric, "datasets")
-    ordered = sorted(datasets, key=lambda d: (d.status == "completed" and not d.failures, d.dataset_urn))
-    cells = [dataset_cells(d) for d in ordered[:MAX_DATASET_ROWS]]
+    cells = [dataset_cells(d) for d in datasets[:MAX_DATASET_ROWS]]  # those needing attention first
     first = [_dataset_html_cells(c) for c in cells[:SHOWN_DATASETS]]
     needing = sum(1 for d in datasets if d.status != "completed" or d.failures)
     data = json.dumps(cells, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
@@ -508,8 +558,8 @@ def datasets_html(datasets: list[DatasetRow], large: bool) -> str:
     search = (f'<p><label>Filter datasets <input id="dataset-filter" type="search" '
               f'placeholder="part of a URN, or a status: pending, abandoned…"></label> '
               f'<span id="datasets-shown">{len(first):,}</span> shown of <span id="datasets-matching">'
-              f"{len(cells):,}</span> matching; {len(datasets):,} datasets, {needing:,} with a failed step or an "
-              f"unfinished commit (listed first).</p>")
+              f"{len(cells):,}</span> matching; {len(datasets):,} datasets, {needing:,} failed, unpublished or with a "
+              f"failed step or an unfinished commit (listed first).</p>")
     note = "" if len(cells) == len(datasets) else (
         f'<p class="note">The filter searches the first {len(cells):,}; <code>oncelog audit RUN --json</code> '
         f"lists all {len(datasets):,}.</p>")
@@ -529,7 +579,7 @@ def steps_html(steps: list[StepRow], start: datetime, large: bool) -> str:
     rows: list[Sequence[str]] = [[
         _s(s.dataset_urn), str(s.index), _s(s.kind), _s(s.detail), _status(s.outcome),
         "" if s.applied_at is None else f"+{seconds_text(_offset(s.applied_at, start) or 0.0)}",
-        f"{s.duration_ms:.1f}", _pre("\n".join(s.failures)),
+        ms_text(s.duration_ms), _pre("\n".join(s.failures)),
     ] for s in steps]
     shown, note = _capped(rows, "steps")
     return intro + _table(["dataset", "step", "kind", "detail", "outcome", "applied", "ms", "failures"], shown,
@@ -588,6 +638,8 @@ def render_html(timeline: AuditTimeline) -> str:
                 commit_section("Commit", timeline.sequences, timeline.steps, start, total)]
     chart = chart_svg(total, [s for s in sections if s is not None])
     title = f"{timeline.job} — run {timeline.run_id}"
+    failures = timeline.failures()
+    failed = failures_html(failures, datasets) if failures else ""
     parts = [
         ("Summary", summary_html(timeline, start, end, datasets, tasks)),
         ("Timeline", f'<p class="note">Time since JobRunStarted; hover a bar for details.</p>{legend_html()}{chart}'),
@@ -603,8 +655,9 @@ def render_html(timeline: AuditTimeline) -> str:
         ("Watermarks moved", watermarks_html(timeline, large)),
     ]
     body = "".join(f"<h2>{escape(name)}</h2>{content}" for name, content in parts)
+    first = (f'<section class="failed" id="what-failed"><h2>What failed</h2>{failed}</section>' if failed else "")
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{escape(title)}</title>"
-            f"<style>{STYLE}</style></head><body><h1>{escape(title)}</h1>{body}</body></html>")
+            f"<style>{STYLE}</style></head><body><h1>{escape(title)}</h1>{first}{body}</body></html>")
 
 
 def write_html(timeline: AuditTimeline, path: Path) -> None:

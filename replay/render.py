@@ -100,7 +100,9 @@ def verify_json(report: VerifyReport) -> dict[str, Any]:
 
 
 def audit_json(timeline: AuditTimeline) -> dict[str, Any]:
-    """The timeline of a run, as data."""
+    """The timeline of a run, as data: what failed first (`failures`: each task that failed, on which dataset and
+    why), then its work units, attempts, commit sequences and steps, watermarks."""
+    causes = timeline.failed_attempts()
     return {
         "run": run_json(timeline.run),
         "work_units": [{"work_unit_id": w.spec.work_unit_id, "dataset_urn": w.spec.dataset_urn,
@@ -108,8 +110,13 @@ def audit_json(timeline: AuditTimeline) -> dict[str, Any]:
                         "expected_high_watermark": w.spec.expected_high_watermark,
                         "actual_high_watermark": w.actual_high_watermark, "status": w.status.name,
                         "attempt": w.attempt} for w in timeline.work_units],
+        "failures": [{"task_id": f.task_id, "dataset_urn": f.dataset_urn or None,
+                      "work_unit_id": f.work_unit_id or None, "where": f.where, "cause": f.cause,
+                      "attempts_failed": f.attempts_failed, "last_attempt": f.last_attempt,
+                      "retriable": f.retriable, "recovered": f.recovered} for f in timeline.failures()],
         "attempts": [{"task_id": t.task_id, "attempt": a.attempt, "status": a.status.name,
                       "started_at": when(a.started_at), "ended_at": when(a.ended_at), "executor": a.executor,
+                      "cause": causes[t.task_id, a.attempt].cause_line if (t.task_id, a.attempt) in causes else None,
                       "error": a.error, "retry_delay_s": a.retry_delay_s} for t, a in timeline.attempts],
         "sequences": [{"dataset_urn": s.dataset_urn, "status": s.status, "planned_at": when(s.planned_at),
                        "ended_at": when(s.ended_at), "error": s.error} for s in timeline.sequences],
@@ -138,17 +145,30 @@ def audit_blocks(document: dict[str, Any]) -> list[Block]:
         header.append(Text(run["error"], style="red"))
     header += [Text.assemble((f"skipped {s['dataset_urn']}", "yellow"), f": {s['reason']}")
                for s in document["skipped"]]
+    failed = [f for f in document["failures"] if not f["recovered"]]
+    retried = [f for f in document["failures"] if f["recovered"]]
+    culprits = _sheet(f"What failed ({len(failed)} task(s))", ["dataset", "work unit", "task", "attempts", "cause"],
+                      [[f["dataset_urn"] or f["where"], f["work_unit_id"], f["task_id"],
+                        f"{f['attempts_failed']}" + ("" if f["retriable"] else " (not retriable)"), f["cause"]]
+                       for f in failed])
+    recovered = _sheet(f"Failed, then succeeded on a retry ({len(retried)} task(s))",
+                       ["dataset", "work unit", "task", "failed attempts", "cause"],
+                       [[f["dataset_urn"] or f["where"], f["work_unit_id"], f["task_id"], f["attempts_failed"],
+                         f["cause"]] for f in retried])
+    header += [b for b in (culprits, recovered) if b.rows]
     units = _sheet("Work units", ["work unit", "dataset", "partition", "low", "expected high", "actual high", "status"],
                    [[w["work_unit_id"], w["dataset_urn"], w["partition"], w["low_watermark"],
                      w["expected_high_watermark"], w["actual_high_watermark"], w["status"]]
                     for w in document["work_units"]])
-    attempts = _sheet("Task attempts", ["task", "attempt", "status", "started", "ended", "executor", "error / retry"],
+    attempts = _sheet("Task attempts", ["task", "attempt", "status", "started", "ended", "executor", "retry",
+                                        "error (first line; --json has it whole)"],
                       [[a["task_id"], a["attempt"], a["status"], a["started_at"], a["ended_at"], a["executor"],
-                        a["error"] or (f"retried after {a['retry_delay_s']}s" if a["retry_delay_s"] is not None
-                                       else "")] for a in document["attempts"]])
+                        "" if a["retry_delay_s"] is None else f"after {a['retry_delay_s']:g}s",
+                        a["cause"] or first_line(a["error"])] for a in document["attempts"]])
     steps = _sheet("Commit steps", ["dataset", "step", "kind", "detail", "outcome", "applied at", "ms", "failures"],
                    [[s["dataset_urn"], s["index"], s["kind"], s["detail"], s["outcome"], s["applied_at"],
-                     f"{s['duration_ms']:.1f}", "; ".join(s["failures"])] for s in document["commit_steps"]])
+                     "" if s["duration_ms"] is None else f"{s['duration_ms']:.1f}", "; ".join(s["failures"])]
+                    for s in document["commit_steps"]])
     marks = _sheet("Watermarks moved", ["dataset", "partition", "from", "to", "at"],
                    [[m["dataset_urn"], m["partition"], m["from"], m["to"], m["at"]] for m in document["watermarks"]])
     return [*header, units, attempts, steps, marks]
@@ -160,7 +180,9 @@ def audit_tables(document: dict[str, Any]) -> RenderableType:
 
 
 def duration_s(view: RunView) -> float | None:
-    """How long a run took, in seconds; None while it runs (or if its start is unknown)."""
+    """How long a run took, in seconds, from its JobRunStarted (recorded once Spark has started and the job lock is
+    taken) to its end (JobRunCommitted, JobRunFailed or JobRunCancelled): what `oncelog run`'s summary shows first;
+    None while it runs (or if its start is unknown)."""
     if view.started_at is None or view.ended_at is None:
         return None
     return round((view.ended_at - view.started_at).total_seconds(), 3)
@@ -175,11 +197,17 @@ def runs_json(views: list[RunView]) -> dict[str, Any]:
 def runs_blocks(document: dict[str, Any]) -> list[Block]:
     """`runs_json` as one sheet: a line per run."""
     return [_sheet("Runs", ["job", "run", "status", "started", "duration", "records", "datasets committed",
-                            "skipped", "abandoned"],
+                            "skipped", "abandoned", "error"],
                    [[r["job"], r["run_id"], r["status"], r["started_at"],
                      "" if r["duration_s"] is None else f"{r['duration_s']:.1f}s", r["records_written"],
-                     len(r["datasets_committed"]), len(r["datasets_skipped"]), len(r["datasets_abandoned"])]
+                     len(r["datasets_committed"]), len(r["datasets_skipped"]), len(r["datasets_abandoned"]),
+                     first_line(r["error"])]
                     for r in document["runs"]])]
+
+
+def first_line(text: str | None) -> str:
+    """An error's first non-blank line ("" for none)."""
+    return next((line.strip() for line in (text or "").splitlines() if line.strip()), "")
 
 
 def renderable(blocks: list[Block]) -> RenderableType:

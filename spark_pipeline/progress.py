@@ -1,19 +1,25 @@
-"""What a run shows while it runs: its phase, tasks done / total with records so far, datasets committed / total.
+"""What a run shows while it runs: its phase, tasks done / total with records so far, datasets committed / total,
+and each failed attempt the moment it is recorded.
 
 The launcher reports to a `RunObserver` passed to it (default: `SILENT`); `oncelog run` passes a Rich display when
-stderr is a terminal, one plain line per phase otherwise. `quiet_native_output` keeps the output of the JVM and of
-native libraries (Spark's log4j, librdkafka) out of the user's terminal: it goes to a log file the summary names.
+stderr is a terminal, one plain line per phase otherwise. Failed attempts are recorded where the tasks run (on Spark's
+executors for the records engine): `RunWatch` follows the run's events in the log while it runs and tells the display
+of each (`FailedAttempt`), and keeps the run's start and end as the log records them, so that the summary's duration
+is the one `oncelog runs` shows. `quiet_native_output` keeps the output of the JVM and of native libraries (Spark's
+log4j, librdkafka) out of the user's terminal: it goes to a log file the summary names.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Protocol, TextIO
 
@@ -30,12 +36,19 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from events.errors import OncelogError
+from events.job import JobRunCancelled, JobRunCommitted, JobRunFailed, JobRunStarted
+from events.keys import partition_for
+from events.log import EventLog
+from events.task import TaskFailed
 from projections.views import Phase
 
 LOGS_DIR = Path(".oncelog/logs")
 """Where `oncelog run` keeps each run's Spark / librdkafka output (relative to where it is started)."""
+WATCH_POLL_S = 0.5
+"""How often a run's watch reads the log for the run's new events."""
 
-
+log = logging.getLogger(__name__)
 
 PHASE_TEXT = {Phase.START: "starting Spark", Phase.LOCK: "taking the job lock",
               Phase.RECOVER: "finishing earlier runs' unfinished commits", Phase.PLAN: "planning work units",
@@ -111,6 +124,11 @@ class PlainProgress:
             if self._now.phase is Phase.COMMIT:
                 self._now.done = done
 
+    def attempt_failed(self, failed: FailedAttempt) -> None:
+        """A failed attempt, on a line of its own at once."""
+        with self._lock:
+            self._line(failed.text())
+
     def finish(self) -> None:
         """The run is over: say how its last counted phase ended, if it has not been said."""
         with self._lock:
@@ -123,9 +141,9 @@ class PlainProgress:
         """How the current phase ended, when it counts something."""
         now = self._now
         if now.phase is Phase.TASKS and now.total is not None:
-            return f"tasks {now.done}/{now.total} done, {now.records:,} records written"
+            return f"tasks {now.done:,}/{now.total:,} done, {now.records:,} records written"
         if now.phase is Phase.COMMIT and now.total is not None:
-            return f"datasets {now.done}/{now.total} committed"
+            return f"datasets {now.done:,}/{now.total:,} committed"
         return ""
 
     def _line(self, text: str) -> None:
@@ -168,6 +186,10 @@ class RichProgress:
             if self._phase is Phase.COMMIT and self._row is not None:
                 self.progress.update(self._row, completed=done)
 
+    def attempt_failed(self, failed: FailedAttempt) -> None:
+        """A failed attempt, printed above the live rows at once."""
+        self.progress.console.print(Text.assemble(("✗ ", "red"), failed.text()), highlight=False)
+
     def finish(self) -> None:
         """Stop the spinner of the last phase."""
         with self._lock:
@@ -205,6 +227,163 @@ class _Count(ProgressColumn):
 
     def render(self, task: Task) -> RenderableType:
         return Text("" if task.total is None else f"{int(task.completed):,}/{int(task.total):,}")
+
+
+@dataclass(frozen=True)
+class FailedAttempt:
+    """A failed attempt, as shown while the run runs: where, its root cause's first line, and what follows."""
+
+    task_id: str
+    attempt: int
+    cause: str
+    work_unit: str = ""
+    dataset: str = ""
+    retriable: bool = True
+    next_attempt: int = 0
+    next_at: datetime | None = None
+
+    @classmethod
+    def of(cls, event: TaskFailed) -> FailedAttempt:
+        """What a TaskFailed says (its next attempt starts its pause after it was recorded)."""
+        next_at = event.emitted_at + timedelta(seconds=event.retry_delay_s) if event.next_attempt else None
+        return cls(event.task_id, event.attempt, event.cause_line, event.failed_work_unit, event.failed_dataset,
+                   event.retriable, event.next_attempt, next_at)
+
+    def text(self) -> str:
+        """One line: `task … attempt N failed on <dataset> (work unit …): <cause>; <what follows>`."""
+        where = f" on {self.dataset} (work unit {self.work_unit})" if self.work_unit else ""
+        if self.next_attempt and self.next_at is not None:
+            pause = (self.next_at - datetime.now(self.next_at.tzinfo)).total_seconds()
+            after = (f"attempt {self.next_attempt} at {self.next_at:%H:%M:%S} UTC"
+                     + (f" (in {pause:.0f}s)" if pause >= 1 else ""))
+        elif not self.retriable:
+            after = "not retried: no retry can fix this"
+        else:
+            after = "no attempts left"
+        return f"task {self.task_id} attempt {self.attempt} failed{where}: {self.cause}; {after}"
+
+
+class RunWatch:
+    """Follows one run's events in its log while it runs (a thread and a log connection of its own): tells
+    `failed` of each failed attempt as it is recorded, and keeps the run's start and end as the log records them.
+
+    Reading trouble never fails the run: the watch tries again at its next poll (the run's own reads and appends
+    say what is wrong with the log)."""
+
+    def __init__(self, open_log: Callable[[], EventLog], job: str, run_id: str,
+                 failed: Callable[[FailedAttempt], None], poll_s: float = WATCH_POLL_S) -> None:
+        self.open_log = open_log
+        self.job = job
+        self.run_id = run_id
+        self.failed = failed
+        self.poll_s = poll_s
+        self.started_at: datetime | None = None
+        self.ended_at: datetime | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._log: EventLog | None = None
+        self._from: dict[int, int] = {}
+        self._reading = threading.Lock()
+
+    def start(self) -> None:
+        """Begin following from where the log ends now (call before the run records its start)."""
+        if self._thread is not None:
+            return
+        try:
+            self._log = self.open_log()
+            partition = partition_for(self.job, self._log.partitions)
+            self._from = {partition: self._log.end_offsets().get(partition, 0)}
+        except OncelogError as e:
+            log.warning("cannot follow run %s in its log: %s", self.run_id, e)
+            self._close()
+            return
+        self._thread = threading.Thread(target=self._follow, daemon=True, name="oncelog-run-watch")
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Read what the run recorded up to now (its end), then stop following."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        self._read()
+        self._close()
+
+    @property
+    def seconds(self) -> float | None:
+        """How long the run took as the log records it (JobRunStarted to its end), as `oncelog runs` shows it."""
+        if self.started_at is None or self.ended_at is None:
+            return None
+        return (self.ended_at - self.started_at).total_seconds()
+
+    def catch_up(self) -> None:
+        """Tell what the run recorded up to now (before the display moves to its next phase)."""
+        if self._thread is not None:
+            self._read()
+
+    def _follow(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            self._read()
+
+    def _read(self) -> None:
+        """The run's events appended since the last read (one reader at a time: the thread, or a catch-up)."""
+        with self._reading:
+            self._read_new()
+
+    def _read_new(self) -> None:
+        if self._log is None:
+            return
+        try:
+            (partition, position), = self._from.items()
+            end = self._log.end_offsets().get(partition, 0)
+            if end <= position:
+                return
+            for logged in self._log.read({partition: position}, {partition: end}, on_error=_skip):
+                self._seen(logged.event)
+            self._from = {partition: end}
+        except OncelogError as e:
+            log.warning("reading run %s in its log: %s (tried again)", self.run_id, e)
+
+    def _seen(self, event: object) -> None:
+        if getattr(event, "run_id", None) != self.run_id or getattr(event, "job", None) != self.job:
+            return
+        if isinstance(event, JobRunStarted) and self.started_at is None:
+            self.started_at = event.emitted_at
+        elif isinstance(event, (JobRunCommitted, JobRunFailed, JobRunCancelled)) and self.ended_at is None:
+            self.ended_at = event.emitted_at
+        elif isinstance(event, TaskFailed) and event.part == 0:
+            self.failed(FailedAttempt.of(event))
+
+    def _close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+def _skip(error: OncelogError) -> None:
+    """Records of other runs that cannot be read are not the watch's concern (the run's own fold is strict)."""
+
+
+@dataclass
+class Watched:
+    """An observer passing everything to `inner`, starting `watch` when the run takes its lock (its log exists)."""
+
+    inner: RunObserver
+    watch: RunWatch
+
+    def phase(self, phase: Phase, total: int | None = None) -> None:
+        if phase is Phase.LOCK:
+            self.watch.start()
+        elif phase in (Phase.COMMIT, Phase.CLEANUP):
+            self.watch.catch_up()  # the tasks' last failed attempts shown before the phase that follows them
+        self.inner.phase(phase, total)
+
+    def tasks_done(self, done: int, records: int) -> None:
+        self.inner.tasks_done(done, records)
+
+    def datasets_done(self, done: int) -> None:
+        self.inner.datasets_done(done)
 
 
 def _text(phase: Phase, total: int | None) -> str:

@@ -17,6 +17,7 @@ from localservers.hdfs_cli import app as hdfs_app
 from localservers.kafka_cli import app as kafka_app
 from localservers.s3_cli import app as s3_app
 from oncelog.cli.connectors import app as spark_app
+from oncelog.cli.console import reader_gone
 from oncelog.cli.replay import register as register_replay
 from oncelog.cli.run import register as register_pipeline
 from oncelog.cli.serve import register as register_live
@@ -61,5 +62,8 @@ def options(version: Annotated[bool, typer.Option(
 
 
 def main() -> None:
-    """Entry point of the console script."""
-    app()
+    """Entry point of the console script; a reader of its output that goes away ends it quietly with exit 0."""
+    try:
+        app()
+    except BrokenPipeError:
+        raise reader_gone() from None

@@ -2,12 +2,15 @@
 
 Output that is not a terminal is never wrapped or truncated (a log collector or `grep` sees whole lines), tables are
 plain aligned text and colour is off; an error goes to stderr, one line per problem. Exit codes follow one policy
-(`ExitCode`).
+(`ExitCode`). A reader that stops reading (`oncelog audit latest | head -1`) ends the command quietly with exit 0, as
+Unix tools do: what is left to print goes nowhere.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
+import sys
 from collections.abc import Collection
 from enum import IntEnum
 
@@ -40,8 +43,27 @@ def stderr_console() -> Console:
     return _console(stderr=True)
 
 
+class QuietPipeConsole(Console):
+    """A console that ends the command with exit 0 when its reader has gone (Rich's own exits 1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise reader_gone()
+
+
+def reader_gone() -> SystemExit:
+    """The reader of stdout has gone: what is left to print goes to /dev/null (Python's flush at exit, too), and the
+    command ends with exit 0; the caller raises the returned SystemExit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+    return SystemExit(int(ExitCode.OK))
+
+
 def _console(stderr: bool) -> Console:
-    console = Console(stderr=stderr, highlight=False)
+    console = QuietPipeConsole(stderr=stderr, highlight=False)
     console.soft_wrap = not console.is_terminal
     return console
 

@@ -10,6 +10,7 @@ While a job runs, the output of Spark's JVM (log4j) and of librdkafka goes to `.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -40,9 +41,12 @@ from spark_pipeline.jobfile.formats import JOB_FILE_SUFFIXES, Entry, parse_job_f
 from spark_pipeline.jobfile.paths import JobRoots, absolute_config, overlaps
 from spark_pipeline.progress import (
     LOGS_DIR,
+    SILENT,
+    FailedAttempt,
     PlainProgress,
     RichProgress,
-    RunObserver,
+    RunWatch,
+    Watched,
     quiet_native_output,
 )
 
@@ -77,11 +81,13 @@ def exit_code(result: RunResult) -> int:
     return EXIT_CANCELLED if result.status is RunStatus.CANCELLED else ExitCode.VERDICT
 
 
-def result_json(result: RunResult, seconds: float, log_file: Path | None = None) -> dict[str, Any]:
-    """A run's outcome as data."""
+def result_json(result: RunResult, took: Durations, log_file: Path | None = None) -> dict[str, Any]:
+    """A run's outcome as data: `seconds` as `oncelog runs` counts it (JobRunStarted to the run's end; the whole
+    command's when the log could not be followed), `command_seconds` with Spark's start-up."""
     return {
         "job": result.job, "run_id": result.run_id, "status": result.status.name, "error": result.error,
-        "seconds": round(seconds, 3), "records_written": result.records_written,
+        "seconds": round(took.command_s if took.run_s is None else took.run_s, 3),
+        "command_seconds": round(took.command_s, 3), "records_written": result.records_written,
         "tasks": [{"task_id": t.task_id, "succeeded": t.succeeded, "attempts": t.attempts, "error": t.error}
                   for t in result.tasks],
         "recovered": [{"dataset_urn": c.dataset_urn, "sequence_id": c.sequence_id, "outcome": c.outcome.value}
@@ -95,16 +101,35 @@ def result_json(result: RunResult, seconds: float, log_file: Path | None = None)
     }
 
 
-def show(result: RunResult, seconds: float, as_json: bool, log_file: Path | None = None) -> None:
-    """Print a run's summary (or its JSON document) on stdout; `log_file` holds Spark's own output."""
-    document = result_json(result, seconds, log_file)
+@dataclass(frozen=True)
+class Durations:
+    """How long a run took: as its log records it (JobRunStarted to its end, what `oncelog runs` shows; None when
+    the log could not be followed), and the whole command (Spark's start-up included)."""
+
+    run_s: float | None
+    command_s: float
+
+    @property
+    def shown(self) -> str:
+        """`24.9s (+27.6s starting Spark and ending)`: the run's own duration first, as `runs` has it."""
+        if self.run_s is None:
+            return f"{self.command_s:.1f}s (the whole command, Spark's start-up included)"
+        run_s = round(self.run_s, 3)  # as `runs` rounds it before showing it
+        return f"{run_s:.1f}s (+{max(0.0, self.command_s - run_s):.1f}s starting Spark and ending)"
+
+
+def show(result: RunResult, seconds: float | Durations, as_json: bool, log_file: Path | None = None) -> None:
+    """Print a run's summary (or its JSON document) on stdout; `log_file` holds Spark's own output and the failed
+    attempts' traces. `seconds`: the command's time alone (the scheduler's runs), or both durations."""
+    took = seconds if isinstance(seconds, Durations) else Durations(None, seconds)
+    document = result_json(result, took, log_file)
     out = stdout_console()
     if as_json:
         out.print_json(json.dumps(document))
         return
     colour = {"COMMITTED": "green", "FAILED": "red", "CANCELLED": "yellow"}.get(document["status"], "white")
     out.print(f"[bold]{escape(result.job)}[/] run [bold]{result.run_id}[/]: [{colour}]{document['status']}[/] in "
-              f"{seconds:.1f}s — {result.records_written:,} records written, "
+              f"{took.shown} — {result.records_written:,} records written, "
               f"{sum(c.outcome.value == 'completed' for c in result.commits)} dataset(s) published"
               + (f", {len(result.recovered)} unfinished commit(s) of an earlier run recovered" if result.recovered
                  else "")
@@ -119,6 +144,8 @@ def show(result: RunResult, seconds: float, as_json: bool, log_file: Path | None
         out.print(f"[red]{escape(result.error)}[/]", highlight=False)
     if log_file:
         out.print(f"Spark's and librdkafka's own output: {log_file}", markup=False, highlight=False)
+        if any(not task.succeeded for task in result.tasks):
+            out.print(f"each failed attempt's full trace: {log_file}", markup=False, highlight=False)
 
 
 # --- job files, --conf and --log ---------------------------------------------------------------------------------
@@ -198,7 +225,7 @@ def job_for(path: Path, conf: Sequence[str] | None, log_flag: str | None, folder
 
 
 @contextmanager
-def progress_display(console: Console, label: str, live: bool) -> Iterator[RunObserver]:
+def progress_display(console: Console, label: str, live: bool) -> Iterator[PlainProgress | RichProgress]:
     """A Rich display when `live` and the console is a terminal, else one plain line per phase."""
     if live and console.is_terminal:
         with RichProgress(console) as rich:
@@ -246,8 +273,9 @@ def run(job_file: JobFile, conf: Conf = None, log_url: LogUrl = None, verbose: V
     run_id = new_run_id(datetime.now(UTC))
     log_file = None if verbose else (LOGS_DIR / f"{config.job_name}-{run_id}.log").absolute()
     started = time.perf_counter()
+    watch = RunWatch(lambda: open_log(config.log_url, config.log_settings), config.job_name, run_id, ignore_failure)
     try:
-        result = run_shown(config, faults, run_id, log_file, verbose, quiet=as_json and merged_output(),
+        result = run_shown(config, faults, run_id, log_file, verbose, quiet=as_json and merged_output(), watch=watch,
                            take_over=take_over)
     except (JobLockedError, FencedError) as e:
         raise fail(with_log_hint(str(e), log_file), ExitCode.REFUSED) from e
@@ -255,7 +283,7 @@ def run(job_file: JobFile, conf: Conf = None, log_url: LogUrl = None, verbose: V
         raise fail(with_log_hint(str(e), log_file)) from e
     except OncelogError as e:
         raise fail(with_log_hint(str(e), log_file), ExitCode.VERDICT) from e
-    show(result, time.perf_counter() - started, as_json, kept_log(log_file))
+    show(result, Durations(watch.seconds, time.perf_counter() - started), as_json, kept_log(log_file))
     raise typer.Exit(exit_code(result))
 
 
@@ -307,17 +335,53 @@ def show_explanation(config: JobConfig, as_json: bool) -> None:
 
 
 def run_shown(config: JobConfig, faults: FaultInjector, run_id: str, log_file: Path | None, verbose: bool,
-              quiet: bool, take_over: bool = False) -> RunResult:
-    """Run a job, the output of the JVM and native libraries sent to `log_file` (when given), its progress shown
-    (unless `quiet`; as plain lines when `verbose`, since Spark's own output then shares the terminal)."""
+              quiet: bool, watch: RunWatch, take_over: bool = False) -> RunResult:
+    """Run a job, the output of the JVM and native libraries (and each failed attempt's full trace) sent to
+    `log_file` (when given), its progress and failed attempts shown as they happen (unless `quiet`; as plain lines
+    when `verbose`, since Spark's own output then shares the terminal); `watch` follows the run in its log."""
     from spark_pipeline.launcher import JobLauncher
 
-    with quiet_native_output(log_file) as native:
-        if quiet:
-            return JobLauncher(config, faults=faults, run_id=run_id, take_over=take_over).run()
-        console = Console(file=native.user_stderr, highlight=False)
-        with progress_display(console, f"{config.job_name} run {run_id}", live=not verbose) as shown:
-            return JobLauncher(config, faults=faults, run_id=run_id, observer=shown, take_over=take_over).run()
+    with quiet_native_output(log_file) as native, traces_to(log_file):
+        try:
+            if quiet:
+                return JobLauncher(config, faults=faults, run_id=run_id, observer=Watched(SILENT, watch),
+                                   take_over=take_over).run()
+            console = Console(file=native.user_stderr, highlight=False)
+            with progress_display(console, f"{config.job_name} run {run_id}", live=not verbose) as shown:
+                watch.failed = shown.attempt_failed
+                try:
+                    return JobLauncher(config, faults=faults, run_id=run_id, observer=Watched(shown, watch),
+                                       take_over=take_over).run()
+                finally:
+                    watch.stop()  # the last failed attempts shown before the display ends
+        finally:
+            watch.stop()
+
+
+def ignore_failure(failed: FailedAttempt) -> None:
+    """No display (--json): failed attempts are in the document's tasks and in the log."""
+
+
+@contextmanager
+def traces_to(log_file: Path | None) -> Iterator[None]:
+    """While a run lasts, oncelog's own log records (each failed attempt's full trace, from the tasks that run in
+    this process) go to the run's log file beside Spark's output, not to the terminal; tasks on Spark's executors
+    write theirs to their stderr, which is that file too."""
+    if log_file is None:
+        yield
+        return
+    logger = logging.getLogger("spark_pipeline")
+    handler = logging.FileHandler(log_file, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    propagate = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+        handler.close()
 
 
 def merged_output() -> bool:

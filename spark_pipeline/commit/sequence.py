@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import Literal
 
 from events.commit import (
+    STEP_TIMINGS_MAX,
     CommitSequenceAbandoned,
     CommitSequenceCompleted,
     CommitStepApplied,
@@ -107,6 +108,7 @@ class CommitSequence:
         effects_so_far: list[Event] = []
         applied: list[Event] = []  # recorded only if a later step fails (and, when found done, on completion)
         counts = {"executed": 0, "verified": 0}
+        step_ms: dict[int, float] = {}
         for index, spec in enumerate(self.view.steps):
             if index in self.view.applied:
                 continue
@@ -125,8 +127,8 @@ class CommitSequence:
             outcome: Literal["executed", "verified"] = "verified" if done else "executed"
             counts[outcome] += 1
             effects_so_far += effects
-            applied.append(CommitStepApplied(**fields, step_index=index, outcome=outcome,
-                                             duration_ms=(time.perf_counter() - step_started) * 1000))
+            step_ms[index] = (time.perf_counter() - step_started) * 1000
+            applied.append(CommitStepApplied(**fields, step_index=index, outcome=outcome, duration_ms=step_ms[index]))
             if isinstance(spec, FsRenameStep):
                 if not done:
                     self.renamed_into.add(urls.parent(spec.dst))
@@ -136,7 +138,8 @@ class CommitSequence:
         self.faults.reached(FaultPoint.BEFORE_COMPLETION)
         completed = CommitSequenceCompleted(**fields, duration_ms=(time.perf_counter() - started) * 1000,
                                             steps_applied=len(self.view.steps), executed=counts["executed"],
-                                            verified=counts["verified"])
+                                            verified=counts["verified"], step_ms=step_timings(step_ms,
+                                                                                              len(self.view.steps)))
         verified = [event for event in applied if isinstance(event, CommitStepApplied) and event.outcome == "verified"]
         record([*effects_so_far, *verified, completed, *published_events(fields, self.view.steps)])
         return self._result(Outcome.COMPLETED, executed=counts["executed"], verified=counts["verified"])
@@ -259,3 +262,10 @@ class Committer:
     def recover(self, job: str) -> list[CommitResult]:
         """Finish every planned-but-incomplete sequence of a job (what a run does before extracting anything)."""
         return self.commit_all(self.sink.state.pending_sequences(job))
+
+
+def step_timings(step_ms: dict[int, float], steps: int) -> tuple[float, ...]:
+    """Each step's milliseconds by plan index, for the completion event (none for a plan too long to carry them)."""
+    if steps > STEP_TIMINGS_MAX:
+        return ()
+    return tuple(round(step_ms.get(index, 0.0), 3) for index in range(steps))

@@ -7,6 +7,7 @@ errors read is decided here once, so that both engines record the same events fo
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -14,15 +15,20 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from events.job import WorkUnitSpec
 from events.model import Event, TaskFields
 from events.task import TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
 from spark_pipeline.constructs import MultiWorkUnit
+from spark_pipeline.engines.failures import Failure, classify
 from spark_pipeline.jobfile.config import JobConfig
 
 ERROR_CHARS = 4000
 """The longest error a TaskFailed records (its message first, then where it was raised)."""
 MESSAGE_CHARS = 2000
 """The longest message of an error kept before its frames."""
+
+log = logging.getLogger(__name__)
+"""Each failed attempt's full trace: to the run's log file (`oncelog run` sends this logger there)."""
 
 Emit = Callable[[Sequence[Event]], object]
 Sleep = Callable[[float], None]
@@ -62,11 +68,20 @@ class TaskOutcome:
 
 @dataclass(frozen=True)
 class Ended:
-    """How one attempt ended: its results, or its failure (with what it got done)."""
+    """How one attempt ended: its results, or its failure (with what it got done), what the failure comes down to,
+    whether it was the task's last attempt (`final`) and the error its outcome reports."""
 
     number: int
     results: tuple[WorkUnitResult, ...]
     failure: AttemptFailed | None = None
+    judged: Failure | None = None
+    final: bool = False
+    error: str = ""
+
+    @property
+    def cause(self) -> str:
+        """The failure's root cause's first line ("" when the attempt succeeded)."""
+        return self.judged.cause if self.judged else ""
 
 
 @dataclass(frozen=True)
@@ -97,7 +112,7 @@ class AttemptFailed(Exception):
     """
 
     def __init__(self, error: BaseException, results: Sequence[WorkUnitResult],
-                 cleanup: BaseException | None = None, unit: str | None = None) -> None:
+                 cleanup: BaseException | None = None, work_unit_id: str | None = None) -> None:
         summary = error_summary(error)
         if cleanup is not None:
             summary += f"; then handling the failed work unit's output failed: {error_summary(cleanup)}"
@@ -105,7 +120,9 @@ class AttemptFailed(Exception):
         self.error = error
         self.results = tuple(results)
         self.where = "\n".join(last_frames(e) for e in (error, cleanup) if e is not None)
-        self.unit = unit
+        self.cleanup = cleanup
+        self.work_unit_id = work_unit_id
+        """The work unit it failed on, when the engine knows it (engines.isolation then runs it alone)."""
 
 
 def error_summary(error: BaseException) -> str:
@@ -119,6 +136,22 @@ def last_frames(error: BaseException) -> str:
     return "".join(traceback.format_exception(error)[-3:]).strip()[-1500:]
 
 
+def failed_unit(mwu: MultiWorkUnit, failure: AttemptFailed) -> WorkUnitSpec | None:
+    """The work unit an attempt failed on: the one its engine names, or the task's only one."""
+    if failure.work_unit_id is not None:
+        return next((u for u in mwu.work_units if u.work_unit_id == failure.work_unit_id), None)
+    return mwu.work_units[0] if len(mwu.work_units) == 1 else None
+
+
+def outcome_error(judged: Failure, unit: WorkUnitSpec | None, cleanup: BaseException | None) -> str:
+    """A failed task's error as its outcome (and the run's error) says it: where, the root cause, why it was not
+    retried when no retry could fix it, and a second error met handling its output."""
+    where = f"work unit {unit.work_unit_id} of {unit.dataset_urn}: " if unit else ""
+    why = f" (not retried: {judged.permanent.value})" if judged.permanent else ""
+    then = f"; then handling the failed work unit's output failed: {error_summary(cleanup)}" if cleanup else ""
+    return f"{where}{judged.cause}{why}{then}"
+
+
 def executor_name() -> str:
     """host:pid of the process running the task, for the audit."""
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -126,38 +159,46 @@ def executor_name() -> str:
 
 def run_attempts(config: JobConfig, run_id: str, mwu: MultiWorkUnit, attempt: RunAttempt, plan: AttemptPlan,
                  emit: Emit, sleep: Sleep = time.sleep) -> TaskOutcome:
-    """Run a task's attempts until one succeeds or the last fails, recording each through `emit`."""
+    """Run a task's attempts until one succeeds, the last fails, or one fails in a way no retry can fix, recording
+    each through `emit`."""
     unit_ids = tuple(u.work_unit_id for u in mwu.work_units)
     for number in range(plan.first, plan.last + 1):
-        last = number == plan.last
-        ended = attempt_once(config, run_id, mwu, attempt, number, last, emit)
+        ended = attempt_once(config, run_id, mwu, attempt, number, number == plan.last, emit, plan.retry_interval_s)
         failure = ended.failure
         if failure is None:
             return TaskOutcome(mwu.multi_work_unit_id, True, number, ended.results)
-        if last:
-            summary = str(failure)
-            return TaskOutcome(mwu.multi_work_unit_id, False, number, (), summary, failure.results,
-                               (TaskFailure(mwu.multi_work_unit_id, unit_ids, number, summary),))
-        emit([retried(config, run_id, mwu, number, plan.retry_interval_s, failure)])
+        if ended.final:
+            return TaskOutcome(mwu.multi_work_unit_id, False, number, (), ended.error, failure.results,
+                               (TaskFailure(mwu.multi_work_unit_id, unit_ids, number, ended.error),))
+        emit([retried(config, run_id, mwu, number, plan.retry_interval_s, ended.cause)])
         sleep(plan.retry_interval_s)
     raise AssertionError("unreachable: the last attempt returns")
 
 
 def attempt_once(config: JobConfig, run_id: str, mwu: MultiWorkUnit, attempt: RunAttempt, number: int,
-                 keeps_partial: bool, emit: Emit) -> Ended:
-    """One attempt of `mwu`'s work units, recorded: TaskStarted, then TaskSucceeded or TaskFailed."""
+                 last: bool, emit: Emit, retry_delay_s: float) -> Ended:
+    """One attempt of `mwu`'s work units, recorded: TaskStarted, then TaskSucceeded or TaskFailed (saying whether
+    and when a next attempt follows: not after the `last`, nor after a failure no retry can fix)."""
     task = task_fields(config, run_id, mwu)
     unit_ids = tuple(u.work_unit_id for u in mwu.work_units)
     started = time.perf_counter()
     emit(TaskStarted(**task, attempt=number, work_unit_ids=unit_ids, executor=executor_name()).in_parts())
     try:
-        results = tuple(attempt(mwu, number, keeps_partial))
+        results = tuple(attempt(mwu, number, last))
     except Exception as e:
         failure = e if isinstance(e, AttemptFailed) else AttemptFailed(e, ())
-        summary = str(failure)
-        emit(TaskFailed(**task, attempt=number, error=f"{summary}\n{failure.where}"[:ERROR_CHARS],
-                        results=failure.results, duration_ms=_since(started)).in_parts())
-        return Ended(number, failure.results, failure)
+        judged = classify(failure.error)
+        final = last or not judged.retriable  # a failure no retry can fix ends the task at once
+        unit = failed_unit(mwu, failure)
+        log.warning("task %s attempt %d failed%s", mwu.multi_work_unit_id, number,
+                    f" on work unit {unit.work_unit_id}" if unit else "", exc_info=failure.error)
+        emit(TaskFailed(**task, attempt=number, error=f"{failure}\n{failure.where}"[:ERROR_CHARS],
+                        results=failure.results, duration_ms=_since(started), cause=judged.cause,
+                        failed_work_unit=unit.work_unit_id if unit else "",
+                        failed_dataset=unit.dataset_urn if unit else "", retriable=judged.retriable,
+                        next_attempt=0 if final else number + 1,
+                        retry_delay_s=0.0 if final else retry_delay_s).in_parts())
+        return Ended(number, failure.results, failure, judged, final, outcome_error(judged, unit, failure.cleanup))
     except BaseException as stopped:  # interrupted (KeyboardInterrupt, SystemExit): the attempt still ends
         error = f"attempt stopped by {error_summary(stopped)}\n{last_frames(stopped)}"
         emit([TaskFailed(**task, attempt=number, error=error[:ERROR_CHARS], results=(),
@@ -169,10 +210,10 @@ def attempt_once(config: JobConfig, run_id: str, mwu: MultiWorkUnit, attempt: Ru
 
 
 def retried(config: JobConfig, run_id: str, mwu: MultiWorkUnit, number: int, delay_s: float,
-            failure: AttemptFailed) -> TaskRetried:
-    """The event saying that a failed attempt of `mwu` is retried after `delay_s`."""
+            cause: str) -> TaskRetried:
+    """The event saying that a failed attempt of `mwu` is retried after `delay_s`, and why it failed."""
     return TaskRetried(**task_fields(config, run_id, mwu), attempt=number, next_attempt=number + 1, delay_s=delay_s,
-                       reason=str(failure).splitlines()[0])
+                       reason=cause)
 
 
 def task_fields(config: JobConfig, run_id: str, mwu: MultiWorkUnit) -> TaskFields:

@@ -27,9 +27,9 @@ from events.job import WorkUnitSpec
 from events.task import WorkUnitResult
 from spark_pipeline.constructs import MultiWorkUnit
 from spark_pipeline.engines.attempts import (
-    AttemptFailed,
     AttemptPlan,
     Emit,
+    Ended,
     RunAttempt,
     Sleep,
     TaskFailure,
@@ -72,8 +72,13 @@ class Failing:
 
     part: MultiWorkUnit
     number: int
-    failure: AttemptFailed
+    ended: Ended
     attempts: int = 1
+
+    @property
+    def retriable(self) -> bool:
+        """Whether a next attempt may still fix it (not after a failure no retry can fix)."""
+        return not self.ended.final
 
 
 class Isolation:
@@ -93,7 +98,7 @@ class Isolation:
         """Split until every failure is isolated, then retry the failing parts; the task's outcome."""
         self._search()
         for round_ in range(1, self.plan.retries + 1):
-            if not self.failing:
+            if not any(f.retriable for f in self.failing):
                 break
             self._retry(final=round_ == self.plan.retries)
         return self._outcome()
@@ -109,18 +114,20 @@ class Isolation:
             if sibling in passed and not alone and self.splitting:
                 stack += self._halves(part.work_units, number)
                 continue
-            final = self.plan.retries == 0 and (alone or not self.splitting)
-            ended = attempt_once(self.config, self.run_id, part, self.attempt, number, final, self.emit)
+            settled = alone or not self.splitting  # a failure is retried in rounds, not split
+            final = self.plan.retries == 0 and settled
+            delay = self.plan.retry_interval_s if settled else 0.0
+            ended = attempt_once(self.config, self.run_id, part, self.attempt, number, final, self.emit, delay)
             self.attempts += 1
             if ended.failure is None:
                 self._succeeded(ended.results)
                 passed.add(part.multi_work_unit_id)
                 continue
-            if alone or not self.splitting:
-                self.failing.append(Failing(part, number, ended.failure))
+            if settled or ended.final:  # no retry can fix it: the task's own failure, not a work unit's
+                self.failing.append(Failing(part, number, ended))
                 self._check_spread()
                 continue
-            culprit = ended.failure.unit
+            culprit = ended.failure.work_unit_id
             if culprit is not None and any(u.work_unit_id == culprit for u in part.work_units):
                 stack += [(self._part([u for u in part.work_units if u.work_unit_id == culprit]), number + 1, None),
                           (self._part([u for u in part.work_units if u.work_unit_id != culprit]), number + 1, None)]
@@ -142,17 +149,19 @@ class Isolation:
     def _retry(self, final: bool) -> None:
         """One round: every failing part's TaskRetried, one pause, then each part's next attempt."""
         delay = self.plan.retry_interval_s
-        self.emit([retried(self.config, self.run_id, f.part, f.number, delay, f.failure) for f in self.failing])
+        retrying = [f for f in self.failing if f.retriable]
+        still = [f for f in self.failing if not f.retriable]
+        self.emit([retried(self.config, self.run_id, f.part, f.number, delay, f.ended.cause) for f in retrying])
         self.sleep(delay)
-        still = []
-        for failing in self.failing:
+        for failing in retrying:
             number = failing.number + 1
-            ended = attempt_once(self.config, self.run_id, failing.part, self.attempt, number, final, self.emit)
+            ended = attempt_once(self.config, self.run_id, failing.part, self.attempt, number, final, self.emit,
+                                 delay)
             self.attempts += 1
             if ended.failure is None:
                 self._succeeded(ended.results)
             else:
-                still.append(Failing(failing.part, number, ended.failure, failing.attempts + 1))
+                still.append(Failing(failing.part, number, ended, failing.attempts + 1))
         self.failing = still
 
     def _succeeded(self, results: Sequence[WorkUnitResult]) -> None:
@@ -166,8 +175,8 @@ class Isolation:
         order = {u.work_unit_id: i for i, u in enumerate(self.mwu.work_units)}
         results = tuple(sorted(self.results.values(), key=lambda r: order[r.work_unit_id]))
         failures = tuple(TaskFailure(f.part.multi_work_unit_id, tuple(u.work_unit_id for u in f.part.work_units),
-                                     f.attempts, str(f.failure)) for f in self.failing)
-        partial = tuple(r for f in self.failing for r in f.failure.results)
+                                     f.attempts, f.ended.error) for f in self.failing)
+        partial = tuple(r for f in self.failing for r in f.ended.results)
         return TaskOutcome(self.mwu.multi_work_unit_id, not failures, self.attempts, results,
                            failures_summary(failures) if failures else None, partial, failures)
 

@@ -39,7 +39,7 @@ def run_attempt(constructs: Constructs, run_id: str, mwu: MultiWorkUnit, attempt
                 raise AttemptFailed(e, results, cleanup, unit.work_unit_id) from cleanup
             if partial is not None:
                 results.append(partial)
-            raise AttemptFailed(e, results, unit=unit.work_unit_id) from e
+            raise AttemptFailed(e, results, work_unit_id=unit.work_unit_id) from e
     return results
 
 

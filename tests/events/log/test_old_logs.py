@@ -17,6 +17,9 @@ import pytest
 
 import oncelog
 from events.log import open_log
+from events.registry import EVENT_TYPES
+
+EVENT_TYPES_BY_NAME = {t.__name__: t for t in EVENT_TYPES}
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "logs"
 LOGS = ["simulated-main-99a2c0f", "every-type-main-99a2c0f"]
@@ -44,4 +47,18 @@ def test_a_log_written_by_an_earlier_version_reads_and_folds_as_it_did(name: str
     copy = tmp_path / f"{name}.db"
     shutil.copy(FIXTURES / f"{name}.db", copy)  # opening a log may write (its schema table): never the fixture
     expected = json.loads((FIXTURES / f"{name}.json").read_text())
-    assert json.loads(json.dumps(summary(f"sqlite:///{copy}"), default=str)) == expected
+    actual = json.loads(json.dumps(summary(f"sqlite:///{copy}"), default=str))
+    assert len(actual["events"]) == len(expected["events"])
+    for got, was in zip(actual["events"], expected["events"]):
+        got["event"] = as_written(got["type"], got["event"], was["event"])
+    assert actual == expected
+
+
+def as_written(event_type: str, read: dict[str, Any], written: dict[str, Any]) -> dict[str, Any]:
+    """An event as read, without the fields its type gained since the fixture was written: each must read as its
+    declared default (a field added with a default leaves old events unchanged)."""
+    model = EVENT_TYPES_BY_NAME[event_type]
+    for name in set(read) - set(written):
+        default = model.model_fields[name].get_default(call_default_factory=True)
+        assert read[name] == json.loads(json.dumps(default)), (event_type, name, read[name])
+    return {key: value for key, value in read.items() if key in written}

@@ -126,7 +126,7 @@ def test_runs_lists_every_run_from_the_fold_and_filters_by_job_and_time(log: Eve
     assert code == 0
     rows = [line.split() for line in out.splitlines()[2:]]
     assert [r[:3] for r in rows] == [[r["job"], r["run_id"], "COMMITTED"] for r in runs]
-    assert rows[0][3:] == ["2026-11-21T12:00:01.123Z", "14.0s", "100", "1", "1", "0"]
+    assert rows[0][3:] == ["2026-11-21T12:00:01.123Z", "14.0s", "100", "1", "1", "0", "-"]  # no error
     code, _, err = cli(log, "runs", "--job", "order")
     assert code == 2 and "no job 'order'" in err and "did you mean 'orders'" in err
     code, _, err = cli(log, "runs", "--since", "last tuesday")

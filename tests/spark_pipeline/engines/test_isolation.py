@@ -137,7 +137,7 @@ class Units:
         self.runs.append((part.multi_work_unit_id, len(part.work_units), attempt))
         bad = [u.work_unit_id for u in part.work_units if u.work_unit_id in self.failing]
         if bad:
-            raise AttemptFailed(RuntimeError(f"{bad[0]} is broken"), (), unit=bad[0] if self.names else None)
+            raise AttemptFailed(RuntimeError(f"{bad[0]} is broken"), (), work_unit_id=bad[0] if self.names else None)
         return [WorkUnitResult(work_unit_id=u.work_unit_id, dataset_urn=u.dataset_urn, partition=u.partition,
                                low_watermark=0, expected_high_watermark=1, actual_high_watermark=1,
                                records_extracted=1, records_written=1, bytes_written=1, output_files=())

@@ -249,7 +249,17 @@ def run(job_file: JobFile, conf: Conf = None, log_url: LogUrl = None, verbose: V
     except OncelogError as e:
         raise fail(with_log_hint(str(e), log_file), ExitCode.VERDICT) from e
     show(result, time.perf_counter() - started, as_json, kept_log(log_file))
+    if result.stopped_now:
+        exit_now(exit_code(result))
     raise typer.Exit(exit_code(result))
+
+
+def exit_now(code: int) -> None:
+    """End the process at once, its output flushed: a run stopped by a second signal may have abandoned task threads
+    (their writers fenced, the run recorded) that Python's exit would otherwise wait for."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def show_explanation(config: JobConfig, as_json: bool) -> None:
@@ -292,7 +302,9 @@ def run_shown(config: JobConfig, faults: FaultInjector, run_id: str, log_file: P
             return JobLauncher(config, faults=faults, run_id=run_id).run()
         console = Console(file=native.user_stderr, highlight=False)
         with progress_display(console, f"{config.job_name} run {run_id}", live=not verbose) as shown:
-            return JobLauncher(config, faults=faults, run_id=run_id, observer=shown).run()
+            return JobLauncher(config, faults=faults, run_id=run_id, observer=shown,
+                               notice=lambda text: console.print(text, style="yellow", markup=False,
+                                                                 soft_wrap=True)).run()
 
 
 def merged_output() -> bool:

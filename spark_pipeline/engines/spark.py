@@ -11,7 +11,7 @@ from py4j.protocol import Py4JError
 from pyspark import Accumulator, AccumulatorParam, SparkConf, SparkContext, TaskContext
 from pyspark.sql import SparkSession
 
-from events.errors import ConfigError
+from events.errors import ConfigError, OncelogError
 from events.log import open_log
 from filesystems.router import FileSystems
 from spark_pipeline.commit.engine import CommitEngine, job_publisher
@@ -38,6 +38,10 @@ SPARK_DEFAULTS = {
     "spark.sql.shuffle.partitions": "8",
     SPECULATION: "false",  # two attempts of one task would write the same file names
 }
+
+
+class TasksStopped(OncelogError):
+    """The run's tasks were cancelled: no new attempt starts, no retry waits (the run is being cancelled)."""
 
 
 def spark_session(config: JobConfig) -> SparkSession:

@@ -11,7 +11,7 @@ from py4j.protocol import Py4JError
 from pyspark import Accumulator, AccumulatorParam, SparkConf, SparkContext, TaskContext
 from pyspark.sql import SparkSession
 
-from events.errors import ConfigError, OncelogError
+from events.errors import ConfigError
 from events.log import open_log
 from filesystems.router import FileSystems
 from spark_pipeline.commit.engine import CommitEngine, job_publisher
@@ -40,8 +40,9 @@ SPARK_DEFAULTS = {
 }
 
 
-class TasksStopped(OncelogError):
-    """The run's tasks were cancelled: no new attempt starts, no retry waits (the run is being cancelled)."""
+class TasksStopped(Exception):  # noqa: N818 (a signal, not an error: the launcher makes it RunCancelled)
+    """The run's tasks were cancelled: no new attempt starts, no retry waits. Internal: the launcher turns it into
+    RunCancelled, so it is no OncelogError a user could meet."""
 
 
 def spark_session(config: JobConfig) -> SparkSession:

@@ -104,7 +104,7 @@ def scrape(log: EventLog) -> Iterator[Scrape]:
         stops.append(shut)
         base = f"http://127.0.0.1:{server.server_address[1]}"
         deadline = time.monotonic() + 30
-        while not (text := get(f"{base}/metrics")).count("oncelog_live_caught_up 1"):
+        while "\noncelog_live_caught_up 1\n" not in (text := get(f"{base}/metrics")):
             assert time.monotonic() < deadline, text
             time.sleep(0.1)
         return parse_metrics(text), text

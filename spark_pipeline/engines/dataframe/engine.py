@@ -84,9 +84,20 @@ class TaskPlan:
 class DataFrameTaskEngine(SparkTaskEngine):
     """Runs each task as one Spark DataFrame job (same events and staged output as the record engine)."""
 
-    def __init__(self, config: JobConfig, spark: SparkSession | None = None, choice: EngineChoice | None = None
-                 ) -> None:
+    def __init__(self, config: JobConfig, spark: SparkSession | None = None, choice: EngineChoice | None = None,
+                 sleep: Callable[[float], None] | None = None) -> None:
         super().__init__(config, spark, choice or EngineChoice(TaskEngineKind.DATAFRAME, "given by the caller"))
+        self.sleep = sleep
+        """The retry pause (tests skip it); None: a pause a cancellation cuts short."""
+
+    def pause(self, seconds: float) -> None:
+        """A retry's pause; TasksStopped once the run is cancelled (no attempt starts after a cancel)."""
+        if self.sleep is None:
+            super().pause(seconds)
+            return
+        self.sleep(seconds)
+        if self.cancelled.is_set():
+            raise TasksStopped("the run is cancelled: no further attempt")
 
     def slots(self) -> int:
         """Under job.commit.policy=full, one task per run: a failed task fails the run anyway, and the task's Spark

@@ -22,9 +22,9 @@ from spark_pipeline.engines.attempts import TaskOutcome
 from spark_pipeline.engines.choice import EngineChoice
 from spark_pipeline.engines.records.task import run_task
 from spark_pipeline.engines.spark import (
+    AttemptsCancelled,
     SparkCommitEngine,
     TaskProgress,
-    TasksStopped,
     run_tasks,
     slots,
     spark_session,
@@ -124,9 +124,9 @@ class SparkTaskEngine(TaskEngine):
             self._spark.sparkContext.cancelJobGroup(job_group(run_id))
 
     def pause(self, seconds: float) -> None:
-        """A retry's pause, cut short by a cancellation: TasksStopped then (no attempt starts after a cancel)."""
+        """A retry's pause, cut short by a cancellation: AttemptsCancelled then (no attempt starts after a cancel)."""
         if self.cancelled.wait(seconds):
-            raise TasksStopped("the run is cancelled: no further attempt")
+            raise AttemptsCancelled("the run is cancelled: no further attempt")
 
     def stop(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], log: EventLog) -> None:
         """Wait until Spark reports no running task of the run (unless halted), then fence every task's writer."""

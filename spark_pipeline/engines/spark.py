@@ -41,8 +41,11 @@ SPARK_DEFAULTS = {
 
 
 class TasksStopped(Exception):  # noqa: N818 (a signal, not an error: the launcher makes it RunCancelled)
-    """The run's tasks were cancelled: no new attempt starts, no retry waits. Internal: the launcher turns it into
-    RunCancelled, so it is no OncelogError a user could meet."""
+    """A second signal: stop waiting for the run's tasks now. Internal: the launcher turns it into RunCancelled."""
+
+
+class AttemptsCancelled(Exception):  # noqa: N818 (a signal, not an error: the launcher makes it RunCancelled)
+    """The run is cancelled: a task starts no further attempt (raised where a retry would pause). Internal."""
 
 
 def spark_session(config: JobConfig) -> SparkSession:

@@ -51,6 +51,7 @@ from spark_pipeline.engines.dataframe.sources import (
 from spark_pipeline.engines.dataframe.writers import WriterSettings, write_attempt
 from spark_pipeline.engines.policies import TaskQualityError, check_task
 from spark_pipeline.engines.spark import (
+    AttemptsCancelled,
     TaskProgress,
     TasksStopped,
     task_writer_name,
@@ -91,13 +92,13 @@ class DataFrameTaskEngine(SparkTaskEngine):
         """The retry pause (tests skip it); None: a pause a cancellation cuts short."""
 
     def pause(self, seconds: float) -> None:
-        """A retry's pause; TasksStopped once the run is cancelled (no attempt starts after a cancel)."""
+        """A retry's pause; AttemptsCancelled once the run is cancelled (no attempt starts after a cancel)."""
         if self.sleep is None:
             super().pause(seconds)
             return
         self.sleep(seconds)
         if self.cancelled.is_set():
-            raise TasksStopped("the run is cancelled: no further attempt")
+            raise AttemptsCancelled("the run is cancelled: no further attempt")
 
     def slots(self) -> int:
         """Under job.commit.policy=full, one task per run: a failed task fails the run anyway, and the task's Spark

@@ -401,7 +401,7 @@ class JobLauncher:
             return
         self.stop_now.set()
         self.notice(STOPPING)
-        threading.Thread(target=self.engine.halt, args=(self.run_id,), daemon=True, name="oncelog-halt").start()
+        self.engine.halt(self.run_id)
         if self._in_tasks:
             self._in_tasks = False
             raise TasksStopped("stopped by a second signal while waiting for the run's tasks")

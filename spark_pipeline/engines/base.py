@@ -60,7 +60,7 @@ class TaskEngine(ABC):
         """Ask the run's tasks to stop (called from a signal handler's thread)."""
 
     def halt(self, run_id: str) -> None:
-        """Stop the run's tasks now, waiting for nothing (a second signal; called from the handler's thread)."""
+        """Stop the run's tasks now, waiting for nothing (a second signal; called from the handler: must not block)."""
 
     def identity(self) -> dict[str, str]:
         """What identifies the engine's application for the audit (recorded in JobRunStarted): none by default."""
@@ -115,13 +115,15 @@ class SparkTaskEngine(TaskEngine):
             self._spark.sparkContext.cancelJobGroup(job_group(run_id))
 
     def halt(self, run_id: str) -> None:
-        """Wait for no task any more, and cancel the run's Spark jobs again (those a task started meanwhile)."""
+        """Wait for no task any more, and cancel the run's Spark jobs again (those a task started meanwhile): from
+        the signal handler itself, so nothing here blocks (py4j is called from a thread of its own)."""
         self.cancelled.set()
         self.halted.set()
-        # the main thread left a py4j call half-way: py4j's own report of that broken call is no news to the user
+        # the main thread leaves a py4j call half-way: py4j's own report of that broken call is no news to the user
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
         if self._spark is not None:
-            self._spark.sparkContext.cancelJobGroup(job_group(run_id))
+            threading.Thread(target=self._spark.sparkContext.cancelJobGroup, args=(job_group(run_id),), daemon=True,
+                             name="oncelog-halt").start()
 
     def pause(self, seconds: float) -> None:
         """A retry's pause, cut short by a cancellation: AttemptsCancelled then (no attempt starts after a cancel)."""

@@ -134,6 +134,9 @@ class SparkTaskEngine(TaskEngine):
         """Wait until Spark reports no running task of the run (unless halted), then fence every task's writer."""
         if self._spark is None:
             return
+        if self.halted.is_set():  # a second signal: no Spark call (the main thread may have left one half-way)
+            fence_task_writers(config, run_id, mwus, log)
+            return
         tracker = self._spark.sparkContext.statusTracker()
         deadline = time.monotonic() + STOP_WAIT_S
         while time.monotonic() < deadline and not self.halted.is_set():

@@ -11,7 +11,9 @@ detached server that outlives the command (``oncelog s3 up``).
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import secrets
 import shutil
 import string
@@ -206,6 +208,24 @@ class LocalS3(LocalServer):
         except BotoCoreError as e:
             return f"no answer on {self.endpoint_url}: {e}"
         return None
+
+
+BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+BUCKET_RULE = ("3 to 63 characters: lowercase letters, digits, dots and hyphens, beginning and ending with a letter "
+               "or digit, no two dots in a row, not an IP address")
+"""S3's bucket naming rule (general purpose buckets), as checked and as told."""
+
+
+def check_bucket_name(name: str) -> None:
+    """S3ProvisioningError naming the rule when `name` is no valid bucket name (checked before any server starts)."""
+    valid = bool(BUCKET_NAME.match(name)) and ".." not in name
+    try:
+        ipaddress.ip_address(name)
+        valid = False
+    except ValueError:
+        pass
+    if not valid:
+        raise S3ProvisioningError(f"--bucket {name!r} is not a valid S3 bucket name: {BUCKET_RULE}")
 
 
 def _parse_state(recorded: dict[str, Any]) -> S3State:

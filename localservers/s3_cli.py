@@ -42,9 +42,17 @@ def up(
 ) -> None:
     """Start the server in the background (or find the running one) and print its endpoint URL."""
     with one_line_errors():
-        server = s3_local.up(state_dir, port)
         for name in bucket or []:
-            server.create_bucket(name)
+            s3_local.check_bucket_name(name)
+        started = s3_local.status(state_dir) is None
+        server = s3_local.up(state_dir, port)
+        try:
+            for name in bucket or []:
+                server.create_bucket(name)
+        except BaseException:
+            if started:  # a failed `up` leaves no server of its own behind
+                s3_local.down(state_dir)
+            raise
     _show(server)
     for key, value in server.env().items():
         typer.echo(f"export {key}={shlex.quote(value)}", err=True)

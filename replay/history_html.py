@@ -3,6 +3,7 @@ SVG charts, and a table of those runs with their errors as raised. No script, no
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -20,6 +21,8 @@ LABEL_WIDTH = 70
 CHART_WIDTH = 900
 DURATION_HEIGHT = 200
 RECORDS_HEIGHT = 120
+X_LABEL_GAP = 150
+"""Pixels between the centres of two x labels (a label is about 100 wide): they never overlap."""
 
 
 class JobNotFoundError(OncelogError):
@@ -71,8 +74,8 @@ def bar_chart(points: Sequence[RunPoint], value: Callable[[RunPoint], float | No
     step = nice_step(top, 5)
     top = step * -(-top // step)
     slot = CHART_WIDTH / len(points)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="{kind}-chart" width="{LABEL_WIDTH + CHART_WIDTH + 10}" '
-             f'height="{height + 40}">']
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="{kind}-chart" width="{LABEL_WIDTH + CHART_WIDTH + 60}" '
+             f'height="{height + 40}">']  # the last x label may reach past the bars by half its width
     for i in range(int(round(top / step)) + 1):
         y = 10 + height - height * i * step / top
         parts.append(f'<line x1="{LABEL_WIDTH}" y1="{y:.1f}" x2="{LABEL_WIDTH + CHART_WIDTH}" y2="{y:.1f}" '
@@ -86,11 +89,23 @@ def bar_chart(points: Sequence[RunPoint], value: Callable[[RunPoint], float | No
         parts.append(f'<rect class="{kind}-bar status-{escape(point.status)}" x="{x:.1f}" y="{10 + height - bar:.1f}" '
                      f'width="{max(1.0, slot * 0.7):.1f}" height="{bar:.1f}" fill="{_colour(point.status)}" '
                      f'data-run="{escape(point.run_id)}" {_data(point)}><title>{escape(tip)}</title></rect>')
-    first, last = points[0], points[-1]
-    parts.append(f'<text x="{LABEL_WIDTH}" y="{height + 30}">{escape(_when(first.started_at))} {escape(first.run_id)}'
-                 f'</text><text x="{LABEL_WIDTH + CHART_WIDTH}" y="{height + 30}" text-anchor="end">'
-                 f"{escape(last.run_id)} {escape(_when(last.started_at))}</text></svg>")
+    parts += x_labels(points, height + 30)
+    parts.append("</svg>")
     return "".join(parts)
+
+
+def x_labels(points: Sequence[RunPoint], y: float) -> list[str]:
+    """The x axis: runs' start times (one kind of label), under every k-th bar from the first, never closer than
+    X_LABEL_GAP."""
+    slot = CHART_WIDTH / len(points)
+    chosen = range(0, len(points), max(1, math.ceil(X_LABEL_GAP / slot)))
+    return [f'<text class="x-label" x="{LABEL_WIDTH + (n + 0.5) * slot:.1f}" y="{y}" text-anchor="middle">'
+            f"{escape(_tick(points[n].started_at))}</text>" for n in chosen]
+
+
+def _tick(moment: datetime | None) -> str:
+    """A run's start as an x label: month-day and time of day, UTC (the run id and the full time are in the tip)."""
+    return "no start" if moment is None else moment.strftime("%m-%d %H:%M:%S")
 
 
 def _data(point: RunPoint) -> str:

@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from enum import StrEnum
 
+from events.commit import CommitSequenceAbandoned, CommitSequenceCompleted, CommitSequencePlanned
+from events.dataset import WatermarkAdvanced
 from events.errors import ConfigError, EventDecodeError
-from events.log import ErrorHandler, EventLog, raise_error
-from events.model import LoggedEvent
+from events.job import JobRunCancelled, JobRunCommitted, JobRunFailed, JobRunStarted, WorkUnitsPlanned
+from events.log import ErrorHandler, EventLog, decode_records, raise_error
+from events.model import Event, LoggedEvent
+from events.published import DatasetPublished
 from events.registry import EVENT_TYPES_BY_NAME
+from events.task import TaskFailed, TaskSucceeded
 
 Handler = Callable[[LoggedEvent], None]
 
@@ -95,3 +100,73 @@ def hand_over_errors(errors: list[EventDecodeError], on_error: ErrorHandler, bef
     for error in due:
         errors.remove(error)
         on_error(error)
+
+
+COMMIT_EVENTS = ("JobRunStarted", "DatasetPublished", "CommitSequenceAbandoned", "JobRunCommitted", "JobRunFailed",
+                 "JobRunCancelled")
+"""What `oncelog follow` shows by default: runs starting and ending, and each dataset published (or abandoned)."""
+FOLLOW_POLL_S = 0.5
+
+
+def first_line(text: str) -> str:
+    """The first non-empty line of a message (an error's cause, without its trace)."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def event_summary(event: Event) -> str:
+    """What an event says, in a few words with its paths and counts ("" for an event with nothing to add)."""
+    match event:
+        case DatasetPublished():
+            where = event.files[0].path if event.files else ""
+            more = f" (+{len(event.files) - 1} more)" if len(event.files) > 1 else ""
+            part = f" part {event.part + 1}/{event.parts}" if event.parts > 1 else ""
+            return (f"{event.dataset_urn}: {event.files_published:,} file(s), {event.records_published:,} records, "
+                    f"{event.bytes_published:,} bytes{part}" + (f" → {where}{more}" if where else ""))
+        case CommitSequenceCompleted() | CommitSequencePlanned():
+            return f"{event.dataset_urn} sequence {event.sequence_id}"
+        case CommitSequenceAbandoned():
+            return f"{event.dataset_urn} after {event.attempts} attempt(s): {first_line(event.error)}"
+        case JobRunStarted():
+            return f"{event.job} run {event.run_id}"
+        case WorkUnitsPlanned():
+            return f"{len(event.work_units):,} work unit(s)"
+        case JobRunCommitted():
+            return (f"{len(event.datasets_committed):,} dataset(s) published"
+                    + (f", {len(event.datasets_abandoned):,} abandoned" if event.datasets_abandoned else "")
+                    + (f", {len(event.datasets_skipped):,} skipped" if event.datasets_skipped else ""))
+        case JobRunFailed():
+            return first_line(event.error)
+        case JobRunCancelled():
+            return first_line(event.reason)
+        case TaskSucceeded():
+            return (f"attempt {event.attempt}: {sum(r.records_written for r in event.results):,} records written "
+                    f"in {len(event.results)} work unit(s)")
+        case TaskFailed():
+            return f"attempt {event.attempt}: {first_line(event.error)}"
+        case WatermarkAdvanced():
+            return f"{event.partition}: {event.low_watermark} → {event.value}"
+    return ""
+
+
+def watch(log: EventLog, handler: Handler, types: Collection[str] = (), start: Mapping[int, int] | None = None,
+          stop: threading.Event | None = None, max_events: int | None = None, idle_timeout_s: float | None = None,
+          on_error: ErrorHandler = raise_error, poll_s: float = FOLLOW_POLL_S) -> int:
+    """Deliver the events committed from `start` (default: the end of the log now) as they come, like `tail -f`:
+    no consumer group, nothing committed (`follow` is the resumable subscriber). Stops as `follow` does."""
+    wanted = check_types(types)
+    position = dict(log.end_offsets() if start is None else start)
+    delivered, idle_since = 0, time.monotonic()
+    while not (stop is not None and stop.is_set()):
+        end = log.end_offsets()
+        if any(end.get(p, 0) > position.get(p, 0) for p in end):
+            for logged in decode_records(log.codec, log.read_records(start=position, until=end), on_error):
+                if not wanted or logged.event.event_type() in wanted:
+                    handler(logged)
+                    delivered += 1
+                    if max_events is not None and delivered >= max_events:
+                        return delivered
+            position, idle_since = {**position, **end}, time.monotonic()
+        elif idle_timeout_s is not None and time.monotonic() - idle_since > idle_timeout_s:
+            break
+        time.sleep(poll_s)
+    return delivered

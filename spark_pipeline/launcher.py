@@ -7,7 +7,9 @@ one task per shard of datasets, planning its sequences in one atomic batch and a
 The engine (Spark) starts once the lock is held and the Source planned work (asked before the run's start is recorded,
 which then names Spark's application): a run with nothing to read is recorded without Spark.
 SIGINT / SIGTERM before the sequences are planned cancels the run: nothing is published, the run is recorded as
-cancelled. Once planned, the sequences are the point of no return: the commit finishes (or the next run does it).
+cancelled. The first signal asks Spark to stop the run's tasks and waits for them; a second one stops at once (the tasks
+are abandoned, their writers fenced). Once planned, the sequences are the point of no return: the commit finishes (or
+the next run does it).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import signal
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -70,6 +72,7 @@ from spark_pipeline.constructs import (
 from spark_pipeline.engines.attempts import TaskOutcome
 from spark_pipeline.engines.base import TaskEngine
 from spark_pipeline.engines.select import engine_for
+from spark_pipeline.engines.spark import TasksStopped
 from spark_pipeline.jobfile.config import JobCommitPolicy, JobConfig
 from spark_pipeline.jobfile.paths import JobRoots, absolute_config, overlaps, run_dirs
 from spark_pipeline.jobfile.plugins import make_construct
@@ -80,6 +83,20 @@ from spark_pipeline.progress import SILENT, RunObserver
 
 class RunCancelled(OncelogError):
     """The run was cancelled (SIGINT / SIGTERM) before anything was published."""
+
+
+CANCELLING = ("cancelling: asked Spark to stop the run's tasks, waiting for them to stop; nothing will be published "
+              "— press Ctrl-C again (or send a second SIGTERM) to stop now")
+STOPPING = ("stopping now: the run's tasks are abandoned (their log writers fenced), the run is recorded as cancelled; "
+            "nothing is published")
+STILL_STOPPING = "already stopping: recording the run as cancelled"
+PUBLISHING = ("not cancelled: the commit is past its point of no return and finishes now (were this process killed, "
+              "the next run or `oncelog recover` would finish it)")
+"""What a signal does, as the launcher tells it (`notice`) at once."""
+
+
+def ignore_notice(text: str) -> None:
+    """The default `notice`: nobody to tell (library use)."""
 
 
 @dataclass
@@ -98,6 +115,8 @@ class RunResult:
     warnings: list[str] = field(default_factory=list)
     engine: tuple[str, str] | None = None
     """The task engine the run's tasks ran on and why (None: an engine that does not say)."""
+    stopped_now: bool = False
+    """A second signal stopped the run at once: abandoned tasks may still wind down in this process's threads."""
 
     @property
     def records_written(self) -> int:
@@ -126,7 +145,8 @@ class JobLauncher:
     def __init__(self, config: JobConfig, spark: SparkSession | None = None, faults: FaultInjector = NO_FAULTS,
                  run_id: str | None = None, engine: TaskEngine | None = None, fs: FileSystem | None = None,
                  log: EventLog | None = None, observer: RunObserver = SILENT,
-                 lineage: LineageClient | None = None, take_over: bool = False) -> None:
+                 lineage: LineageClient | None = None, take_over: bool = False,
+                 notice: Callable[[str], None] = ignore_notice) -> None:
         self.config = absolute_config(config)
         self.take_over = take_over
         """Take the job's lock from a live run (which is fenced) instead of being refused."""
@@ -138,6 +158,12 @@ class JobLauncher:
         self.fs = fs or FileSystems.of(self.config.properties)
         self.run_id = run_id or new_run_id(datetime.now(UTC))
         self.cancel = threading.Event()
+        self.stop_now = threading.Event()
+        """Set by a second signal: stop waiting for the tasks."""
+        self.notice = notice
+        """Told at once, in a sentence, what a signal does (from the signal handler: it must not block)."""
+        self._publishing = False
+        self._in_tasks = False
         self.lineage = RunLineage(lineage or LineageClient.from_environment(), self.config.job_name, self.run_id)
         """Sends the run's OpenLineage events (`lineage`, else OpenLineage's standard configuration; off if none)."""
         self.observer = self.lineage.observing(observer)
@@ -213,6 +239,7 @@ class JobLauncher:
         except FencedError:
             raise
         except RunCancelled as e:
+            result.stopped_now = self.stop_now.is_set()
             self._finish(session, result, RunStatus.CANCELLED, str(e))
         except Exception as e:
             self._finish(session, result, RunStatus.FAILED, f"{type(e).__name__}: {e}")
@@ -263,10 +290,13 @@ class JobLauncher:
         self.observer.phase(Phase.TASKS, len(self._mwus))
         if self._mwus:
             try:
+                self._in_tasks = True  # a second signal raises TasksStopped here, out of waiting for the tasks
                 result.tasks = self.engine.run(config, self.run_id, self._mwus, self.observer.tasks_done)
             except Exception:
                 self._check_cancelled()  # the tasks were cancelled by our signal handler
                 raise
+            finally:
+                self._in_tasks = False
         self._check_cancelled()
         self.faults.reached(FaultPoint.AFTER_TASK_OUTPUT)
         session.catch_up()
@@ -314,7 +344,7 @@ class JobLauncher:
                                                records_written=result.records_written)])
         outputs = [o for o in dataset_outputs(result.tasks, config.job_commit_policy)
                    if o.dataset_urn not in result.skipped]
-        self._check_cancelled()
+        self._check_cancelled(publishing=True)
         if self.commit_settings().in_shards(len(outputs)):
             self.observer.phase(Phase.COMMIT, len(outputs))
             result.commits = self._commit_shards(session, ShardAction.PUBLISH, outputs)
@@ -422,21 +452,46 @@ class JobLauncher:
                     if name in doomed:
                         self.fs.remove_tree(urls.join(root, name))
 
-    def _check_cancelled(self) -> None:
+    def _check_cancelled(self, publishing: bool = False) -> None:
+        """RunCancelled once a signal came; `publishing`: the last check, after which a signal cancels nothing."""
+        self._publishing = publishing  # first: a signal from here on is told the commit finishes, and sets no flag
         if self.cancel.is_set():
-            raise RunCancelled("cancelled by a signal before anything was published; the next run starts over")
+            self._publishing = False
+            how = "a second signal stopped it at once" if self.stop_now.is_set() else "its tasks stopped"
+            raise RunCancelled(f"cancelled by a signal before anything was published ({how}); the next run starts "
+                               f"over")
+
+    def _on_signal(self) -> None:
+        """A signal (in the main thread): the first cancels (Spark asked to stop the tasks), the second stops now."""
+        if self._publishing:
+            self.notice(PUBLISHING)
+            return
+        if not self.cancel.is_set():
+            self.cancel.set()
+            self.notice(CANCELLING)
+            # not from the handler itself: the main thread may be inside py4j
+            threading.Thread(target=self.engine.cancel, args=(self.run_id,), daemon=True,
+                             name="oncelog-cancel").start()
+            return
+        if self.stop_now.is_set():
+            self.notice(STILL_STOPPING)
+            return
+        self.stop_now.set()
+        self.notice(STOPPING)
+        self.engine.halt(self.run_id)
+        if self._in_tasks:
+            self._in_tasks = False
+            raise TasksStopped("stopped by a second signal while waiting for the run's tasks")
 
     @contextmanager
     def _signals(self) -> Iterator[None]:
-        """SIGINT / SIGTERM set the cancel flag and stop the tasks (main thread only)."""
+        """SIGINT / SIGTERM cancel the run, a second one stops it now (main thread only)."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
 
         def handler(signum: int, frame: FrameType | None) -> None:
-            self.cancel.set()
-            # not from the handler itself: the main thread may be inside py4j
-            threading.Thread(target=self.engine.cancel, args=(self.run_id,), daemon=True).start()
+            self._on_signal()
 
         previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
         try:

@@ -1,8 +1,8 @@
 """The `oncelog` command: composes the sub-commands each package owns.
 
 events: `kafka`; filesystems: `hdfs`, `s3` (local servers); replay: `rebuild`, `state`, `replay`, `runs`, `audit`,
-`verify`, `tail`, `gc`; projections: `serve`; spark_pipeline: `run`, `recover`, `schedule`. Heavy imports (PySpark)
-wait until a command needs them. Conventions for all of them (help, exit codes, output in pipes): docs/cli.md.
+`verify`, `tail`, `follow`, `gc`; projections: `serve`; spark_pipeline: `run`, `recover`, `schedule`. Heavy imports
+(PySpark) wait until a command needs them. Conventions for all of them (help, exit codes, output in pipes): docs/cli.md.
 """
 
 from __future__ import annotations

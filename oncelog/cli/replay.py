@@ -1,4 +1,4 @@
-"""The replay sub-commands: rebuild, state, replay, runs, audit, verify, tail, gc. Each is a thin shell over its
+"""The replay sub-commands: rebuild, state, replay, runs, audit, verify, tail, follow, gc. Each is a thin shell over its
 Python API; how they print and exit is `oncelog.cli.console`'s policy (docs/cli.md)."""
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from replay.render import (
 )
 from replay.retention import gc as run_gc
 from replay.sheet import Block, show
-from replay.subscriptions import OnError, error_handler, follow
+from replay.subscriptions import COMMIT_EVENTS, OnError, error_handler, event_summary, follow, watch
 from replay.time_travel import parse_until
 from replay.verify import verify as run_verify
 
@@ -385,10 +385,36 @@ def event_types(names: Collection[str]) -> tuple[str, ...]:
 
 
 def event_line(logged: LoggedEvent, console: Console) -> Text:
-    """One event on one line: when, where, type, key."""
+    """One event on one line: when, where, type, key, then what it says (paths and counts), if anything."""
     event = logged.event
+    summary = event_summary(event)
     return Text.assemble(f"{when(event.emitted_at)} [{logged.partition}]@{logged.offset} ",
-                         (event.event_type(), "bold" if console.is_terminal else ""), f" {event.key}")
+                         (event.event_type(), "bold" if console.is_terminal else ""), f" {event.key}",
+                         f"  {summary}" if summary else "")
+
+
+def event_printer(as_json: bool) -> Callable[[LoggedEvent], None]:
+    """How `tail` and `follow` print an event: a JSON line, or one line (bold type in a terminal), flushed."""
+    out = stdout_console()
+
+    def show_event(logged: LoggedEvent) -> None:
+        event = logged.event
+        if as_json:
+            sys.stdout.write(json.dumps({"topic": logged.topic, "partition": logged.partition, "offset": logged.offset,
+                                         "event_id": str(event.event_id), "type": event.event_type(), "key": event.key,
+                                         "event": event.model_dump(mode="json")}) + "\n")
+        elif out.is_terminal:
+            out.print(event_line(logged, out), soft_wrap=True)
+        else:
+            sys.stdout.write(event_line(logged, out).plain + "\n")
+        sys.stdout.flush()
+
+    return show_event
+
+
+def report_skipped(error: EventDecodeError) -> None:
+    """A record `tail` or `follow` cannot read, on one line of stderr."""
+    warn(f"skipped {error} (--on-error stop stops at such records)")
 
 
 def tail(types: Annotated[list[str] | None, typer.Option(
@@ -404,27 +430,51 @@ def tail(types: Annotated[list[str] | None, typer.Option(
          log_url: LogUrl = DEFAULT_URL, as_json: AsJson = False) -> None:
     """Follow the log's events as a downstream subscriber (at least once; dedupe on the event id): one line each."""
     wanted = event_types(types or ())
-    out = stdout_console()
-
-    def report(error: EventDecodeError) -> None:
-        warn(f"skipped {error} (--on-error stop stops at such records)")
-
-    def show_event(logged: LoggedEvent) -> None:
-        event = logged.event
-        if as_json:
-            sys.stdout.write(json.dumps({"topic": logged.topic, "partition": logged.partition, "offset": logged.offset,
-                                         "event_id": str(event.event_id), "type": event.event_type(), "key": event.key,
-                                         "event": event.model_dump(mode="json")}) + "\n")
-        elif out.is_terminal:
-            out.print(event_line(logged, out), soft_wrap=True)
-        else:
-            sys.stdout.write(event_line(logged, out).plain + "\n")
-        sys.stdout.flush()
-
     with opened(log_url) as log:
         try:
-            follow(log, group, show_event, wanted, max_events=max_events, idle_timeout_s=idle_timeout,
-                   on_error=error_handler(on_error, report))
+            follow(log, group, event_printer(as_json), wanted, max_events=max_events, idle_timeout_s=idle_timeout,
+                   on_error=error_handler(on_error, report_skipped))
+        except EventDecodeError as e:
+            raise fail(f"{e}; stopped there (--on-error stop); --on-error skip reports it and goes on",
+                       ExitCode.VERDICT) from e
+        except OncelogError as e:
+            raise fail(str(e)) from e
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+
+
+def follow_commits(types: Annotated[list[str] | None, typer.Option(
+                       "--type", help="Show events of this type instead, any case (repeatable; default: runs "
+                                      "starting and ending, datasets published or abandoned).")] = None,
+                   job: Job = None,
+                   since: Annotated[str | None, typer.Option(
+                       help="Start at this ISO-8601 time, or this long ago (30m, 12h, 7d); default: now.")] = None,
+                   max_events: Annotated[int | None, typer.Option("--max", min=1,
+                                                                  help="Stop after this many events.")] = None,
+                   idle_timeout: Annotated[float | None, typer.Option(
+                       min=0, help="Stop after this many seconds without events.")] = None,
+                   on_error: Annotated[OnError, typer.Option(
+                       "--on-error", help="At a record that cannot be decoded: skip reports it on stderr and goes "
+                                          "on; stop exits 1 there.")] = OnError.SKIP,
+                   log_url: LogUrl = DEFAULT_URL, as_json: AsJson = False) -> None:
+    """Follow commits as they happen, like `tail -f`: each run's start and end and each dataset published, one line
+    each with its paths and counts. Reads only (no consumer group: `tail` is the resumable subscriber); Ctrl-C ends."""
+    wanted = event_types(types) if types else COMMIT_EVENTS
+    try:
+        start_at = parse_since(since) if since else None
+    except ConfigError as e:
+        raise fail(str(e)) from e
+    show_event = event_printer(as_json)
+
+    def shown(logged: LoggedEvent) -> None:
+        if job is None or getattr(logged.event, "job", None) == job:
+            show_event(logged)
+
+    with opened(log_url) as log:
+        start = None if start_at is None else log.offsets_for_time(int(start_at.timestamp() * 1000))
+        try:
+            watch(log, shown, wanted, start=start, max_events=max_events, idle_timeout_s=idle_timeout,
+                  on_error=error_handler(on_error, report_skipped))
         except EventDecodeError as e:
             raise fail(f"{e}; stopped there (--on-error stop); --on-error skip reports it and goes on",
                        ExitCode.VERDICT) from e
@@ -517,5 +567,6 @@ def register(app: typer.Typer) -> None:
     app.command("history")(history)
     app.command("verify")(verify)
     app.command("tail")(tail)
+    app.command("follow")(follow_commits)
     app.command("lineage")(lineage)
     app.command("gc")(gc)

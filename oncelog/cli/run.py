@@ -284,6 +284,8 @@ def run(job_file: JobFile, conf: Conf = None, log_url: LogUrl = None, verbose: V
     except OncelogError as e:
         raise fail(with_log_hint(str(e), log_file), ExitCode.VERDICT) from e
     show(result, Durations(watch.seconds, time.perf_counter() - started), as_json, kept_log(log_file))
+    if result.stopped_now:
+        exit_now(exit_code(result))
     raise typer.Exit(exit_code(result))
 
 
@@ -303,6 +305,14 @@ def preflight_problems(config: JobConfig, job_file: Path, overrides: Mapping[str
 
     problems = located(preflight(absolute_config(config)), job_file, os.environ)
     return [f"{p} (set with --conf)" if p.key in overrides else str(p) for p in problems]
+
+
+def exit_now(code: int) -> None:
+    """End the process at once, its output flushed: a run stopped by a second signal may have abandoned task threads
+    (their writers fenced, the run recorded) that Python's exit would otherwise wait for."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def show_explanation(config: JobConfig, as_json: bool) -> None:
@@ -351,7 +361,9 @@ def run_shown(config: JobConfig, faults: FaultInjector, run_id: str, log_file: P
                 watch.failed = shown.attempt_failed
                 try:
                     return JobLauncher(config, faults=faults, run_id=run_id, observer=Watched(shown, watch),
-                                       take_over=take_over).run()
+                                       take_over=take_over,
+                                       notice=lambda text: console.print(text, style="yellow", markup=False,
+                                                                         soft_wrap=True)).run()
                 finally:
                     watch.stop()  # the last failed attempts shown before the display ends
         finally:

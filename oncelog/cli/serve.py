@@ -69,6 +69,9 @@ def serve(
     ] = True,
     loglevel: Annotated[LogLevel, typer.Option("--loglevel", case_sensitive=False, help="How much it logs.")]
     = LogLevel.INFO,
+    dataset_metrics: Annotated[bool, typer.Option(
+        "--dataset-metrics", help="Also serve two series per dataset on /metrics (last commit time, watermarks): "
+                                  "thousands for a large job, hence off by default.")] = False,
 ) -> None:
     """Serve /health, /metrics, /datasets, /datasets/{urn}, /runs, /runs/{run_id}, /commits/pending (503 until
     caught up)."""
@@ -77,7 +80,7 @@ def serve(
 
     logging.basicConfig(level=loglevel.value.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = LiveSettings(log_url=log, port=port, host=host, poll_s=poll_s, snapshot_every=snapshot_every,
-                            use_snapshot=use_snapshot)
+                            use_snapshot=use_snapshot, dataset_metrics=dataset_metrics)
     try:
         view, server = open_view(settings)
     except OncelogError as e:

@@ -24,3 +24,6 @@ class LiveSettings:
     """0: never save one (the view still starts from the latest snapshot others saved)."""
     use_snapshot: bool = True
     """False: fold the whole log from its start (ignores any snapshot)."""
+    dataset_metrics: bool = False
+    """Also serve two series per dataset on /metrics (last commit time, watermarks): off, so a job of thousands of
+    datasets does not swamp Prometheus."""

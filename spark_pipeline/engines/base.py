@@ -6,6 +6,8 @@ interface. A cancelled run waits for `stop()` before it records its end, so that
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -20,6 +22,7 @@ from spark_pipeline.engines.attempts import TaskOutcome
 from spark_pipeline.engines.choice import EngineChoice
 from spark_pipeline.engines.records.task import run_task
 from spark_pipeline.engines.spark import (
+    AttemptsCancelled,
     SparkCommitEngine,
     TaskProgress,
     run_tasks,
@@ -56,6 +59,9 @@ class TaskEngine(ABC):
     def cancel(self, run_id: str) -> None:
         """Ask the run's tasks to stop (called from a signal handler's thread)."""
 
+    def halt(self, run_id: str) -> None:
+        """Stop the run's tasks now, waiting for nothing (a second signal; called from the handler: must not block)."""
+
     def identity(self) -> dict[str, str]:
         """What identifies the engine's application for the audit (recorded in JobRunStarted): none by default."""
         return {}
@@ -73,6 +79,10 @@ class SparkTaskEngine(TaskEngine):
         self.config = config
         self._spark = spark
         self.choice = choice
+        self.cancelled = threading.Event()
+        """Set by `cancel`: no attempt starts after it, no retry pause lasts beyond it."""
+        self.halted = threading.Event()
+        """Set by `halt`: `stop` waits for no task any more."""
 
     @property
     def spark(self) -> SparkSession:
@@ -102,16 +112,36 @@ class SparkTaskEngine(TaskEngine):
         return run_tasks(self.spark, config, run_id, mwus, config.log_url, config.log_settings, progress)
 
     def cancel(self, run_id: str) -> None:
+        self.cancelled.set()
         if self._spark is not None:
             self._spark.sparkContext.cancelJobGroup(job_group(run_id))
 
+    def halt(self, run_id: str) -> None:
+        """Wait for no task any more, and cancel the run's Spark jobs again (those a task started meanwhile): from
+        the signal handler itself, so nothing here blocks (py4j is called from a thread of its own)."""
+        self.cancelled.set()
+        self.halted.set()
+        # the main thread leaves a py4j call half-way: py4j's own report of that broken call is no news to the user
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+        if self._spark is not None:
+            threading.Thread(target=self._spark.sparkContext.cancelJobGroup, args=(job_group(run_id),), daemon=True,
+                             name="oncelog-halt").start()
+
+    def pause(self, seconds: float) -> None:
+        """A retry's pause, cut short by a cancellation: AttemptsCancelled then (no attempt starts after a cancel)."""
+        if self.cancelled.wait(seconds):
+            raise AttemptsCancelled("the run is cancelled: no further attempt")
+
     def stop(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], log: EventLog) -> None:
-        """Wait until Spark reports no running task of the run, then fence every task's writer."""
+        """Wait until Spark reports no running task of the run (unless halted), then fence every task's writer."""
         if self._spark is None:
+            return
+        if self.halted.is_set():  # a second signal: no Spark call (the main thread may have left one half-way)
+            fence_task_writers(config, run_id, mwus, log)
             return
         tracker = self._spark.sparkContext.statusTracker()
         deadline = time.monotonic() + STOP_WAIT_S
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self.halted.is_set():
             jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(job_group(run_id))]
             if all(j is None or j.status != "RUNNING" for j in jobs):
                 break

@@ -41,6 +41,14 @@ SPARK_DEFAULTS = {
 }
 
 
+class TasksStopped(Exception):  # noqa: N818 (a signal, not an error: the launcher makes it RunCancelled)
+    """A second signal: stop waiting for the run's tasks now. Internal: the launcher turns it into RunCancelled."""
+
+
+class AttemptsCancelled(Exception):  # noqa: N818 (a signal, not an error: the launcher makes it RunCancelled)
+    """The run is cancelled: a task starts no further attempt (raised where a retry would pause). Internal."""
+
+
 def spark_session(config: JobConfig) -> SparkSession:
     """The Spark session for a job: its spark.* settings over oncelog's defaults (spark-submit's win over both)."""
     # PySpark starts its Python workers with $PYSPARK_PYTHON (spark.pyspark.python is read by spark-submit only):

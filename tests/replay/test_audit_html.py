@@ -46,7 +46,7 @@ from projections.state import State
 from replay.audit import AUDITED_PHASES, audit
 from replay.audit_html import LABEL_WIDTH, write_html
 from replay.history_html import JobNotFoundError, write_history_html
-from tests.browser import Browser, Element, loaded_ms, parse_dom
+from tests.browser import Browser, Element, parse_dom
 
 T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 APP_ID = "app-20261121120000-0042"
@@ -261,11 +261,7 @@ def test_a_10000_dataset_run_stays_small_readable_and_filterable(sqlite_log: Eve
     size = report.stat().st_size
     assert size < TWO_MB, f"{size:,} bytes"
 
-    rendered, load_ms = loaded_ms(report, browser, tmp_path)
-    print(f"10,000-dataset report: {size:,} bytes, loaded and laid out in {load_ms:.0f} ms, "
-          f"chromium ran {rendered.wall_s:.2f} s")
-    assert load_ms < 5000, f"the report took {load_ms:.0f} ms to load and lay out"
-    page = parse_dom(rendered.dom)
+    page = parse_dom(browser.dump_dom(report).dom)  # its load time is a figure of benchmarks/audit_page.py
     assert {p.value for p in AUDITED_PHASES if bars(page, f"phase-{p.value}")} == {p.value for p in AUDITED_PHASES}
     svg = page.first(lambda e: e.tag == "svg")
     assert svg is not None and float(svg.attrs["height"] or "nan") < 2500, "no lane per step: the chart fits a screen"

@@ -210,10 +210,15 @@ def test_spark_submit_runs_a_job(tmp_path: Path) -> None:
 
 
 def test_the_demo_runs_twice_and_shows_state_and_audits(tmp_path: Path) -> None:
+    environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}  # a pipe, as `make demo > f`
     result = subprocess.run([sys.executable, "-m", "oncelog.demo"], cwd=tmp_path, capture_output=True,
-                            text=True, timeout=600, check=False, env={**os.environ, "PYTHONPATH": str(ROOT),
-                                                                       "COLUMNS": "200"})
+                            text=True, timeout=600, check=False, env={**environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert not [line for line in lines if " WARN " in line or "log4j" in line], "Spark's own output leaked"
+    assert "oncelog verify --log sqlite:///.oncelog/demo/events.db --publish-dir .oncelog/demo/published" in lines
+    assert max(len(line) for line in lines) > 80, "tables laid out at their natural width, not wrapped at 80"
+    assert any(line.startswith("HTML report with a Gantt chart: ") and line.endswith(".html") for line in lines)
     assert result.stdout.count("COMMITTED") >= 2 and "Watermarks moved" in result.stdout
     assert result.stdout.count("task engine dataframe") >= 2 and "task engine records" not in result.stdout, \
         "the demo runs on the DataFrame engine and says so"

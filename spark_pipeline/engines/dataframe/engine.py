@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -53,7 +52,9 @@ from spark_pipeline.engines.dataframe.writers import WriterSettings, write_attem
 from spark_pipeline.engines.isolation import run_task_attempts
 from spark_pipeline.engines.policies import TaskQualityError, check_task
 from spark_pipeline.engines.spark import (
+    AttemptsCancelled,
     TaskProgress,
+    TasksStopped,
     task_writer_name,
 )
 from spark_pipeline.jobfile.config import (
@@ -86,9 +87,19 @@ class DataFrameTaskEngine(SparkTaskEngine):
     """Runs each task as one Spark DataFrame job (same events and staged output as the record engine)."""
 
     def __init__(self, config: JobConfig, spark: SparkSession | None = None, choice: EngineChoice | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] | None = None) -> None:
         super().__init__(config, spark, choice or EngineChoice(TaskEngineKind.DATAFRAME, "given by the caller"))
         self.sleep = sleep
+        """The retry pause (tests skip it); None: a pause a cancellation cuts short."""
+
+    def pause(self, seconds: float) -> None:
+        """A retry's pause; AttemptsCancelled once the run is cancelled (no attempt starts after a cancel)."""
+        if self.sleep is None:
+            super().pause(seconds)
+            return
+        self.sleep(seconds)
+        if self.cancelled.is_set():
+            raise AttemptsCancelled("the run is cancelled: no further attempt")
 
     def slots(self) -> int:
         """Under job.commit.policy=full, one task per run: a failed task fails the run anyway, and the task's Spark
@@ -115,8 +126,15 @@ class DataFrameTaskEngine(SparkTaskEngine):
                 progress(done[0], done[1])
             return outcome
 
-        with ThreadPoolExecutor(max_workers=max(1, len(mwus)), thread_name_prefix="oncelog-df-task") as pool:
+        pool = ThreadPoolExecutor(max_workers=max(1, len(mwus)), thread_name_prefix="oncelog-df-task")
+        stopped = False
+        try:
             return list(pool.map(task, mwus))
+        except TasksStopped:  # a second signal: stop waiting for the tasks (their writers are fenced next)
+            stopped = True
+            raise
+        finally:
+            pool.shutdown(wait=not stopped, cancel_futures=stopped)
 
     def _task(self, plan: TaskPlan, mwu: MultiWorkUnit) -> TaskOutcome:
         """One task with its retries, recorded through its own writer (pinned threads: its own Spark job group)."""
@@ -125,7 +143,7 @@ class DataFrameTaskEngine(SparkTaskEngine):
                                             f"{mwu.multi_work_unit_id}", interruptOnCancel=True)
         with open_log(config.log_url, config.log_settings) as log, \
                 log.writer(task_writer_name(config, run_id, mwu)) as writer:
-            return run_task(self.spark, plan, mwu, writer.append, self.sleep)
+            return run_task(self.spark, plan, mwu, writer.append, self.pause)
 
 
 def run_task(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, emit: Emit,

@@ -48,7 +48,7 @@ def tail(log: EventLog, *args: str) -> tuple[int, list[str], list[str]]:
 def test_tail_reports_a_record_it_cannot_read_and_goes_on(log: EventLog) -> None:
     code, out, err = tail(log, "--group", "skipping")
     assert code == 0, err
-    assert [line.split()[-1] for line in out] == ["run/orders/a/COMMITTED", "run/orders/b/COMMITTED"]
+    assert [line.split()[3] for line in out] == ["run/orders/a/COMMITTED", "run/orders/b/COMMITTED"]
     (report,) = err
     assert report.startswith("warning: skipped") and f"[0]@{damaged_offset(log)}" in report
     assert "version 99 is newer" in report
@@ -58,7 +58,7 @@ def test_tail_on_error_stop_stops_at_it_and_a_restart_meets_it_again(log: EventL
     for _ in range(2):
         code, out, err = tail(log, "--group", "stopping", "--on-error", "stop")
         assert code == 1
-        assert [line.split()[-1] for line in out] == ["run/orders/a/COMMITTED"]
+        assert [line.split()[3] for line in out] == ["run/orders/a/COMMITTED"]
         assert len(err) == 1 and f"[0]@{damaged_offset(log)}" in err[0] and "--on-error skip" in err[0]
     refused = runner.invoke(app, ["tail", "--on-error", "ignore", "--log", log.url])
     assert refused.exit_code == 2 and "--on-error" in refused.stderr

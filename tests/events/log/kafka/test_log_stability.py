@@ -196,7 +196,8 @@ def test_durable_and_development_topics() -> None:
 @pytest.mark.kafka
 def test_end_offsets_of_a_topic_just_created_are_retried_not_failed(kafka_bootstrap: str) -> None:
     """A consumer that knew the cluster before a topic was created answers UNKNOWN_PARTITION for a moment (it made
-    test_commit_failures flaky as NOT_LEADER_FOR_PARTITION): retried; a topic that does not exist fails at once."""
+    test_commit_failures flaky as NOT_LEADER_FOR_PARTITION): retried; a topic that does not exist (a log nothing was
+    written to yet) holds nothing, found out well before the read timeout."""
     log = kafka_log(kafka_bootstrap, partitions=1)
     log.end_offsets()  # its metadata consumer now exists, with the cluster's metadata of this moment
     for _ in range(5):
@@ -204,8 +205,7 @@ def test_end_offsets_of_a_topic_just_created_are_retried_not_failed(kafka_bootst
         assert log.end_offsets_of(topic, 3) == {0: 0, 1: 0, 2: 0}
     missing = f"missing.{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
-    with pytest.raises(LogUnavailableError, match=rf"topic '{missing}', partition 0.*does not exist"):
-        log.end_offsets_of(missing, 2)
+    assert log.end_offsets_of(missing, 2) == {0: 0, 1: 0}
     assert time.monotonic() - started < 30
     log.close()
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
@@ -201,28 +202,36 @@ class Committer:
 
         workers = max(1, min(self.settings.parallelism, len(views)))
         results: list[CommitResult] = []
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="commit") as pool, \
-                ThreadPoolExecutor(max_workers=workers, thread_name_prefix="commit-sync") as syncs:
+        with ExitStack() as pools:
+            # One worker: the sequences commit in this thread, in order, as that worker would (no thread to start)
+            ended_in_order: Iterable[CommitResult] = map(commit, range(len(views))) if workers == 1 else (
+                pools.enter_context(ThreadPoolExecutor(max_workers=workers, thread_name_prefix="commit"))
+                .map(commit, range(len(views))))
             events: list[Event] = []
             folders: set[str] = set()
-            for index, result in enumerate(pool.map(commit, range(len(views)))):
+            for index, result in enumerate(ended_in_order):
                 results.append(result)
                 batch, batches[index] = batches[index], []  # recorded below: not kept twice
                 if events and len(events) + len(batch) > self.batch_events:
-                    self._record(events, folders, syncs)
+                    self._record(events, folders, workers)
                     events, folders = [], set()
                 events += batch
                 folders |= sequences[index].renamed_into
-            self._record(events, folders, syncs)
+            self._record(events, folders, workers)
         return results
 
-    def _record(self, events: list[Event], folders: set[str], syncs: ThreadPoolExecutor) -> None:
+    def _record(self, events: list[Event], folders: set[str], workers: int) -> None:
         """Make the renames into `folders` durable, then append `events` (which record them) in one batch.
 
-        In parallel, a few folders per call: a file system's sync of many folders at once may flush far more than
-        ours (the local one's is os.sync, of every process's dirty data on the machine)."""
+        In parallel (up to `workers` at once), a few folders per call: a file system's sync of many folders at once
+        may flush far more than ours (the local one's is os.sync, of every process's dirty data on the machine)."""
         ordered = sorted(folders)
-        list(syncs.map(self.fs.sync_folders, [ordered[i:i + SYNC_CHUNK] for i in range(0, len(ordered), SYNC_CHUNK)]))
+        chunks = [ordered[i:i + SYNC_CHUNK] for i in range(0, len(ordered), SYNC_CHUNK)]
+        if len(chunks) > 1:
+            with ThreadPoolExecutor(max_workers=min(workers, len(chunks)), thread_name_prefix="commit-sync") as syncs:
+                list(syncs.map(self.fs.sync_folders, chunks))
+        elif chunks:
+            self.fs.sync_folders(chunks[0])  # one call: in this thread, which would wait for it anyway
         self.sink.emit(events)
 
     def release(self, job: str, dataset_urn: str, reason: str) -> str:

@@ -33,7 +33,10 @@ class _Request:
 
 
 class EventSink:
-    """Appends event batches atomically, folding each into `state` once it is committed."""
+    """Appends event batches atomically, folding each into `state` once it is committed.
+
+    No thread of its own: the first emitter to find none committing leads, committing groups of what is queued until
+    its own request is in; the others wait for their outcome (or to lead next)."""
 
     def __init__(self, writer: LogWriter, state: State) -> None:
         self.writer = writer
@@ -42,7 +45,7 @@ class EventSink:
         self._queue: list[_Request] = []
         self._cv = threading.Condition()
         self._closed = False
-        self._thread: threading.Thread | None = None
+        self._leading = False
 
     def emit(self, events: Sequence[Event]) -> None:
         """Append `events` as one atomic batch (possibly sharing a transaction with concurrent emits)."""
@@ -50,27 +53,35 @@ class EventSink:
             self._submit(_Request([part for event in events for part in event.in_parts()]))
 
     def _submit(self, request: _Request) -> None:
-        """Queue a request for the group-commit thread and wait for its outcome."""
+        """Queue a request and wait for its outcome, committing the queue's groups meanwhile if no one else does."""
         with self._cv:
             if self._closed:
                 raise RuntimeError("the event sink is closed")
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="oncelog-group-commit", daemon=True)
-                self._thread.start()
             self._queue.append(request)
-            self._cv.notify()
+            self._cv.notify_all()  # a leader gathering fence checks hears of this one
+            while self._leading and not request.done.done():
+                self._cv.wait()
+            lead = not request.done.done()
+            if lead:
+                self._leading = True
+        if lead:
+            try:
+                self._lead(request)
+            finally:
+                with self._cv:
+                    self._leading = False
+                    self._cv.notify_all()
         request.done.result()
 
-    def _run(self) -> None:
-        while True:
+    def _lead(self, own: _Request) -> None:
+        """Commit groups from the head of the queue until `own` is committed (it is queued, and no one else takes)."""
+        while not own.done.done():
             with self._cv:
-                while not self._queue and not self._closed:
-                    self._cv.wait()
-                if not self._queue:
-                    return
                 self._gather_checks()
                 group = self._take_group()
             self._commit(group)
+            with self._cv:
+                self._cv.notify_all()  # the group's other members have their outcome
 
     def _gather_checks(self) -> None:
         """When only fence checks wait, give the other committing threads a moment to queue theirs (each is answered
@@ -106,17 +117,22 @@ class EventSink:
             for request in group:
                 request.done.set_exception(e)
             return
-        with self.state_lock:
+        try:
+            with self.state_lock:
+                for request in group:
+                    for event in request.events:
+                        self.state.apply_event(event)
+        except BaseException as e:  # committed, but not folded: no member may go on from this state
             for request in group:
-                for event in request.events:
-                    self.state.apply_event(event)
+                request.done.set_exception(e)
+            return
         for request in group:
             request.done.set_result(None)
 
     def close(self) -> None:
-        """Finish the emits under way, then stop; the writer stays open (its owner closes it)."""
+        """Let the emits under way finish, then refuse new ones; the writer stays open (its owner closes it)."""
         with self._cv:
             self._closed = True
             self._cv.notify_all()
-        if self._thread is not None:
-            self._thread.join()
+            while self._leading or self._queue:
+                self._cv.wait()

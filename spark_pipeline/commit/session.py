@@ -26,6 +26,8 @@ WHAT_TO_DO = (
 
 FENCE_PARALLELISM = 8
 """Shard writers fenced at once when a session opens."""
+SERIAL_FENCES = 2
+"""Up to this many partitions, shard writers are fenced one after the other: a pool costs more than it saves."""
 
 
 class IncompleteHistoryError(OncelogError):
@@ -103,6 +105,10 @@ def fence_shard_writers(log: EventLog, writer_name: str) -> None:
     def fence(shard: int) -> None:
         log.writer(shard_writer_name(writer_name, shard)).close()
 
+    if log.partitions <= SERIAL_FENCES:
+        for shard in range(log.partitions):
+            fence(shard)
+        return
     with ThreadPoolExecutor(max_workers=min(FENCE_PARALLELISM, log.partitions), thread_name_prefix="fence") as pool:
         list(pool.map(fence, range(log.partitions)))
 

@@ -293,7 +293,7 @@ def test_two_branches_with_different_formats_write_the_cached_records_once_each(
                   for f in outputs) == sorted(
         [(b, f"fork_{b}", name) for b in (0, 1) for name in ("f0.avro", "f1.avro", "f9.avro")]), \
         "each branch's files in its own task output folder, named by the work unit's range"
-    assert all(Path(f.path).name.endswith(".deflate.avro" if f.branch == 0 else ".parquet") for f in outputs)
+    assert all(Path(f.path).name.endswith(".avro" if f.branch == 0 else ".parquet") for f in outputs)
 
 
 def test_a_branch_the_dataframe_engine_cannot_run_keeps_the_job_on_records(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ interface. A cancelled run waits for `stop()` before it records its end, so that
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -123,6 +124,7 @@ class SparkTaskEngine(TaskEngine):
         self.halted.set()
         # the main thread leaves a py4j call half-way: py4j's own report of that broken call is no news to the user
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
+        logging.getLogger().addFilter(not_from_py4j)  # py4j also reports through the root logger
         if self._spark is not None:
             threading.Thread(target=self._spark.sparkContext.cancelJobGroup, args=(job_group(run_id),), daemon=True,
                              name="oncelog-halt").start()
@@ -184,3 +186,6 @@ class InProcessTaskEngine(TaskEngine):
         return outcomes
 
 
+def not_from_py4j(record: logging.LogRecord) -> bool:
+    """Whether a log record was not written by py4j's own modules (which log to the root logger too)."""
+    return f"{os.sep}py4j{os.sep}" not in record.pathname

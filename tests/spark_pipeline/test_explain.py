@@ -45,7 +45,7 @@ def test_validate_deep_analyses_the_sql_over_the_sources_columns(tmp_path: Path,
     assert shallow.exit_code == 0, shallow.output  # a column is known to Spark's analysis only
     deep = CliRunner().invoke(app, ["validate", str(job), "--deep"])
     assert deep.exit_code == 1, deep.output
-    assert f"{job}: {SQL_KEY}='dataset, no_such_column' is not a select list over the source's columns" in deep.output
+    assert f"{job}: {SQL_KEY}='dataset, no_such_column' is not a select list over the records' columns" in deep.output
     assert "no_such_column" in deep.output
 
 

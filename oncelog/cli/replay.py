@@ -431,16 +431,23 @@ def tail(types: Annotated[list[str] | None, typer.Option(
     """Follow the log's events as a downstream subscriber (at least once; dedupe on the event id): one line each."""
     wanted = event_types(types or ())
     with opened(log_url) as log:
-        try:
+        with subscriber_errors():
             follow(log, group, event_printer(as_json), wanted, max_events=max_events, idle_timeout_s=idle_timeout,
                    on_error=error_handler(on_error, report_skipped))
-        except EventDecodeError as e:
-            raise fail(f"{e}; stopped there (--on-error stop); --on-error skip reports it and goes on",
-                       ExitCode.VERDICT) from e
-        except OncelogError as e:
-            raise fail(str(e)) from e
-        except KeyboardInterrupt:
-            raise typer.Exit(130) from None
+
+
+@contextmanager
+def subscriber_errors() -> Iterator[None]:
+    """How `tail` and `follow` end on an undecodable record (--on-error stop), a log error, or Ctrl-C."""
+    try:
+        yield
+    except EventDecodeError as e:
+        raise fail(f"{e}; stopped there (--on-error stop); --on-error skip reports it and goes on",
+                   ExitCode.VERDICT) from e
+    except OncelogError as e:
+        raise fail(str(e)) from e
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
 
 
 def follow_commits(types: Annotated[list[str] | None, typer.Option(
@@ -472,16 +479,9 @@ def follow_commits(types: Annotated[list[str] | None, typer.Option(
 
     with opened(log_url) as log:
         start = None if start_at is None else log.offsets_for_time(int(start_at.timestamp() * 1000))
-        try:
+        with subscriber_errors():
             watch(log, shown, wanted, start=start, max_events=max_events, idle_timeout_s=idle_timeout,
                   on_error=error_handler(on_error, report_skipped))
-        except EventDecodeError as e:
-            raise fail(f"{e}; stopped there (--on-error stop); --on-error skip reports it and goes on",
-                       ExitCode.VERDICT) from e
-        except OncelogError as e:
-            raise fail(str(e)) from e
-        except KeyboardInterrupt:
-            raise typer.Exit(130) from None
 
 
 def lineage(since: Annotated[str, typer.Option(

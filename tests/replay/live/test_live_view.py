@@ -49,7 +49,7 @@ def kafka_log(kafka_bootstrap: str) -> Iterator[EventLog]:
 @pytest.fixture
 def served(kafka_log: EventLog) -> Iterator[tuple[LiveView, Get]]:
     """A live view of the log (not folding: the test drives it) and a GET of its HTTP server."""
-    view, server = open_view(LiveSettings(kafka_log.url, port=0, snapshot_every=0))
+    view, server = open_view(LiveSettings(kafka_log.url, port=0, snapshot_every=0, dataset_metrics=True))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     port = server.server_address[1]

@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import TypeVar
 
 from events.commit import (
@@ -232,9 +233,9 @@ class AuditTimeline:
     def started(self) -> JobRunStarted | None:
         return _first(self._own(), JobRunStarted)
 
-    @property
+    @cached_property
     def ending(self) -> JobRunCommitted | JobRunFailed | JobRunCancelled | None:
-        """The event that ended the run, if the log has one."""
+        """The event that ended the run, if the log has one (asked once per dataset row: found once)."""
         return next((e for e in self._own() if isinstance(e, ENDINGS)), None)
 
     @property

@@ -468,8 +468,10 @@ class LocalKafkaCluster(LocalServer):
         return next((reason for node in self.nodes if (reason := node._health(timeout)) is not None), None)
 
     def start_node(self, node_id: int, timeout: float = 60) -> None:
-        """Start one node again (after kill or stop) and wait until the whole cluster lists it."""
+        """Start one node again (after kill or stop) and wait until every node lists every broker: the node's own
+        answer is not enough, as another node may still hold it fenced and create topics on the others only."""
         self.node(node_id).start(timeout)
+        self._await(timeout, self._health, self.daemons)
 
     def partition_leaders(self, topic: str, timeout: float = 10) -> dict[int, int]:
         """Each partition of ``topic`` and the node id leading it now (-1 while it has none)."""

@@ -51,10 +51,11 @@ check: $(STAMP)
 	$(BIN)/lint-imports
 
 # Two pytest workers, each taking one test module at a time (module fixtures start once): most tests wait on JVMs,
-# brokers and child processes, so two overlap on two cores (README, Tests: the times measured).
+# brokers and child processes, so two overlap on two cores (README, Tests: the times measured). Modules go out in
+# collection order, the slowest first (tests/conftest.py: SLOWEST_MODULES), so no long one starts last.
 TEST_WORKERS ?= 2
 test: $(STAMP) check kafka-jars spark-jars hdfs-jars s3-build
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 # The inner loop (under 3 minutes): lint, types and layering, then every test that needs no server (no Spark, Kafka,
 # HDFS, S3, cluster or browser: the markers tests/conftest.py derives from the fixtures a test uses) and is not slow.

@@ -7,6 +7,9 @@ parametrized onto a store that needs one, is marked with that server (`spark`, `
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
+
 import pytest
 
 pytest_plugins = ["tests.kafka_plugin", "tests.log_fixtures", "tests.spark_plugin", "tests.hdfs_plugin",
@@ -20,10 +23,21 @@ FIXTURE_MARKERS = {
 """A fixture -> the marker of the server it starts."""
 PARAMETER_MARKERS = {"kafka": "kafka", "kafka4": "kafka", "hdfs": "hdfs", "s3": "s3"}
 """A parameter value naming a store -> the marker of its server (fixtures that ask for it at run time)."""
+SLOWEST_MODULES = (
+    "tests/fault/test_crash_matrix.py", "tests/fault/test_concurrent_runs.py", "tests/sim/test_simulation.py",
+    "tests/fault/test_soak.py", "tests/spark_pipeline/test_pipeline.py",
+    "tests/spark_pipeline/engines/test_isolation.py", "tests/fault/test_mytopic_remote.py",
+    "tests/fault/test_crash_matrix_remote.py",
+    "tests/fault/test_standalone_cluster.py", "tests/oncelog/cli/test_run_cli.py",
+)
+"""The modules taking the most worker time in CI's runs, longest first. `make test` hands whole modules to its two
+workers in collection order (`--dist loadscope --no-loadscope-reorder`): the longest first, so that none of them
+starts last and leaves one worker running alone at the end."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test with the servers its fixtures and store parameters need."""
+    """Mark each test with the servers its fixtures and store parameters need; the slowest modules first."""
+    items.sort(key=_module_rank(items))
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         callspec = getattr(item, "callspec", None)
@@ -32,3 +46,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         needed |= {PARAMETER_MARKERS[v] for v in values if v in PARAMETER_MARKERS}
         for marker in sorted(needed):
             item.add_marker(marker)
+
+
+def _module_rank(items: list[pytest.Item]) -> Callable[[pytest.Item], tuple[int, int]]:
+    """A sort key putting `SLOWEST_MODULES` first in their order, then the other modules with the most tests first
+    (xdist's own order); a stable sort keeps each module's tests in their order."""
+    counts = Counter(item.nodeid.split("::")[0] for item in items)
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        module = item.nodeid.split("::")[0]
+        known = SLOWEST_MODULES.index(module) if module in SLOWEST_MODULES else len(SLOWEST_MODULES)
+        return known, -counts[module]
+    return rank

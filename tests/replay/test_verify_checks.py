@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import oncelog
 from events.codec import Record
 from events.commit import (
     CommitSequenceCompleted,
@@ -109,7 +110,10 @@ def test_a_clean_history_passes_and_the_plans_are_checked_against_the_committed_
     assert any("400 to 500" in v.message for v in never)
     [behind] = of_kind(report.violations, "stale-plan")
     assert behind.position == where(sqlite_log, CommitSequencePlanned, "run-6")
-    assert "stands at 300" in behind.message and "publish twice [100, 300)" in behind.message
+    # run-5 committed 500 without a WatermarkAdvanced: the state (what `state` shows and runs plan from) holds 500,
+    # and verify measures the stale plan against that same fold
+    assert oncelog.rebuild(sqlite_log).dataset_states("MyJob")["MyTopic"].watermarks[PARTITION] == 500
+    assert "stands at 500" in behind.message and "publish twice [100, 500)" in behind.message
     assert report.pending == ["MyJob / MyTopic / run-6"]
 
 

@@ -147,6 +147,8 @@ class _Checker:
         """Per (job, dataset, partition): the committed watermark, read from the state's own fold, so that verify
         and `state` never tell two watermarks (a WatermarkAdvanced, or a DatasetStateCommitted, sets it)."""
         self.seen_advances: set[str] = set()
+        self.plans: dict[tuple[str, str], list[_Sequence]] = {}
+        """Per (job, dataset): its sequences in the order they were planned."""
         self.identities: dict[int, int] = {}
         """Per key (its hash): the hash of the value first stored under it. Small: one entry per key of the log."""
         self.reused: list[_KeyReuse] = []
@@ -201,6 +203,7 @@ class _Checker:
             if known is None:
                 if event.part == 0:
                     self.sequences[key] = _Sequence(event, where)
+                    self.plans.setdefault((event.job, event.dataset_urn), []).append(self.sequences[key])
             elif event.parts > 1:
                 known.add_part(event)
             elif not known.applied and len(event.steps) > len(known.planned.steps):
@@ -301,6 +304,7 @@ class _Checker:
         self._check_parts()
         self._check_reused_keys(log)
         self._check_sequences()
+        self._check_ends()
         for sequence in self.sequences.values():
             self._check_against_plan(sequence)
         self._check_pending_plans()
@@ -333,6 +337,17 @@ class _Checker:
                 self.violate("key-reused", f"key {reuse.key.decode(errors='replace')!r} holds another payload than "
                              f"the record first stored under it at {at}: first {first}, now {reuse.content}",
                              reuse.where)
+
+    def _check_ends(self) -> None:
+        """A sequence planned after another of its dataset means that one had ended (a run plans a dataset only once
+        its last sequence is settled): one neither completed nor abandoned has lost its end (its records are gone,
+        e.g. removed from a Kafka topic, where compaction leaves gaps in the offsets)."""
+        for sequences in self.plans.values():
+            for earlier, later in zip(sequences, sequences[1:]):
+                if not earlier.completed and not earlier.abandoned:
+                    self.violate("sequence-end-missing", f"{earlier.describe()} has no completion or abandonment in "
+                                 f"the log, but {later.describe()} was planned after it (at {later.at}), which only "
+                                 f"happens once it ended: its end is gone from the log", earlier.at)
 
     def _check_sequences(self) -> None:
         for (job, urn, sequence_id), s in self.sequences.items():

@@ -79,6 +79,11 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def follows(seq: int, prev: int) -> str:
+    """What a record whose predecessor is gone says about it."""
+    return f"the record at offset {seq} follows offset {prev}, which is not in the log"
+
+
 class SqliteLog(EventLog):
     """A log kept in a SQLite file; `sqlite:///path/events.db?topic=...&partitions=N&synchronous=full`."""
 
@@ -241,8 +246,7 @@ class SqliteLog(EventLog):
             for seq, partition, timestamp_ms, key, value, prev in rows:
                 if seq >= first[partition] and (last is None or seq < last[partition]):
                     if prev > read[partition]:  # its predecessor is one this read never met: deleted
-                        raise self.missing_error(partition, read[partition], prev, f"the record at offset {seq} follows "
-                                            f"offset {prev}, which is not in the log")
+                        raise self.missing_error(partition, read[partition], prev, follows(seq, prev))
                     read[partition] = seq
                     yield StoredRecord(topic, partition, seq, timestamp_ms, key, value)
             if rows:
@@ -494,8 +498,7 @@ class SqliteSubscription(Subscription):
         for seq, partition, timestamp_ms, key, value, prev in rows:
             if seq >= positions[partition]:
                 if prev > read[partition]:
-                    raise self._log.missing_error(partition, read[partition], prev, f"the record at offset {seq} follows "
-                                             f"offset {prev}, which is not in the log")
+                    raise self._log.missing_error(partition, read[partition], prev, follows(seq, prev))
                 read[partition] = seq
                 found.append(StoredRecord(self._log.topic, partition, seq, timestamp_ms, key, value))
         if rows:

@@ -158,3 +158,17 @@ def test_a_completion_counts_the_steps_of_its_plan(sqlite_log: EventLog) -> None
     [early] = of_kind(verify(sqlite_log).violations, "completed-early")
     assert early.position == where(sqlite_log, CommitSequenceCompleted, "run-2")
     assert "1 steps applied of the 2 planned" in early.message
+
+
+def test_a_sequence_whose_end_is_gone_is_named_once_a_later_sequence_of_its_dataset_was_planned(
+        sqlite_log: EventLog) -> None:
+    """On Kafka, offsets have gaps by design (compaction): a completion that is gone is known by what followed it."""
+    first = [e for e in published("run-1", 0, 100, t=0) if not isinstance(e, CommitSequenceCompleted)]
+    sqlite_log.append([*first, *published("run-2", 100, 200, t=10)])
+
+    [lost] = of_kind(verify(sqlite_log).violations, "sequence-end-missing")
+
+    assert lost.position == where(sqlite_log, CommitSequencePlanned, "run-1")
+    assert "'run-1'" in lost.message and "'run-2'" in lost.message
+    sqlite_log.append(published("run-3", 200, 300, t=20)[:1])  # the last sequence pending: nothing is missing
+    assert len(of_kind(verify(sqlite_log).violations, "sequence-end-missing")) == 1

@@ -5,10 +5,10 @@ the offsets of other partitions (as Kafka's skip transaction markers). One SQLit
 
 A missing record is noticed: each record holds `prev`, the offset of the record before it in its partition (0 for
 the first), and `oncelog_heads` the offset of each partition's last record, both written in the append's
-transaction. A read compares each record's `prev` with the last offset it read of that partition, and at its end
-the next record's `prev` (or the head) with the last one it read: a deleted row or a truncated tail is a
-`MissingRecordsError`. Deleting by tombstone (`oncelog gc`) links each survivor to the record now before it, in the
-same transaction as the delete, so retention is never mistaken for damage.
+transaction. A read checks, per partition, that the first record has no predecessor and the head is there; then
+each record's `prev` against the last offset it read; at its end, the next record's `prev`: a deleted row or a
+truncated tail is a `MissingRecordsError`. Deleting by tombstone (`oncelog gc`) links each survivor to the record
+now before it, in the same transaction as the delete, so retention is never mistaken for damage.
 """
 
 from __future__ import annotations
@@ -263,17 +263,22 @@ class SqliteLog(EventLog):
         the one last written (its head), so a deleted first row or a cut-off tail is seen also by a fold that starts
         from a snapshot."""
         for p in wanted:
-            first_prev, last_seq, head = conn.execute(
+            first_prev, head, head_kept = conn.execute(
                 "SELECT (SELECT IFNULL(prev, 0) FROM oncelog_records WHERE topic = ?1 AND partition = ?2 "
-                "ORDER BY seq LIMIT 1), (SELECT seq FROM oncelog_records WHERE topic = ?1 AND partition = ?2 "
-                "ORDER BY seq DESC LIMIT 1), (SELECT last_seq FROM oncelog_heads WHERE topic = ?1 AND partition = ?2)",
+                "ORDER BY seq LIMIT 1), head.last_seq, EXISTS (SELECT 1 FROM oncelog_records WHERE seq = head.last_seq "
+                "AND topic = ?1 AND partition = ?2) FROM (SELECT 1) LEFT JOIN oncelog_heads AS head "
+                "ON head.topic = ?1 AND head.partition = ?2",
                 (self.topic, p),
             ).fetchone()
             if first_prev:
                 raise self.missing_error(p, 0, first_prev, f"the partition's first record left follows offset "
                                          f"{first_prev}, which is not in the log")
-            if head is not None and (last_seq or 0) < head:
-                raise self.missing_error(p, last_seq or 0, head, f"the partition's last record was written at offset "
+            if head is not None and not head_kept:  # the head is looked up by offset: no scan unless it is gone
+                (last_seq,) = conn.execute(
+                    "SELECT IFNULL(MAX(seq), 0) FROM oncelog_records WHERE topic = ? AND partition = ? AND seq < ?",
+                    (self.topic, p, head),
+                ).fetchone()
+                raise self.missing_error(p, last_seq, head, f"the partition's last record was written at offset "
                                          f"{head}, the last one left is at {last_seq or 'none'}: its tail was cut off")
 
     def _check_after(self, conn: sqlite3.Connection, wanted: list[int], last: dict[int, int],

@@ -67,6 +67,25 @@ class CorruptEventError(EventDecodeError):
         )
 
 
+class MissingRecordsError(OncelogError):
+    """Records are gone from the log that nothing of oncelog deleted (a deleted row, a truncated file): every fold
+    of it would be wrong, so none is answered; names the log, the partition and the offsets."""
+
+    def __init__(self, log: str, topic: str, partition: int, first: int, last: int, detail: str) -> None:
+        self.log = log
+        self.topic = topic
+        self.partition = partition
+        self.first = first
+        self.last = last
+        """The offsets between which records of the partition are missing (both included; `last` for sure)."""
+        gone = f"offset {last}" if first == last else f"offsets {first}-{last}"
+        super().__init__(
+            f"records are missing from the log {log}: {topic}[{partition}] {gone} ({detail}). They were deleted "
+            f"outside oncelog (oncelog gc records its own deletions): a fold without them would be wrong, so nothing "
+            f"is planned or answered from this log. Restore it from a backup or a replica, then run again"
+        )
+
+
 class LogNotStableError(OncelogError):
     """The log's stable end stays short of its end: another writer's transaction is open on some partitions."""
 

@@ -12,6 +12,7 @@
 - EventDecodeError: a record of the log could not be decoded into an event; names where it lies.
 - UnknownEventTypeError: a record names an event type or schema version this oncelog does not know.
 - CorruptEventError: a record's bytes differ from what was written (its checksum does not match).
+- MissingRecordsError: records are gone from the log that nothing of oncelog deleted; names the offsets.
 - SnapshotFormatError: a snapshot's bytes are not a snapshot this oncelog can read.
 - ProjectionStopped: a fold with stop_on_error met a record it could not use.
 - DamagedHistoryError: the log lacks part of an event appended in parts (one atomic batch): it was damaged.
@@ -52,6 +53,7 @@ from events.errors import (
     LogNotStableError,
     LogUnavailableError,
     LogWriteError,
+    MissingRecordsError,
     OncelogError,
     UnknownEventTypeError,
 )
@@ -98,6 +100,7 @@ __all__ = [
     "KafkaProvisioningError",
     "KafkaSecurityError",
     "LogNotStableError",
+    "MissingRecordsError",
     "LogUnavailableError",
     "LogWriteError",
     "OncelogError",

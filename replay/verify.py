@@ -5,8 +5,9 @@
 - every watermark move and every dataset state committed is the one its sequence planned (same partition, low
   watermark and value; same watermarks and counts): a damaged or forged transition is named by its offset;
 - a completed sequence moved every watermark it planned, and committed the state it planned;
-- watermarks never go backwards per partition, and each advance starts where the last one ended (no range lost,
-  none published twice); a pending sequence still starts where the committed watermark stands;
+- watermarks never go backwards per partition, and each advance starts where the committed watermark stood (no
+  range lost, none published twice); a pending sequence still starts where the committed watermark stands. The
+  committed watermark is the state's own fold's (`oncelog state`, planning): verify and `state` never tell two;
 - no source range is published twice;
 - every published file belongs to a completed sequence (and, given the publish directory, every file in it does);
 - any event key identifies one payload, forever: a record's key is its event's key, and two records with one key
@@ -62,6 +63,17 @@ class _Found(Generic[E]):
     """A state transition as read from the log, and where it lies."""
 
     event: E
+    where: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Mark:
+    """A committed watermark as the state's fold (`oncelog state`, planning) holds it, and the event that set it."""
+
+    value: int
+    low: int
+    """Where the range published by that event started (the watermark before it)."""
+    sequence_id: str
     where: str
 
 
@@ -131,8 +143,12 @@ class _Checker:
         self.codec = codec
         self.state = State()
         self.sequences: dict[tuple[str, str, str], _Sequence] = {}
-        self.chains: dict[tuple[str, str, str], list[_Found[WatermarkAdvanced]]] = {}
+        self.marks: dict[tuple[str, str, str], _Mark] = {}
+        """Per (job, dataset, partition): the committed watermark, read from the state's own fold, so that verify
+        and `state` never tell two watermarks (a WatermarkAdvanced, or a DatasetStateCommitted, sets it)."""
         self.seen_advances: set[str] = set()
+        self.plans: dict[tuple[str, str], list[_Sequence]] = {}
+        """Per (job, dataset): its sequences in the order they were planned."""
         self.identities: dict[int, int] = {}
         """Per key (its hash): the hash of the value first stored under it. Small: one entry per key of the log."""
         self.reused: list[_KeyReuse] = []
@@ -171,8 +187,11 @@ class _Checker:
 
     def fold(self, logged: LoggedEvent) -> None:
         self.report.events += 1
-        self.state.apply(logged)
         event = logged.event
+        if isinstance(event, (WatermarkAdvanced, DatasetStateCommitted)):
+            self._fold_committed(logged, event)
+        else:
+            self.state.apply(logged)
         if not isinstance(event, (CommitSequencePlanned, CommitStepApplied, CommitStepRolledBack,
                                   CommitSequenceCompleted, CommitSequenceAbandoned, WatermarkAdvanced,
                                   DatasetStateCommitted)):
@@ -184,6 +203,7 @@ class _Checker:
             if known is None:
                 if event.part == 0:
                     self.sequences[key] = _Sequence(event, where)
+                    self.plans.setdefault((event.job, event.dataset_urn), []).append(self.sequences[key])
             elif event.parts > 1:
                 known.add_part(event)
             elif not known.applied and len(event.steps) > len(known.planned.steps):
@@ -220,9 +240,41 @@ class _Checker:
                 sequence.state = _Found(event, where)
         elif event.key not in self.seen_advances:
             self.seen_advances.add(event.key)
-            found = _Found(event, where)
-            sequence.advances.setdefault(event.partition, found)
-            self.chains.setdefault((event.job, event.dataset_urn, event.partition), []).append(found)
+            sequence.advances.setdefault(event.partition, _Found(event, where))
+
+    def _fold_committed(self, logged: LoggedEvent, event: WatermarkAdvanced | DatasetStateCommitted) -> None:
+        """Fold a committed-state event through the state, a watermark move checked against the watermark the
+        state held before it; keep where each watermark the state now holds was set."""
+        dataset = (event.job, event.dataset_urn)
+        before = self.state.datasets.get(dataset)
+        where = where_of(logged.topic, logged.position)
+        if isinstance(event, WatermarkAdvanced) and event.key not in self.seen_advances:
+            mark = self.marks.get((event.job, event.dataset_urn, event.partition))
+            if mark is not None:
+                self._check_move(event, mark, where)
+        self.state.apply(logged)
+        after = self.state.datasets.get(dataset)
+        if after is None or after is before:
+            return
+        old = before.watermarks if before is not None else {}
+        for partition, value in after.watermarks.items():
+            if old.get(partition) != value:
+                low = event.low_watermark if isinstance(event, WatermarkAdvanced) else old.get(partition, value)
+                self.marks[(event.job, event.dataset_urn, partition)] = _Mark(value, low, event.sequence_id, where)
+
+    def _check_move(self, move: WatermarkAdvanced, mark: _Mark, where: str) -> None:
+        """A move starts where the committed watermark stands: never backwards, no range twice, none skipped."""
+        which = f"{move.dataset_urn} {move.partition} ({move.job}): {move.key} of sequence {move.sequence_id!r}"
+        if move.value < mark.value:
+            self.violate("watermark-backwards", f"{which} moves it from {mark.value} back to {move.value}", where)
+        elif move.low_watermark < mark.value:
+            self.violate("published-twice", f"{which} publishes [{move.low_watermark}, {move.value}), which overlaps "
+                         f"[{mark.low}, {mark.value}) published by sequence {mark.sequence_id!r} at {mark.where}",
+                         where)
+        elif move.low_watermark > mark.value:
+            self.violate("range-skipped", f"{which} starts at {move.low_watermark}, but the watermark stood at "
+                         f"{mark.value} (set at {mark.where}): [{mark.value}, {move.low_watermark}) was never "
+                         f"published", where)
 
     def _check_parts(self) -> None:
         """Every event appended in parts has all of them (they go in one atomic batch: a missing one is damage)."""
@@ -252,9 +304,10 @@ class _Checker:
         self._check_parts()
         self._check_reused_keys(log)
         self._check_sequences()
+        self._check_ends()
         for sequence in self.sequences.values():
             self._check_against_plan(sequence)
-        self._check_watermarks()
+        self._check_pending_plans()
         published = self._published_files()
         if publish_dir is not None:
             self._check_publish_dir(publish_dir, published, fs)
@@ -284,6 +337,17 @@ class _Checker:
                 self.violate("key-reused", f"key {reuse.key.decode(errors='replace')!r} holds another payload than "
                              f"the record first stored under it at {at}: first {first}, now {reuse.content}",
                              reuse.where)
+
+    def _check_ends(self) -> None:
+        """A sequence planned after another of its dataset means that one had ended (a run plans a dataset only once
+        its last sequence is settled): one neither completed nor abandoned has lost its end (its records are gone,
+        e.g. removed from a Kafka topic, where compaction leaves gaps in the offsets)."""
+        for sequences in self.plans.values():
+            for earlier, later in zip(sequences, sequences[1:]):
+                if not earlier.completed and not earlier.abandoned:
+                    self.violate("sequence-end-missing", f"{earlier.describe()} has no completion or abandonment in "
+                                 f"the log, but {later.describe()} was planned after it (at {later.at}), which only "
+                                 f"happens once it ended: its end is gone from the log", earlier.at)
 
     def _check_sequences(self) -> None:
         for (job, urn, sequence_id), s in self.sequences.items():
@@ -336,25 +400,6 @@ class _Checker:
             self.violate("state-differs-from-plan", f"{committed.key} commits {_describe(said)}, but {s.describe()} "
                          f"planned {' or '.join(_describe(p) for p in plans)} (plan at {s.at})", found.where)
 
-    def _check_watermarks(self) -> None:
-        for (job, urn, partition), chain in self.chains.items():
-            for before, after in zip(chain, chain[1:]):
-                low, high = before.event.low_watermark, before.event.value
-                move = after.event
-                which = f"{urn} {partition} ({job}): {move.key} of sequence {move.sequence_id!r}"
-                if move.value < high:
-                    self.violate("watermark-backwards", f"{which} moves it from {high} back to {move.value}",
-                                 after.where)
-                elif move.low_watermark < high:
-                    self.violate("published-twice", f"{which} publishes [{move.low_watermark}, {move.value}), which "
-                                 f"overlaps [{low}, {high}) published by sequence {before.event.sequence_id!r} at "
-                                 f"{before.where}", after.where)
-                elif move.low_watermark > high:
-                    self.violate("range-skipped", f"{which} starts at {move.low_watermark}, but the watermark stood at "
-                                 f"{high} (set at {before.where}): [{high}, {move.low_watermark}) was never published",
-                                 after.where)
-        self._check_pending_plans()
-
     def _check_pending_plans(self) -> None:
         """A pending sequence's watermark steps not yet applied start where the committed watermark stands now."""
         for (job, urn, _), s in self.sequences.items():
@@ -363,14 +408,14 @@ class _Checker:
             for step in s.planned.steps:
                 if not isinstance(step, HighWatermarkStep) or step.partition in s.advances:
                     continue
-                chain = self.chains.get((job, urn, step.partition))
-                if chain and chain[-1].event.value != step.low_watermark:
-                    standing = chain[-1].event.value
+                mark = self.marks.get((job, urn, step.partition))
+                if mark is not None and mark.value != step.low_watermark:
+                    standing = mark.value
                     effect = "publish twice" if step.low_watermark < standing else "never publish"
                     low, high = sorted((step.low_watermark, standing))
                     self.violate("stale-plan", f"{s.describe()} plans {step.partition} from {step.low_watermark} to "
                                  f"{step.value}, but the committed watermark stands at {standing} (set at "
-                                 f"{chain[-1].where}): completing it would {effect} [{low}, {high})", s.at)
+                                 f"{mark.where}): completing it would {effect} [{low}, {high})", s.at)
 
     def _published_files(self) -> dict[str, str]:
         """Destination → the completed sequence that published it; a destination published twice is a violation."""

@@ -162,7 +162,8 @@ class EventLog(Closing):
         self, start: Mapping[int, int] | None = None, until: Mapping[int, int] | None = None, follow: bool = False
     ) -> Iterator[StoredRecord]:
         """Records from `start` (default: the beginning) up to `until` (exclusive; default: the end offsets at
-        the call), or forever when `follow`. Only committed batches are read."""
+        the call), or forever when `follow`. Only committed batches are read. A store that can tell a record deleted
+        outside oncelog from retention (SQLite) raises MissingRecordsError rather than read past it."""
 
     @abstractmethod
     def end_offsets(self) -> Offsets:

@@ -2,6 +2,13 @@
 
 Offsets are the table's row ids: one sequence for the whole topic, so every partition's offsets increase but skip
 the offsets of other partitions (as Kafka's skip transaction markers). One SQLite transaction is one atomic batch.
+
+A missing record is noticed: each record holds `prev`, the offset of the record before it in its partition (0 for
+the first), and `oncelog_heads` the offset of each partition's last record, both written in the append's
+transaction. A read checks, per partition, that the first record has no predecessor and the head is there; then
+each record's `prev` against the last offset it read; at its end, the next record's `prev`: a deleted row or a
+truncated tail is a `MissingRecordsError`. Deleting by tombstone (`oncelog gc`) links each survivor to the record
+now before it, in the same transaction as the delete, so retention is never mistaken for damage.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from events.codec import EventCodec, Record
-from events.errors import ConfigError, FencedError, LogUnavailableError, LogWriteError
+from events.errors import ConfigError, FencedError, LogUnavailableError, LogWriteError, MissingRecordsError
 from events.log.interface import (
     DEFAULT_TOPIC,
     ErrorHandler,
@@ -43,6 +50,18 @@ CREATE TABLE IF NOT EXISTS oncelog_group_offsets (
 CREATE TABLE IF NOT EXISTS oncelog_snapshots (
     topic TEXT NOT NULL, name TEXT NOT NULL, offsets TEXT NOT NULL, data BLOB NOT NULL, created_ms INTEGER NOT NULL,
     PRIMARY KEY (topic, name));
+CREATE TABLE IF NOT EXISTS oncelog_heads (
+    topic TEXT NOT NULL, partition INTEGER NOT NULL, last_seq INTEGER NOT NULL, PRIMARY KEY (topic, partition));
+"""
+CHAIN_COLUMN = "prev"
+"""Each record's predecessor in its partition: added to logs written before it, filled from what they hold."""
+LINK_EXISTING = """
+UPDATE oncelog_records SET prev = linked.before FROM (
+    SELECT seq, COALESCE(LAG(seq) OVER (PARTITION BY topic, partition ORDER BY seq), 0) AS before
+    FROM oncelog_records) AS linked
+WHERE oncelog_records.seq = linked.seq;
+INSERT OR REPLACE INTO oncelog_heads (topic, partition, last_seq)
+    SELECT topic, partition, MAX(seq) FROM oncelog_records GROUP BY topic, partition;
 """
 
 READ_BATCH = 10_000
@@ -58,6 +77,11 @@ NORMAL_SYNC_WARNING = (
 def now_ms() -> int:
     """Wall-clock milliseconds, for record and snapshot timestamps."""
     return time.time_ns() // 1_000_000
+
+
+def follows(seq: int, prev: int) -> str:
+    """What a record whose predecessor is gone says about it."""
+    return f"the record at offset {seq} follows offset {prev}, which is not in the log"
 
 
 class SqliteLog(EventLog):
@@ -87,6 +111,30 @@ class SqliteLog(EventLog):
         self._requested_partitions = partitions
         self._conn = self.connect()
         self._conn.executescript(SCHEMA)
+        self._link_existing()
+
+    def _link_existing(self) -> None:
+        """A log written before records named their predecessor: link what it holds (silently, once)."""
+        if self._has_chain():
+            return
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                if not self._has_chain():  # another process may have linked it meanwhile
+                    self._conn.execute(f"ALTER TABLE oncelog_records ADD COLUMN {CHAIN_COLUMN} INTEGER")
+                    for statement in LINK_EXISTING.split(";"):
+                        if statement.strip():
+                            self._conn.execute(statement)
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as e:
+            raise LogUnavailableError(f"cannot prepare the SQLite log {self.path} (linking its records): {e}") from e
+
+    def _has_chain(self) -> bool:
+        columns = self._conn.execute("PRAGMA table_info(oncelog_records)").fetchall()
+        return any(column[1] == CHAIN_COLUMN for column in columns)
 
     @classmethod
     def from_url(cls, url: str, location: str, settings: dict[str, str], codec: EventCodec | None) -> SqliteLog:
@@ -178,29 +226,78 @@ class SqliteLog(EventLog):
     def _scan(
         self, conn: sqlite3.Connection, first: dict[int, int], last: dict[int, int] | None, follow: bool
     ) -> Iterator[StoredRecord]:
+        self._check_ends(conn, [p for p in first if last is None or last[p] > 0])
         wanted = [p for p in first if last is None or first[p] < last[p]]
         if not wanted:
             return
         position = min(first[p] for p in wanted)
         stop = None if last is None else max(last[p] for p in wanted)
         topic = self.topic
+        read = {p: max(first[p] - 1, 0) for p in first}
+        """Per partition, the offset of the last record read (before the first: anything older is not ours)."""
         # A read of some partitions only (a commit shard's) selects their rows alone: the others are not decoded.
         only = "" if len(wanted) == len(first) else f" AND partition IN ({', '.join(map(str, wanted))})"
         while stop is None or position < stop:
             rows = conn.execute(
-                "SELECT seq, partition, timestamp_ms, key, value FROM oncelog_records "
+                "SELECT seq, partition, timestamp_ms, key, value, IFNULL(prev, 0) FROM oncelog_records "
                 f"WHERE topic = ? AND seq >= ? AND seq < ?{only} ORDER BY seq LIMIT ?",
                 (topic, position, stop if stop is not None else 2**63 - 1, READ_BATCH),
             ).fetchall()
-            for seq, partition, timestamp_ms, key, value in rows:
+            for seq, partition, timestamp_ms, key, value, prev in rows:
                 if seq >= first[partition] and (last is None or seq < last[partition]):
+                    if prev > read[partition]:  # its predecessor is one this read never met: deleted
+                        raise self.missing_error(partition, read[partition], prev, follows(seq, prev))
+                    read[partition] = seq
                     yield StoredRecord(topic, partition, seq, timestamp_ms, key, value)
             if rows:
                 position = rows[-1][0] + 1
             elif follow:
                 time.sleep(FOLLOW_POLL_S)
             else:
-                return
+                break
+        if last is not None:
+            self._check_after(conn, wanted, last, read)
+
+    def _check_ends(self, conn: sqlite3.Connection, wanted: list[int]) -> None:
+        """Before a read, whatever its range: per partition, its first record has none before it and its last is
+        the one last written (its head), so a deleted first row or a cut-off tail is seen also by a fold that starts
+        from a snapshot."""
+        for p in wanted:
+            first_prev, head, head_kept = conn.execute(
+                "SELECT (SELECT IFNULL(prev, 0) FROM oncelog_records WHERE topic = ?1 AND partition = ?2 "
+                "ORDER BY seq LIMIT 1), head.last_seq, EXISTS (SELECT 1 FROM oncelog_records WHERE seq = head.last_seq "
+                "AND topic = ?1 AND partition = ?2) FROM (SELECT 1) LEFT JOIN oncelog_heads AS head "
+                "ON head.topic = ?1 AND head.partition = ?2",
+                (self.topic, p),
+            ).fetchone()
+            if first_prev:
+                raise self.missing_error(p, 0, first_prev, f"the partition's first record left follows offset "
+                                         f"{first_prev}, which is not in the log")
+            if head is not None and not head_kept:  # the head is looked up by offset: no scan unless it is gone
+                (last_seq,) = conn.execute(
+                    "SELECT IFNULL(MAX(seq), 0) FROM oncelog_records WHERE topic = ? AND partition = ? AND seq < ?",
+                    (self.topic, p, head),
+                ).fetchone()
+                raise self.missing_error(p, last_seq, head, f"the partition's last record was written at offset "
+                                         f"{head}, the last one left is at {last_seq or 'none'}: its tail was cut off")
+
+    def _check_after(self, conn: sqlite3.Connection, wanted: list[int], last: dict[int, int],
+                     read: dict[int, int]) -> None:
+        """After a read up to `last`: per partition, the next record follows the last record read, so nothing just
+        before the end of the read is missing."""
+        for p in wanted:
+            (successor,) = conn.execute(
+                "SELECT IFNULL(prev, 0) FROM oncelog_records WHERE topic = ? AND partition = ? AND seq >= ? "
+                "ORDER BY seq LIMIT 1",
+                (self.topic, p, last[p]),
+            ).fetchone() or (None,)
+            if successor is not None and successor > read[p]:
+                raise self.missing_error(p, read[p], successor, f"the record after offset {last[p] - 1} follows "
+                                         f"offset {successor}, which is not in the log")
+
+    def missing_error(self, partition: int, read: int, gone: int, detail: str) -> MissingRecordsError:
+        """The error for records of `partition` missing after offset `read`, `gone` for sure."""
+        return MissingRecordsError(str(self.path), self.topic, partition, read + 1, gone, detail)
 
     def end_offsets(self) -> Offsets:
         row = self._conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'oncelog_records'").fetchone()
@@ -265,14 +362,21 @@ class SqliteWriter(LogWriter):
         topic = self._topic
         partitions = self.partitions
         tombstones: list[bytes] = []
+        heads: dict[int, int] = {}
+        touched: set[int] = set()
 
-        def rows() -> Iterator[tuple[str, int, int, bytes, bytes | None]]:
+        def rows() -> Iterator[tuple[int, str, int, int, bytes, bytes | None, int]]:
+            seq = before
             for r in records:
                 if not 0 <= r.partition < partitions:
                     raise LogWriteError(f"partition {r.partition} is outside topic {topic!r} (0..{partitions - 1})")
                 if r.value is None:
                     tombstones.append(r.key)
-                yield topic, r.partition, r.timestamp_ms, r.key, r.value
+                seq += 1
+                prev = heads.get(r.partition, 0)
+                heads[r.partition] = seq
+                touched.add(r.partition)
+                yield seq, topic, r.partition, r.timestamp_ms, r.key, r.value, prev
 
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -281,10 +385,17 @@ class SqliteWriter(LogWriter):
         try:
             self._check_epoch()
             before = self._last_seq()
+            heads.update(conn.execute("SELECT partition, last_seq FROM oncelog_heads WHERE topic = ?", (topic,)))
             count = conn.executemany(
-                "INSERT INTO oncelog_records (topic, partition, timestamp_ms, key, value) VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO oncelog_records (seq, topic, partition, timestamp_ms, key, value, prev) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 rows(),
             ).rowcount
+            conn.executemany(
+                "INSERT INTO oncelog_heads (topic, partition, last_seq) VALUES (?, ?, ?) "
+                "ON CONFLICT (topic, partition) DO UPDATE SET last_seq = excluded.last_seq",
+                [(topic, p, heads[p]) for p in touched],
+            )
             if tombstones:
                 self._drop_tombstoned(tombstones, before)
             conn.execute("COMMIT")
@@ -315,14 +426,40 @@ class SqliteWriter(LogWriter):
         return int(row[0]) if row else 0
 
     def _drop_tombstoned(self, keys: list[bytes], before: int) -> None:
-        """Remove what a tombstone deletes, as Kafka's compaction eventually does: earlier records of its key."""
+        """Remove what a tombstone deletes, as Kafka's compaction eventually does: earlier records of its key; then
+        link each record (and head) that followed a removed one to the record now before it, so that readers do not
+        take retention for damage."""
         conn = self._conn
+        topic = self._topic
         conn.execute("CREATE TEMP TABLE IF NOT EXISTS oncelog_gc_keys (key BLOB PRIMARY KEY)")
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS oncelog_gc_links (gone INTEGER PRIMARY KEY, now INTEGER)")
         conn.execute("DELETE FROM oncelog_gc_keys")
+        conn.execute("DELETE FROM oncelog_gc_links")
         conn.executemany("INSERT OR IGNORE INTO oncelog_gc_keys (key) VALUES (?)", ((k,) for k in keys))
+        doomed = conn.execute(
+            "SELECT seq, IFNULL(prev, 0) FROM oncelog_records WHERE topic = ? AND seq <= ? "
+            "AND key IN (SELECT key FROM oncelog_gc_keys) ORDER BY seq",
+            (topic, before),
+        ).fetchall()
+        if not doomed:
+            return
+        links: dict[int, int] = {}
+        for seq, prev in doomed:  # by offset: a run of removed records links past all of them
+            links[seq] = links.get(prev, prev)
+        conn.executemany("INSERT INTO oncelog_gc_links (gone, now) VALUES (?, ?)", links.items())
         conn.execute(
             "DELETE FROM oncelog_records WHERE topic = ? AND seq <= ? AND key IN (SELECT key FROM oncelog_gc_keys)",
-            (self._topic, before),
+            (topic, before),
+        )
+        conn.execute(
+            "UPDATE oncelog_records SET prev = link.now FROM oncelog_gc_links AS link "
+            "WHERE oncelog_records.topic = ? AND oncelog_records.seq > ? AND oncelog_records.prev = link.gone",
+            (topic, doomed[0][0]),
+        )
+        conn.execute(
+            "UPDATE oncelog_heads SET last_seq = link.now FROM oncelog_gc_links AS link "
+            "WHERE oncelog_heads.topic = ? AND oncelog_heads.last_seq = link.gone",
+            (topic,),
         )
 
     def close(self) -> None:
@@ -357,13 +494,17 @@ class SqliteSubscription(Subscription):
     def _next(self, max_records: int) -> list[StoredRecord]:
         positions = self._positions
         rows = self._conn.execute(
-            "SELECT seq, partition, timestamp_ms, key, value FROM oncelog_records "
+            "SELECT seq, partition, timestamp_ms, key, value, IFNULL(prev, 0) FROM oncelog_records "
             "WHERE topic = ? AND seq >= ? ORDER BY seq LIMIT ?",
             (self._log.topic, min(positions.values()), max_records),
         ).fetchall()
         found = []
-        for seq, partition, timestamp_ms, key, value in rows:
+        read = {p: max(o - 1, 0) for p, o in positions.items()}
+        for seq, partition, timestamp_ms, key, value, prev in rows:
             if seq >= positions[partition]:
+                if prev > read[partition]:
+                    raise self._log.missing_error(partition, read[partition], prev, follows(seq, prev))
+                read[partition] = seq
                 found.append(StoredRecord(self._log.topic, partition, seq, timestamp_ms, key, value))
         if rows:
             last_seq = rows[-1][0]

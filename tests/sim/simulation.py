@@ -261,7 +261,11 @@ class Scenario:
         if not isinstance(self.inner, SqliteLog):
             raise NotImplementedError("newer-version events are simulated on SQLite logs only")
         with sqlite3.connect(self.inner.path) as conn:
-            conn.execute("DELETE FROM oncelog_records WHERE value = ?", (value,))
+            gone = conn.execute("SELECT seq, prev FROM oncelog_records WHERE value = ? ORDER BY seq", (value,))
+            for seq, prev in gone.fetchall():  # linked past, as the store's own deletions are (not damage)
+                conn.execute("DELETE FROM oncelog_records WHERE seq = ?", (seq,))
+                conn.execute("UPDATE oncelog_records SET prev = ? WHERE prev = ? AND seq > ?", (prev, seq, seq))
+                conn.execute("UPDATE oncelog_heads SET last_seq = ? WHERE last_seq = ?", (prev, seq))
 
     def _settle(self) -> None:
         """Without faults: release what is blocked and run each job until a run commits everything it owes."""

@@ -96,6 +96,9 @@ def fold_json(report: FoldReport) -> dict[str, Any]:
 def verify_json(report: VerifyReport) -> dict[str, Any]:
     return {"ok": report.ok, "events": report.events, "sequences": report.sequences,
             "published_files": report.published_files, "pending": report.pending,
+            "files": None if report.files is None else {
+                "sizes_checked": report.files.sizes, "contents_checked": report.files.contents,
+                "sampled_from": report.files.sampled_from, "seed": report.files.seed},
             "violations": [{"kind": v.kind, "message": v.message, "position": v.position} for v in report.violations]}
 
 

@@ -10,6 +10,8 @@
   committed watermark is the state's own fold's (`oncelog state`, planning): verify and `state` never tell two;
 - no source range is published twice;
 - every published file belongs to a completed sequence (and, given the publish directory, every file in it does);
+- given the publish directory, every file published under it is there with the size its sequence recorded, and with a
+  content check (`ContentCheck`) the SHA-256 it recorded too (`replay.content`);
 - any event key identifies one payload, forever: a record's key is its event's key, and two records with one key
   hold the same event (their emitted_at aside);
 - every record decodes, and every run or sequence event belongs to a run or sequence that exists.
@@ -41,6 +43,7 @@ from filesystems import urls
 from filesystems.base import FileSystem
 from filesystems.router import FileSystems
 from projections.state import State
+from replay.content import UNSHOWN, ContentCheck, ContentProgress, FilesChecked, PublishedFile, check_files
 
 Progress = Callable[[int], None]
 E = TypeVar("E", WatermarkAdvanced, DatasetStateCommitted)
@@ -120,6 +123,8 @@ class VerifyReport:
     pending: list[str] = field(default_factory=list)
     sequences: int = 0
     published_files: int = 0
+    files: FilesChecked | None = None
+    """What the check of the files under the publish directory covered (None: no publish directory given)."""
 
     @property
     def ok(self) -> bool:
@@ -296,7 +301,8 @@ class _Checker:
     def violate(self, kind: str, message: str, position: str = "") -> None:
         self.report.violations.append(Violation(kind, message, position))
 
-    def finish(self, log: EventLog, publish_dir: str | None, fs: FileSystem) -> VerifyReport:
+    def finish(self, log: EventLog, publish_dir: str | None, fs: FileSystem, content: ContentCheck | None = None,
+               content_progress: ContentProgress = UNSHOWN) -> VerifyReport:
         for problem in self.state.problems:
             self.violate(problem.kind, problem.message, problem.where())
         if self.state.problem_count > len(self.state.problems):
@@ -310,7 +316,7 @@ class _Checker:
         self._check_pending_plans()
         published = self._published_files()
         if publish_dir is not None:
-            self._check_publish_dir(publish_dir, published, fs)
+            self._check_publish_dir(publish_dir, published, fs, content, content_progress)
         self.report.sequences = len(self.sequences)
         self.report.published_files = len(published)
         return self.report
@@ -417,18 +423,21 @@ class _Checker:
                                  f"{step.value}, but the committed watermark stands at {standing} (set at "
                                  f"{mark.where}): completing it would {effect} [{low}, {high})", s.at)
 
-    def _published_files(self) -> dict[str, str]:
-        """Destination → the completed sequence that published it; a destination published twice is a violation."""
-        published: dict[str, str] = {}
+    def _published_files(self) -> dict[str, PublishedFile]:
+        """Destination → what the completed sequence that published it recorded; a destination published twice is a
+        violation."""
+        published: dict[str, PublishedFile] = {}
+        owners: dict[str, str] = {}
         for (job, urn, sequence_id), s in self.sequences.items():
             if not s.completed:
                 continue
             for step in s.planned.steps:
                 if isinstance(step, FsRenameStep):
                     owner = f"{job} / {urn} / {sequence_id}"
-                    if step.dst in published:
-                        self.violate("file-published-twice", f"{step.dst} by {published[step.dst]} and by {owner}")
-                    published[step.dst] = owner
+                    if step.dst in owners:
+                        self.violate("file-published-twice", f"{step.dst} by {owners[step.dst]} and by {owner}")
+                    owners[step.dst] = owner
+                    published[step.dst] = PublishedFile(step.dst, step.size, step.checksum, s.describe(), s.at)
         return published
 
     def _moving(self) -> set[str]:
@@ -436,19 +445,22 @@ class _Checker:
         return {step.dst for s in self.sequences.values() if not s.completed and not (s.abandoned and s.rolled_back)
                 for step in s.planned.steps if isinstance(step, FsRenameStep)}
 
-    def _check_publish_dir(self, publish_dir: str, published: dict[str, str], fs: FileSystem) -> None:
+    def _check_publish_dir(self, publish_dir: str, published: dict[str, PublishedFile], fs: FileSystem,
+                           content: ContentCheck | None, content_progress: ContentProgress) -> None:
         """Every file under the folder was published by a completed sequence (or is being published), and every
-        file a completed sequence published there is still there."""
+        file a completed sequence published there is still there, of its recorded size (and content, if asked)."""
         root = urls.resolve_folder(publish_dir)
-        on_disk = {_canonical(f.path) for f in fs.list_files(root)}
-        known = {_canonical(p) for p in published}
+        on_disk = {_canonical(f.path): f for f in fs.list_files(root)}
+        known = {_canonical(p): f for p, f in published.items()}
         moving = {_canonical(p) for p in self._moving()}
-        for orphan in sorted(on_disk - known - moving):
+        for orphan in sorted(on_disk.keys() - known.keys() - moving):
             self.violate("orphaned-file", f"{orphan} is in the publish directory but no completed sequence "
                          f"published it")
-        for missing in sorted(known - on_disk):
-            if urls.is_within(missing, root):
-                self.violate("missing-file", f"{missing} was published by a completed sequence but is gone")
+        expected = [PublishedFile(path, f.size, f.checksum, f.sequence, f.at) for path, f in known.items()
+                    if urls.is_within(path, root)]
+        findings, self.report.files = check_files(expected, on_disk, fs, content, content_progress)
+        for finding in findings:
+            self.violate(finding.problem.value, finding.message, finding.position)
 
 
 def _canonical(location: str) -> str:
@@ -473,12 +485,14 @@ def _describe(facts: StateFacts) -> str:
 
 
 def verify(log: EventLog, publish_dir: str | Path | None = None, progress: Progress | None = None,
-           fs: FileSystem | None = None) -> VerifyReport:
-    """Check every invariant over the whole history of the log."""
+           fs: FileSystem | None = None, content: ContentCheck | None = None,
+           content_progress: ContentProgress = UNSHOWN) -> VerifyReport:
+    """Check every invariant over the whole history of the log; given the publish directory, the files under it (their
+    sizes, and with `content` their SHA-256)."""
     checker = _Checker(log.codec)
     for count, record in enumerate(log.read_records(), start=1):
         checker.read(record)
         if progress is not None and count % 10_000 == 0:
             progress(count)
     folder = str(publish_dir) if publish_dir is not None else None
-    return checker.finish(log, folder, fs or FileSystems.of({}))
+    return checker.finish(log, folder, fs or FileSystems.of({}), content, content_progress)

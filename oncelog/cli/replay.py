@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import sys
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
@@ -16,12 +17,16 @@ import typer
 from rich.console import Console
 from rich.progress import (
     BarColumn,
+    DownloadColumn,
     Progress,
     ProgressColumn,
     SpinnerColumn,
     Task,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
 )
 from rich.text import Text
 
@@ -46,6 +51,7 @@ from projections.timefmt import when
 from projections.views import RunView
 from replay.audit import AuditTimeline, RunNotFoundError, audit
 from replay.audit_html import write_html
+from replay.content import ContentCheck
 from replay.history_html import write_history_html
 from replay.lineage import run_lineage
 from replay.lineage_client import LineageClient, LineageError, past_runs
@@ -63,6 +69,7 @@ from replay.retention import gc as run_gc
 from replay.sheet import Block, show
 from replay.subscriptions import COMMIT_EVENTS, OnError, error_handler, event_summary, follow, watch
 from replay.time_travel import parse_until
+from replay.verify import VerifyReport
 from replay.verify import verify as run_verify
 
 LogUrl = Annotated[str, typer.Option(
@@ -351,22 +358,117 @@ def audit_run(run_id: Annotated[str, typer.Argument(
     emit(audit_json(timeline), as_json, audit_blocks)
 
 
+class VerifyDisplay:
+    """What `verify` shows on stderr in a terminal: the fold's spinner (events folded, events/s), then the content
+    check's bar (files, bytes, speed, time left); one live display at a time, nothing when quiet or in a pipe."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.console = stderr_console()
+        self.shown = not quiet and self.console.is_terminal
+        self.bar: Progress | None = None
+        self.task = TaskID(0)
+        self.files_done = 0
+        if self.shown:
+            self._open(Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                                TextColumn("{task.completed:,} events"), RateColumn(), TimeElapsedColumn(),
+                                console=self.console, transient=True), "Verifying", None)
+
+    def _open(self, bar: Progress, what: str, total: int | None) -> None:
+        """Show this display instead of the one shown."""
+        self.close()
+        self.bar = bar
+        bar.start()
+        self.task = bar.add_task(what, total=total, files=0)
+
+    def events(self, count: int) -> None:
+        """Events folded so far."""
+        if self.bar is not None:
+            self.bar.update(self.task, completed=count)
+
+    def started(self, files: int, size: int) -> None:
+        """The content check begins: `files` files, `size` bytes."""
+        if self.shown:
+            self._open(Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                TextColumn("{task.fields[files]:,}/" + f"{files:,} files"), DownloadColumn(),
+                                TransferSpeedColumn(), TimeRemainingColumn(), console=self.console, transient=True),
+                       "Checking content", size)
+
+    def checked(self, size: int) -> None:
+        """One more file checked."""
+        self.files_done += 1
+        if self.bar is not None:
+            self.bar.update(self.task, advance=size, files=self.files_done)
+
+    def close(self) -> None:
+        """Remove the display shown."""
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+@contextmanager
+def verify_display(quiet: bool) -> Iterator[VerifyDisplay]:
+    """A VerifyDisplay, removed at the end (an error or Ctrl-C too)."""
+    display = VerifyDisplay(quiet)
+    try:
+        yield display
+    finally:
+        display.close()
+
+
+def content_check(publish_dir: str | None, content: bool, sample: int | None, seed: int | None) -> ContentCheck | None:
+    """What `--content`, `--sample` and `--seed` ask for; they need a publish folder, and a seed needs a sample."""
+    if publish_dir is None and (content or sample is not None):
+        raise fail("--content and --sample check the files under a publish folder: add --publish-dir DIR")
+    if seed is not None and sample is None:
+        raise fail("--seed chooses the files of a sample: add --sample N")
+    if not content and sample is None:
+        return None
+    return ContentCheck(sample=sample, seed=secrets.randbelow(1_000_000) if seed is None else seed)
+
+
+def files_line(report: VerifyReport, content: ContentCheck | None) -> str | None:
+    """What the check of the published files covered, in one line (None without a publish folder)."""
+    files = report.files
+    if files is None:
+        return None
+    if files.contents is None:
+        return (f"• files: {files.sizes:,} published under the folder, each found with its recorded size (content "
+                f"not read: --content reads it)")
+    if files.sampled_from is None or content is None:
+        return f"• files: {files.sizes:,} published under the folder, each checked for its recorded size and sha256"
+    return (f"• files: {files.sizes:,} published under the folder, each checked for its recorded size; sampled "
+            f"{files.contents:,} of them at random for their sha256 (--sample {content.sample} --seed {files.seed} "
+            f"repeats this choice)")
+
+
 def verify(publish_dir: Annotated[str | None, typer.Option(
-        help="Also check that every file in this folder (a path, hdfs://… or s3a://…) was published by a completed "
-             "sequence, and that every file published there is still there.")] = None,
+        help="Also check the files in this folder (a path, hdfs://… or s3a://…): each was published by a completed "
+             "sequence, and each file published there is still there with the size its sequence recorded.")] = None,
+           content: Annotated[bool, typer.Option(
+               "--content", help="With --publish-dir: also compare each published file's SHA-256 with the one its "
+                                 "sequence recorded (files are read, several at once; on S3 the checksum the store "
+                                 "keeps is used when it has one).")] = False,
+           sample: Annotated[int | None, typer.Option(
+               min=1, help="With --publish-dir: compare the SHA-256 of only N published files, chosen at random "
+                           "(implies --content; sizes are still checked for all).")] = None,
+           seed: Annotated[int | None, typer.Option(
+               min=0, help="The seed choosing the --sample (printed with the result; default: a random one).")] = None,
            log_url: LogUrl = DEFAULT_URL, as_json: AsJson = False) -> None:
     """Check the invariants over the whole history; exit code 1 with the list of violations if any is broken."""
+    check = content_check(publish_dir, content, sample, seed)
     try:
-        with opened(log_url) as log, progress_bar("Verifying", as_json) as progress:
-            report = run_verify(log, publish_dir, progress)
+        with opened(log_url) as log, verify_display(as_json) as display:
+            report = run_verify(log, publish_dir, display.events, content=check, content_progress=display)
     except FileSystemError as e:
         raise fail(str(e)) from e
     if as_json:
         stdout_console().print_json(json.dumps(verify_json(report)))
     else:
         out = stdout_console()
+        files = files_line(report, check)
         show([Text.assemble(("✗ ", "red"), str(violation)) for violation in report.violations]
-             + [f"• pending: {pending}" for pending in report.pending], out)
+             + [f"• pending: {pending}" for pending in report.pending] + ([files] if files else []), out)
         verdict = (Text("OK", style="green") if report.ok
                    else Text(f"{len(report.violations)} violation(s)", style="red"))
         show([Text.assemble(verdict, f": {report.events:,} events, {report.sequences:,} commit sequences, "

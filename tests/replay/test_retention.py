@@ -64,7 +64,8 @@ def answers(log: EventLog, publish_dir: Path | None = None) -> dict[str, Any]:
 
 
 def published_history(log: EventLog, base: Path) -> list[Event]:
-    """A synthetic history of several runs whose renames publish under base/published: the files are there."""
+    """A synthetic history of several runs whose renames publish under base/published: the files are there, of their
+    recorded size."""
     events: list[Event] = []
     for event in synthetic_history(random.Random(4), SHAPE):
         if isinstance(event, CommitSequencePlanned):
@@ -74,7 +75,7 @@ def published_history(log: EventLog, base: Path) -> list[Event]:
             for step in steps:
                 if isinstance(step, FsRenameStep):
                     Path(step.dst).parent.mkdir(parents=True, exist_ok=True)
-                    Path(step.dst).write_bytes(b"records\n")
+                    Path(step.dst).write_bytes(b"r" * step.size)
         events.append(event)
     log.append(events)
     return events

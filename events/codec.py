@@ -216,7 +216,12 @@ def default_registry() -> SchemaRegistry:
 
 
 class EventCodec:
-    """Encodes events to (key, value) bytes and decodes them back, naming the record on any failure."""
+    """Encodes events to (key, value) bytes and decodes them back, naming the record on any failure.
+
+    Every event decoded is validated (pydantic-core builds it from the decoded fields; measured, no unvalidated
+    construction in Python is cheaper: docs/benchmarks.md). A reader that needs a few fields takes a `view`, which
+    builds no event at all.
+    """
 
     def __init__(self, registry: SchemaRegistry | None = None) -> None:
         self.registry = registry or default_registry()
@@ -260,7 +265,20 @@ class EventCodec:
 
         EventDecodeError names topic, partition and offset; CorruptEventError when the checksum does not match.
         """
-        key = key or b""
+        schemas, fields = self._read(value, topic, partition, offset, key or b"")
+        return _build(schemas, fields, topic, partition, offset)
+
+    def view(self, value: bytes, topic: str, partition: int, offset: int, key: bytes | None) -> EventView:
+        """The record's fields, checked and decoded as `decode` does, without building its event (`event()` does,
+        when asked): what a fold that needs a few fields reads. The same errors as `decode`, but for a field's
+        invalid value, raised by `event()`."""
+        schemas, fields = self._read(value, topic, partition, offset, key or b"")
+        return EventView(schemas.cls.event_type(), fields, _ViewSource(schemas, topic, partition, offset))
+
+    def _read(self, value: bytes, topic: str, partition: int, offset: int, key: bytes
+              ) -> tuple[_TypeSchemas, dict[str, Any]]:
+        """The record's schemas and its fields as its schema reads them (envelope and payload: `emitted_at` a
+        datetime, no event id)."""
         schemas, body, checked = self._open(value, topic, partition, offset, key)
         try:
             envelope: Any = fastavro.schemaless_reader(body, schemas.writer, schemas.reader)
@@ -281,10 +299,7 @@ class EventCodec:
             )
         if envelope["dataset_urn"] is None:
             del envelope["dataset_urn"]
-        try:
-            return schemas.validate(envelope)
-        except ValidationError as e:
-            raise EventDecodeError(topic, partition, offset, f"{schemas.label} is invalid: {e}") from e
+        return schemas, envelope
 
     def _open(
         self, value: bytes, topic: str, partition: int, offset: int, key: bytes
@@ -327,3 +342,41 @@ class EventCodec:
         writer = _Writer(frame, self.registry.current(cls), datum_builder(cls))
         self._writers[cls] = writer
         return writer
+
+
+def _build(schemas: _TypeSchemas, fields: dict[str, Any], topic: str, partition: int, offset: int) -> Event:
+    """The event of a record's decoded fields, validated; EventDecodeError naming the record when it is invalid."""
+    try:
+        return schemas.validate(fields)
+    except ValidationError as e:
+        raise EventDecodeError(topic, partition, offset, f"{schemas.label} is invalid: {e}") from e
+
+
+@dataclass(frozen=True, slots=True)
+class _ViewSource:
+    """What an EventView needs to build its event, and to name its record if it cannot."""
+
+    schemas: _TypeSchemas
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class EventView:
+    """A record decoded into its fields, its event built only when asked (`event()`).
+
+    `fields` are as its schema reads them: the envelope's (`job`, `run_id`, `emitted_at` as a datetime,
+    `dataset_urn` for a dataset's event) and the payload's, arrays as lists and nested records as dicts. Read them,
+    do not change them.
+    """
+
+    event_type: str
+    fields: dict[str, Any]
+    source: _ViewSource
+
+    def event(self) -> Event:
+        """The event, built and validated now, as `EventCodec.decode` builds it; EventDecodeError naming the record
+        when a field is invalid."""
+        s = self.source
+        return _build(s.schemas, self.fields, s.topic, s.partition, s.offset)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, ClassVar, TypedDict
+from typing import Annotated, Any, ClassVar, Self, TypedDict, cast
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -31,6 +32,63 @@ class Frozen(BaseModel):
     """An immutable value; unknown fields are an error, not silently dropped."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @classmethod
+    def trusted(cls, **fields: Any) -> Self:
+        """This value from fields oncelog itself computed, without validation (the hot paths' constructor).
+
+        Each value must already be what validation would make of it: tuples, not lists; nested models, not dicts;
+        within its constraints. Missing fields take their defaults; an unknown or missing required field is a
+        TypeError. Anything from outside (job files, CLI input, another writer's records) goes through `cls(...)`.
+        """
+        values = (_LAYOUTS.get(cls) or _layout_of(cls)).fill(cls, fields)
+        value = cls.__new__(cls)
+        _set(value, "__dict__", values)
+        _set(value, "__pydantic_fields_set__", set(fields))
+        _set(value, "__pydantic_extra__", None)
+        _set(value, "__pydantic_private__", None)
+        return value
+
+
+_set = object.__setattr__
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """A model's fields as `Frozen.trusted` fills them: in declaration order, with their defaults."""
+
+    template: dict[str, Any]
+    """Every field in order: its static default (None where there is none: a required field, or a factory's)."""
+    required: frozenset[str]
+    factories: tuple[tuple[str, Callable[[], Any]], ...]
+
+    def fill(self, cls: type, fields: dict[str, Any]) -> dict[str, Any]:
+        """The given fields in declaration order, defaults for the others; TypeError naming an unknown or missing
+        field."""
+        values = self.template | fields
+        if len(values) != len(self.template) or not fields.keys() >= self.required:
+            unknown, missing = sorted(fields.keys() - self.template.keys()), sorted(self.required - fields.keys())
+            raise TypeError(f"{cls.__name__}.trusted: unknown field(s) {unknown}, missing field(s) {missing}")
+        for name, factory in self.factories:
+            if name not in fields:
+                values[name] = factory()
+        return values
+
+
+_LAYOUTS: dict[type, _Layout] = {}
+
+
+def _layout_of(cls: type[BaseModel]) -> _Layout:
+    """The layout of a model, made once per class."""
+    fields = cls.model_fields
+    template = {name: None if info.is_required() or info.default_factory is not None else info.default
+                for name, info in fields.items()}
+    required = frozenset(name for name, info in fields.items() if info.is_required())
+    factories = tuple((name, cast(Callable[[], Any], info.default_factory))  # none of ours takes the validated data
+                      for name, info in fields.items() if info.default_factory is not None)
+    layout = _Layout(template, required, factories)
+    _LAYOUTS[cls] = layout
+    return layout
 
 
 class Event(Frozen):

@@ -151,9 +151,10 @@ class Parted(Event):
         """This event as parts whose lists weigh at most `budget` bytes each (estimated); itself if it fits."""
         if self.parts > 1:
             return (self,)  # already a part
-        slices = split_fields({name: getattr(self, name) for name in self.PARTED_FIELDS}, budget)
-        if len(slices) == 1:
-            return (self,)
+        lists = {name: getattr(self, name) for name in self.PARTED_FIELDS}
+        if fits_one_slice(lists, budget):
+            return (self,)  # the common case: no slices built
+        slices = split_fields(lists, budget)
         extra = self.part_fields()
         return tuple(self.model_copy(update={**chunk, **extra, "part": i, "parts": len(slices)})
                      for i, chunk in enumerate(slices))
@@ -252,14 +253,32 @@ def split_fields(lists: dict[str, tuple[Any, ...]], budget: int) -> list[dict[st
     return [{name: tuple(items) for name, items in chunk.items()} for chunk in slices]
 
 
+def fits_one_slice(lists: dict[str, tuple[Any, ...]], budget: int) -> bool:
+    """Whether `split_fields` would make one slice of the lists: they weigh at most `budget` (estimated), or hold one
+    item; stops adding up at the first item past the budget."""
+    used, count = 0, 0
+    for items in lists.values():
+        for item in items:
+            used += approx_size(item)
+            count += 1
+            if used > budget and count > 1:
+                return False
+    return True
+
+
 def approx_size(value: Any) -> int:
     """An estimate of the Avro bytes of a value, from above for ASCII text: cheap enough for every item."""
+    kind = value.__class__
+    if kind is str:
+        return len(value) + 2
+    if kind is int or kind is float or value is None:
+        return 10
     if isinstance(value, str):
         return len(value) + 2
     if isinstance(value, BaseModel):
-        return sum(approx_size(v) for v in vars(value).values()) + 1
+        return sum([approx_size(v) for v in vars(value).values()]) + 1
     if isinstance(value, (tuple, list, frozenset)):
-        return sum(approx_size(v) for v in value) + 2
+        return sum([approx_size(v) for v in value]) + 2
     if isinstance(value, dict):
-        return sum(len(k) + 2 + approx_size(v) for k, v in value.items()) + 2
+        return sum([len(k) + 2 + approx_size(v) for k, v in value.items()]) + 2
     return 10

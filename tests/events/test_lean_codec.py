@@ -17,12 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from events.codec import CHECKSUM_SIZE, EventCodec
+from events.avro_schema import envelope_schema
+from events.codec import CHECKSUM_SIZE, ENVELOPE_PREFIX, UNCHECKED_FRAME_MAGIC, EventCodec
 from events.commit import CommitSequencePlanned, CommitStepApplied, DatasetStateStep, FsRenameStep, HighWatermarkStep
 from events.errors import EventDecodeError
 from events.keys import key_of, segment
 from events.log import open_log
-from events.model import Event, SequenceFields
+from events.model import Event, SequenceFields, fits_one_slice, split_fields
 from events.published import published_events
 from events.registry import EVENT_TYPES
 from tests.factories import one_of_each
@@ -92,19 +93,24 @@ def test_an_event_built_unvalidated_equals_and_encodes_as_the_validated_one(draw
 
 @settings(max_examples=600, deadline=None)
 @given(event_fields)
-def test_a_records_view_holds_its_fields_and_builds_its_event_when_asked(drawn: tuple[type[Event], dict[str, Any]]
-                                                                         ) -> None:
+def test_a_records_view_holds_its_envelope_and_decodes_the_rest_when_asked(drawn: tuple[type[Event], dict[str, Any]]
+                                                                           ) -> None:
     cls, fields = drawn
     event = cls(**fields)
     record = CODEC.to_record(event, 4)
     view = CODEC.view(record.value or b"", "t", 0, 7, record.key)
-    assert view.event_type == cls.__name__
-    assert (view.fields["job"], view.fields["run_id"], view.fields["emitted_at"]) == (
-        event.job, event.run_id, event.emitted_at)
-    assert view.fields.get("dataset_urn") == event.urn
-    built = view.event()
-    assert built == event == CODEC.decode(record.value or b"", "t", 0, 7, record.key)
-    assert view.event() == built  # the fields are left as they were
+    assert (view.event_type, view.job, view.run_id, view.dataset_urn, view.emitted_at) == (
+        cls.__name__, event.job, event.run_id, event.urn, event.emitted_at)
+    assert view.event() == event == CODEC.decode(record.value or b"", "t", 0, 7, record.key)
+    assert cls(**view.fields()) == event
+
+
+def test_the_envelope_read_by_hand_is_the_one_every_schema_starts_with() -> None:
+    avro_types = {"string": "string", "long": "long", ("null", "string"): "null|string"}
+    prefix = envelope_schema({"name": "AnyPayload", "fields": []})["fields"]
+    read = [(f["name"], "fixed16" if isinstance(f["type"], dict) and f["type"].get("size") == 16
+             else avro_types[tuple(f["type"]) if isinstance(f["type"], list) else f["type"]]) for f in prefix]
+    assert read == list(ENVELOPE_PREFIX)
 
 
 def test_a_plans_steps_come_back_as_their_own_kinds_from_a_view() -> None:
@@ -113,7 +119,7 @@ def test_a_plans_steps_come_back_as_their_own_kinds_from_a_view() -> None:
              DatasetStateStep(watermarks={"p": 5}, properties={"k": "v"}))
     record = CODEC.to_record(CommitSequencePlanned(**SEQUENCE, steps=steps), 4)
     view = CODEC.view(record.value or b"", "t", 0, 0, record.key)
-    assert [s["kind"] for s in view.fields["steps"]] == ["FsRename", "HighWatermark", "DatasetState"]
+    assert [s["kind"] for s in view.fields()["steps"]] == ["FsRename", "HighWatermark", "DatasetState"]
     decoded = view.event()
     assert isinstance(decoded, CommitSequencePlanned) and decoded.steps == steps
     assert [type(s) for s in decoded.steps] == [FsRenameStep, HighWatermarkStep, DatasetStateStep]
@@ -147,13 +153,22 @@ def rechecked(body: bytes, key: bytes) -> bytes:
     return body + zlib.crc32(body, zlib.crc32(key)).to_bytes(CHECKSUM_SIZE, "little")
 
 
-def test_a_checksummed_record_that_fails_its_schema_is_the_same_named_error_in_a_view() -> None:
+def test_a_checksummed_record_that_fails_its_schema_is_the_same_named_error_from_a_view() -> None:
+    """Cut in its payload, the view reads (its envelope is whole) and its fields and event are decode's error; cut
+    in its envelope, the view itself is."""
     record = CODEC.to_record(CommitStepApplied(**SEQUENCE, step_index=2, outcome="executed", duration_ms=1.5), 4)
-    cut = rechecked((record.value or b"")[: -CHECKSUM_SIZE - 9], record.key)
-    for read in (CODEC.decode, CODEC.view):
-        with pytest.raises(EventDecodeError, match=r"cannot decode the record at events\[3\]@41: Avro body of "
-                                                   r"CommitStepApplied v1 is corrupt"):
-            read(cut, "events", 3, 41, record.key)
+    value = record.value or b""
+    corrupt = r"cannot decode the record at events\[3\]@41: Avro body of CommitStepApplied v1 is corrupt"
+    in_payload = rechecked(value[: -CHECKSUM_SIZE - 9], record.key)
+    view = CODEC.view(in_payload, "events", 3, 41, record.key)
+    assert view.run_id == "r-1"
+    for read in (lambda: CODEC.decode(in_payload, "events", 3, 41, record.key), view.fields, view.event):
+        with pytest.raises(EventDecodeError, match=corrupt):
+            read()
+    frame_end = 4 + value[1]
+    in_envelope = rechecked(value[: frame_end + 20], record.key)
+    with pytest.raises(EventDecodeError, match=corrupt):
+        CODEC.view(in_envelope, "events", 3, 41, record.key)
 
 
 def test_a_views_invalid_field_is_the_named_error_when_its_event_is_asked_for() -> None:
@@ -161,10 +176,19 @@ def test_a_views_invalid_field_is_the_named_error_when_its_event_is_asked_for() 
     event is an EventDecodeError naming the record, as `decode` raises it."""
     record = CODEC.to_record(CommitStepApplied.trusted(**SEQUENCE, step_index=-1, outcome="executed"), 4)
     view = CODEC.view(record.value or b"", "events", 2, 9, record.key)
-    assert view.fields["step_index"] == -1
+    assert view.fields()["step_index"] == -1
     for build in (view.event, lambda: CODEC.decode(record.value or b"", "events", 2, 9, record.key)):
         with pytest.raises(EventDecodeError, match=r"events\[2\]@9: CommitStepApplied v1 is invalid"):
             build()
+
+
+def test_an_unchecked_record_read_as_a_view_has_its_event_id_checked() -> None:
+    event = CommitStepApplied(**SEQUENCE, step_index=2, outcome="executed")
+    record = CODEC.to_record(event, 4)
+    unchecked = bytes([UNCHECKED_FRAME_MAGIC]) + (record.value or b"")[1:-CHECKSUM_SIZE]
+    assert CODEC.view(unchecked, "events", 0, 3, record.key).event() == event
+    with pytest.raises(EventDecodeError, match=r"events\[0\]@3: the event id of this CommitStepApplied v1 record"):
+        CODEC.view(unchecked, "events", 0, 3, record.key.replace(b"step/2", b"step/3"))
 
 
 @pytest.mark.parametrize("fixture", sorted(FIXTURES.glob("*.db")), ids=lambda p: p.stem)
@@ -175,11 +199,38 @@ def test_every_record_of_an_old_log_reads_alike_as_a_view(fixture: Path, tmp_pat
     assert records
     for r in records:
         assert r.value is not None
-        view = CODEC.view(r.value, r.topic, r.partition, r.offset, r.key)
-        assert view.event() == CODEC.decode(r.value, r.topic, r.partition, r.offset, r.key)
+        view, event = CODEC.view(r.value, r.topic, r.partition, r.offset, r.key), CODEC.decode(
+            r.value, r.topic, r.partition, r.offset, r.key)
+        assert (view.job, view.run_id, view.dataset_urn, view.emitted_at) == (
+            event.job, event.run_id, event.urn, event.emitted_at)
+        assert view.event() == event
 
 
 def test_the_fixed_events_of_every_type_built_unvalidated_encode_alike() -> None:
     for event in one_of_each():
         lean = type(event).trusted(**dict(event))
         assert lean == event and CODEC.to_record(lean, 4) == CODEC.to_record(event, 4)
+
+
+def test_a_view_reads_long_names_and_an_unset_dataset() -> None:
+    """Lengths of 64 bytes and more take several bytes in Avro; a run's event has no dataset."""
+    long_job, long_urn = "j" * 300, "ü" * 70
+    applied = CommitStepApplied(job=long_job, run_id="r" * 64, dataset_urn=long_urn, sequence_id="s", step_index=0,
+                                outcome="verified")
+    started = one_of_each(job=long_job)[0]
+    for event in (applied, started):
+        record = CODEC.to_record(event, 4)
+        view = CODEC.view(record.value or b"", "t", 0, 0, record.key)
+        assert (view.job, view.run_id, view.dataset_urn, view.emitted_at) == (
+            event.job, event.run_id, event.urn, event.emitted_at)
+    assert started.urn is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["files", "steps", "ids"]),
+                       st.lists(st.one_of(names, st.integers(), st.none(), value_of(FsRenameStep)), max_size=6).map(
+                           tuple), max_size=3),
+       st.integers(1, 400))
+def test_an_event_goes_in_one_part_exactly_when_its_lists_make_one_slice(lists: dict[str, tuple[Any, ...]],
+                                                                         budget: int) -> None:
+    assert fits_one_slice(lists, budget) == (len(split_fields(lists, budget)) == 1)

@@ -234,3 +234,13 @@ def test_a_view_reads_long_names_and_an_unset_dataset() -> None:
 def test_an_event_goes_in_one_part_exactly_when_its_lists_make_one_slice(lists: dict[str, tuple[Any, ...]],
                                                                          budget: int) -> None:
     assert fits_one_slice(lists, budget) == (len(split_fields(lists, budget)) == 1)
+
+
+def test_a_key_segment_of_a_str_subclass_is_its_characters() -> None:
+    """join takes a str subclass as its characters, as the escaping path always did, whatever its __str__ says."""
+
+    class Shouted(str):
+        def __str__(self) -> str:
+            return self.upper()
+
+    assert key_of("commit", Shouted("planned"), 3) == "commit/planned/3"

@@ -1,6 +1,6 @@
 """Log throughput: append and read+decode events/s of each store, beside a raw confluent-kafka baseline.
 
-    python -m benchmarks.log_throughput [--quick] [--events N] [--batch N] [--repeats R]
+    python -m benchmarks.log_throughput [--quick] [--events N] [--batch N] [--repeats R] [--stores kafka,sqlite]
 
 Events are a realistic mix, built before any timing: per dataset of a run, one `TaskSucceeded` (a WorkUnitResult
 with an OutputFile), one `CommitSequencePlanned` (FsRename, HighWatermark, DatasetState steps), three
@@ -12,7 +12,12 @@ transaction) and consumes them with a plain consumer, on a topic made the same w
 with the same librdkafka batching, compression and fetch settings as oncelog's clients: the ratios measure what
 oncelog adds (codec, transactions, read_committed, records). Store and raw repeats alternate, so that the load of a
 shared machine weighs on both alike, after an untimed warm-up of the broker. The codec alone (`codec_*`) is
-measured too: the ceiling of every store. Each figure is events/s at the median repeat (`*_eps`) and this
+measured too: the ceiling of every store, with its lean path beside the validated one in the same run, repeats
+alternating: `codec_build` (the events built from their fields unvalidated, as the commit builds its own:
+`Frozen.trusted`) beside `codec_build_validated` (`Event(...)`); `codec_view` (a reader's two fields, run and time,
+from the record's envelope, its payload neither decoded nor built: `EventCodec.view`) beside `codec_decode` (every
+event decoded and built). `codec_*_us`: wall µs per event at the
+median repeat. Each figure is events/s at the median repeat (`*_eps`) and this
 process's CPU µs per event (`*_cpu_us`, steadier when the machine is loaded; the broker's CPU is not in it).
 The Kafka broker is `$KAFKA_BOOTSTRAP`, or a local one started for the run. Last line of stdout: the JSON figures.
 """
@@ -62,6 +67,7 @@ from events.model import Event, RunFields, SequenceFields
 from events.task import OutputFile, TaskSucceeded, WorkUnitResult
 
 PARTITIONS = 3
+STORES = ("kafka", "sqlite")
 WARM_UP_BATCHES = 5
 KAFKA_FIGURES = ("raw_produce", "kafka_append", "raw_consume", "kafka_read")
 CODEC_SAMPLE = 50_000
@@ -129,8 +135,18 @@ def read_all(log: EventLog, count: int) -> None:
 
 
 def bench_codec(events: list[Event], records: list[Record], repeats: int) -> dict[str, Timing]:
-    """The codec alone, with no store: what no store's append or read can go faster than (rates per event)."""
+    """The codec alone, with no store: what no store's append or read can go faster than (rates per event); its
+    lean path beside the validated one, repeats alternating."""
     codec = EventCodec()
+    fields = [(type(e), dict(e)) for e in events]
+
+    def build(_: None) -> None:
+        for cls, given in fields:
+            cls.trusted(**given)
+
+    def build_validated(_: None) -> None:
+        for cls, given in fields:
+            cls(**given)
 
     def encode(_: None) -> None:
         for event in events:
@@ -140,7 +156,19 @@ def bench_codec(events: list[Event], records: list[Record], repeats: int) -> dic
         for r in records:
             codec.decode(r.value or b"", "bench", r.partition, 0, r.key)
 
-    return {"codec_encode": measure(encode, repeats), "codec_decode": measure(decode, repeats)}
+    def view(_: None) -> None:
+        last_event_of_run: dict[str, datetime] = {}  # a fold of two fields
+        for r in records:
+            view = codec.view(r.value or b"", "bench", r.partition, 0, r.key)
+            last_event_of_run[view.run_id] = view.emitted_at
+
+    runs = {"codec_build": build, "codec_build_validated": build_validated, "codec_encode": encode,
+            "codec_decode": decode, "codec_view": view}
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            samples[name].append(time_once(partial(run, None)))
+    return {name: Timing.of(values) for name, values in samples.items()}
 
 
 def bench_sqlite(work_dir: Path, events: list[Event], batch: int, repeats: int) -> dict[str, Timing]:
@@ -287,10 +315,15 @@ def figures_of(timings: dict[str, Timing], counts: dict[str, int], batch: int, r
         figures[f"{name}_eps"] = round(timing.rate(counts[name]))
     for name, timing in timings.items():  # steadier than events/s on a loaded machine (the broker's CPU not counted)
         figures[f"{name}_cpu_us"] = round(timing.cpu_us(counts[name]), 2)
-    figures["kafka_append_ratio"] = round(figures["kafka_append_eps"] / figures["raw_produce_eps"], 3)
-    figures["kafka_read_ratio"] = round(figures["kafka_read_eps"] / figures["raw_consume_eps"], 3)
+    for name, timing in timings.items():
+        if name.startswith("codec_"):
+            figures[f"{name}_us"] = round(timing.median / counts[name] * 1e6, 2)
+    if "kafka_append" in timings:
+        figures["kafka_append_ratio"] = round(figures["kafka_append_eps"] / figures["raw_produce_eps"], 3)
+        figures["kafka_read_ratio"] = round(figures["kafka_read_eps"] / figures["raw_consume_eps"], 3)
     for name, target in TARGETS.items():
-        figures[f"{name.rsplit('_', 1)[0]}_target_met"] = figures[name] >= target
+        if name in figures:
+            figures[f"{name.rsplit('_', 1)[0]}_target_met"] = figures[name] >= target
     return figures
 
 
@@ -301,9 +334,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--events", type=int, help="how many events (default: 100k with --quick, else 1M)")
     parser.add_argument("--batch", type=int, default=10_000, help="events per atomic batch (default 10k)")
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats per figure; the median is reported")
+    parser.add_argument("--stores", default=",".join(STORES),
+                        help="the stores to measure besides the codec, comma-separated (default: kafka,sqlite)")
     args = parser.parse_args(argv)
     if min(args.events or 1, args.batch, args.repeats) < 1:
         parser.error("--events, --batch and --repeats must be at least 1")
+    stores = {s.strip() for s in args.stores.split(",") if s.strip()}
+    if not stores <= set(STORES):
+        parser.error(f"--stores: unknown store(s) {', '.join(sorted(stores - set(STORES)))} (known: kafka, sqlite)")
     count = args.events or (100_000 if args.quick else 1_000_000)
     note(f"building {count:,} events")
     events = build_events(count)
@@ -314,13 +352,15 @@ def main(argv: list[str] | None = None) -> None:
     note(f"codec, on the first {sample:,} events")
     timings = bench_codec(events[:sample], records[:sample], args.repeats)
     counts = {name: sample for name in timings}
-    timings |= run_kafka(events, records, args.batch, args.repeats)
-    with tempfile.TemporaryDirectory(prefix="oncelog-bench-sqlite-") as work_dir:
-        note("sqlite store")
-        timings |= bench_sqlite(Path(work_dir), events, args.batch, args.repeats)
+    if "kafka" in stores:
+        timings |= run_kafka(events, records, args.batch, args.repeats)
+    if "sqlite" in stores:
+        with tempfile.TemporaryDirectory(prefix="oncelog-bench-sqlite-") as work_dir:
+            note("sqlite store")
+            timings |= bench_sqlite(Path(work_dir), events, args.batch, args.repeats)
     counts = {name: counts.get(name, count) for name in timings}
     for name, timing in timings.items():
-        note(f"{name:14} events/s per repeat: {timing.spread(counts[name])}")
+        note(f"{name:22} events/s per repeat: {timing.spread(counts[name])}")
     emit_result(figures_of(timings, counts, args.batch, args.repeats), title=f"log throughput, {count:,} events")
 
 

@@ -216,7 +216,12 @@ def default_registry() -> SchemaRegistry:
 
 
 class EventCodec:
-    """Encodes events to (key, value) bytes and decodes them back, naming the record on any failure."""
+    """Encodes events to (key, value) bytes and decodes them back, naming the record on any failure.
+
+    Every event decoded is validated (pydantic-core builds it from the decoded fields; measured, no unvalidated
+    construction in Python is cheaper: docs/benchmarks.md). A reader that needs a few fields takes a `view`, which
+    builds no event at all.
+    """
 
     def __init__(self, registry: SchemaRegistry | None = None) -> None:
         self.registry = registry or default_registry()
@@ -260,8 +265,35 @@ class EventCodec:
 
         EventDecodeError names topic, partition and offset; CorruptEventError when the checksum does not match.
         """
+        schemas, fields = self._read(value, topic, partition, offset, key or b"")
+        try:
+            return schemas.validate(fields)
+        except ValidationError as e:
+            raise EventDecodeError(topic, partition, offset, f"{schemas.label} is invalid: {e}") from e
+
+    def view(self, value: bytes, topic: str, partition: int, offset: int, key: bytes | None) -> EventView:
+        """The record read as far as its envelope (type, job, run, dataset, time), checked as `decode` checks it,
+        its payload left undecoded: what a reader that needs a few of those reads. `fields()` and `event()` decode
+        the rest when asked, with `decode`'s errors."""
         key = key or b""
-        schemas, body, checked = self._open(value, topic, partition, offset, key)
+        schemas, body_start, checked = self._open(value, topic, partition, offset, key)
+        try:
+            event_id, job, run_id, urn, emitted_at_us = read_envelope(
+                value, body_start, len(value) - CHECKSUM_SIZE if checked else len(value))
+        except (IndexError, ValueError) as e:
+            raise EventDecodeError(topic, partition, offset, f"Avro body of {schemas.label} is corrupt: {e!r}") from e
+        if not checked:
+            _check_event_id(event_id, key, schemas, topic, partition, offset)
+        return EventView(schemas.cls.event_type(), job, run_id, urn, datetime.fromtimestamp(emitted_at_us / 1e6, UTC),
+                         self, value, key, topic, partition, offset)
+
+    def _read(self, value: bytes, topic: str, partition: int, offset: int, key: bytes
+              ) -> tuple[_TypeSchemas, dict[str, Any]]:
+        """The record's schemas and its fields as its schema reads them (envelope and payload: `emitted_at` a
+        datetime, no event id)."""
+        schemas, body_start, checked = self._open(value, topic, partition, offset, key)
+        body = io.BytesIO(value)
+        body.seek(body_start)
         try:
             envelope: Any = fastavro.schemaless_reader(body, schemas.writer, schemas.reader)
             event_id = envelope.pop("event_id")
@@ -271,26 +303,17 @@ class EventCodec:
             envelope["emitted_at"] = datetime.fromtimestamp(envelope.pop("emitted_at_us") / 1e6, UTC)
         except Exception as e:  # fastavro raises whatever the corrupt bytes provoke (EOFError, ValueError, ...)
             raise EventDecodeError(topic, partition, offset, f"Avro body of {schemas.label} is corrupt: {e!r}") from e
-        if not checked and event_id != event_id_bytes(key):
-            raise EventDecodeError(
-                topic,
-                partition,
-                offset,
-                f"the event id of this {schemas.label} record (unchecked 0x0B frame) is not the one of its key "
-                f"{key.decode('utf-8', 'replace')!r}: its key or value was changed after it was written",
-            )
+        if not checked:
+            _check_event_id(event_id, key, schemas, topic, partition, offset)
         if envelope["dataset_urn"] is None:
             del envelope["dataset_urn"]
-        try:
-            return schemas.validate(envelope)
-        except ValidationError as e:
-            raise EventDecodeError(topic, partition, offset, f"{schemas.label} is invalid: {e}") from e
+        return schemas, envelope
 
     def _open(
         self, value: bytes, topic: str, partition: int, offset: int, key: bytes
-    ) -> tuple[_TypeSchemas, io.BytesIO, bool]:
-        """The schemas a record's frame names (looked up by the frame's bytes), the Avro body after it, and
-        whether the record carries a checksum (checked here).
+    ) -> tuple[_TypeSchemas, int, bool]:
+        """The schemas a record's frame names (looked up by the frame's bytes), where the Avro body after it
+        starts, and whether the record carries a checksum (checked here).
 
         The checksum is checked before anything the frame says is believed: a damaged type name or version
         is reported as damage, not as an event type to upgrade for.
@@ -317,9 +340,7 @@ class EventCodec:
             except LookupError as e:
                 raise UnknownEventTypeError(topic, partition, offset, str(e.args[0])) from e
             self._frames[frame] = schemas
-        body = io.BytesIO(value)
-        body.seek(frame_end)
-        return schemas, body, checked
+        return schemas, frame_end, checked
 
     def _prepare(self, cls: type[Event]) -> _Writer:
         name = cls.event_type().encode("ascii")
@@ -327,3 +348,97 @@ class EventCodec:
         writer = _Writer(frame, self.registry.current(cls), datum_builder(cls))
         self._writers[cls] = writer
         return writer
+
+
+def _check_event_id(event_id: bytes, key: bytes, schemas: _TypeSchemas, topic: str, partition: int, offset: int
+                    ) -> None:
+    """An unchecked (0x0B) record's event id must be its key's: else its key or value was changed."""
+    if event_id != event_id_bytes(key):
+        raise EventDecodeError(
+            topic,
+            partition,
+            offset,
+            f"the event id of this {schemas.label} record (unchecked 0x0B frame) is not the one of its key "
+            f"{key.decode('utf-8', 'replace')!r}: its key or value was changed after it was written",
+        )
+
+
+ENVELOPE_PREFIX = (("event_id", "fixed16"), ("job", "string"), ("run_id", "string"), ("dataset_urn", "null|string"),
+                   ("emitted_at_us", "long"))
+"""The fields every Avro body starts with, in every version of every type (events.avro_schema.envelope_schema):
+what `read_envelope` reads by hand."""
+
+
+def read_envelope(value: bytes, pos: int, end: int) -> tuple[bytes, str, str, str | None, int]:
+    """(event id, job, run id, dataset URN, emitted_at µs) from the Avro body starting at `pos` (ending at `end`):
+    the envelope alone, without fastavro's per-record setup; ValueError or IndexError when the bytes run short."""
+    event_id = value[pos : pos + 16]
+    job, pos = _read_string(value, pos + 16)
+    run_id, pos = _read_string(value, pos)
+    branch, pos = _read_long(value, pos)
+    if branch == 1:
+        urn: str | None
+        urn, pos = _read_string(value, pos)
+    elif branch == 0:
+        urn = None
+    else:
+        raise ValueError(f"dataset_urn: union branch {branch} of 2")
+    emitted_at_us, pos = _read_long(value, pos)
+    if pos > end:
+        raise ValueError(f"the envelope runs {pos - end} bytes past the body")
+    return event_id, job, run_id, urn, emitted_at_us
+
+
+def _read_long(value: bytes, pos: int) -> tuple[int, int]:
+    """An Avro long (zig-zag varint) at pos, and the position after it."""
+    byte = value[pos]
+    pos += 1
+    n, shift = byte & 0x7F, 7
+    while byte & 0x80:
+        byte = value[pos]
+        pos += 1
+        n |= (byte & 0x7F) << shift
+        shift += 7
+    return (n >> 1) ^ -(n & 1), pos
+
+
+def _read_string(value: bytes, pos: int) -> tuple[str, int]:
+    """An Avro string at pos, and the position after it."""
+    byte = value[pos]
+    if byte & 0x81:  # a length of 64 bytes or more (a varint of several bytes), or a negative one
+        size, pos = _read_long(value, pos)
+        if size < 0:
+            raise ValueError(f"a string of {size} bytes")
+    else:
+        size, pos = byte >> 1, pos + 1
+    return value[pos : pos + size].decode("utf-8"), pos + size
+
+
+@dataclass(slots=True)
+class EventView:
+    """A record read as far as its envelope: its type, job, run, dataset (the URN of a dataset's event, else None)
+    and time, its payload decoded only when asked (`fields()`), its event built only when asked (`event()`).
+
+    Read-only by convention, not frozen: a frozen dataclass's construction costs as much as reading the envelope.
+    """
+
+    event_type: str
+    job: str
+    run_id: str
+    dataset_urn: str | None
+    emitted_at: datetime
+    codec: EventCodec
+    value: bytes
+    key: bytes
+    topic: str
+    partition: int
+    offset: int
+
+    def fields(self) -> dict[str, Any]:
+        """Every field as the record's schema reads it (decoded now, at each call): arrays as lists, nested records
+        as dicts; EventDecodeError naming the record when its body is corrupt."""
+        return self.codec._read(self.value, self.topic, self.partition, self.offset, self.key)[1]
+
+    def event(self) -> Event:
+        """The event, decoded, built and validated now as `EventCodec.decode` does it (with its errors)."""
+        return self.codec.decode(self.value, self.topic, self.partition, self.offset, self.key)

@@ -19,7 +19,10 @@ def segment(value: str) -> str:
 
 def key_of(*segments: str | int) -> str:
     """Join segments into a transition key, escaping each one (numbers need none)."""
-    return "/".join(segment(s) if isinstance(s, str) else str(s) for s in segments)
+    joined = "/".join([s if isinstance(s, str) else str(s) for s in segments])
+    if "%" not in joined and joined.count("/") == len(segments) - 1:
+        return joined  # nothing to escape: the common case, one join instead of a call per segment
+    return "/".join([segment(s) if isinstance(s, str) else str(s) for s in segments])
 
 
 def unsegment(value: str) -> str:

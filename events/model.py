@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, ClassVar, TypedDict
+from typing import Annotated, Any, ClassVar, Self, TypedDict, cast
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -31,6 +32,63 @@ class Frozen(BaseModel):
     """An immutable value; unknown fields are an error, not silently dropped."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @classmethod
+    def trusted(cls, **fields: Any) -> Self:
+        """This value from fields oncelog itself computed, without validation (the hot paths' constructor).
+
+        Each value must already be what validation would make of it: tuples, not lists; nested models, not dicts;
+        within its constraints. Missing fields take their defaults; an unknown or missing required field is a
+        TypeError. Anything from outside (job files, CLI input, another writer's records) goes through `cls(...)`.
+        """
+        values = (_LAYOUTS.get(cls) or _layout_of(cls)).fill(cls, fields)
+        value = cls.__new__(cls)
+        _set(value, "__dict__", values)
+        _set(value, "__pydantic_fields_set__", set(fields))
+        _set(value, "__pydantic_extra__", None)
+        _set(value, "__pydantic_private__", None)
+        return value
+
+
+_set = object.__setattr__
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """A model's fields as `Frozen.trusted` fills them: in declaration order, with their defaults."""
+
+    template: dict[str, Any]
+    """Every field in order: its static default (None where there is none: a required field, or a factory's)."""
+    required: frozenset[str]
+    factories: tuple[tuple[str, Callable[[], Any]], ...]
+
+    def fill(self, cls: type, fields: dict[str, Any]) -> dict[str, Any]:
+        """The given fields in declaration order, defaults for the others; TypeError naming an unknown or missing
+        field."""
+        values = self.template | fields
+        if len(values) != len(self.template) or not fields.keys() >= self.required:
+            unknown, missing = sorted(fields.keys() - self.template.keys()), sorted(self.required - fields.keys())
+            raise TypeError(f"{cls.__name__}.trusted: unknown field(s) {unknown}, missing field(s) {missing}")
+        for name, factory in self.factories:
+            if name not in fields:
+                values[name] = factory()
+        return values
+
+
+_LAYOUTS: dict[type, _Layout] = {}
+
+
+def _layout_of(cls: type[BaseModel]) -> _Layout:
+    """The layout of a model, made once per class."""
+    fields = cls.model_fields
+    template = {name: None if info.is_required() or info.default_factory is not None else info.default
+                for name, info in fields.items()}
+    required = frozenset(name for name, info in fields.items() if info.is_required())
+    factories = tuple((name, cast(Callable[[], Any], info.default_factory))  # none of ours takes the validated data
+                      for name, info in fields.items() if info.default_factory is not None)
+    layout = _Layout(template, required, factories)
+    _LAYOUTS[cls] = layout
+    return layout
 
 
 class Event(Frozen):
@@ -93,9 +151,10 @@ class Parted(Event):
         """This event as parts whose lists weigh at most `budget` bytes each (estimated); itself if it fits."""
         if self.parts > 1:
             return (self,)  # already a part
-        slices = split_fields({name: getattr(self, name) for name in self.PARTED_FIELDS}, budget)
-        if len(slices) == 1:
-            return (self,)
+        lists = {name: getattr(self, name) for name in self.PARTED_FIELDS}
+        if fits_one_slice(lists, budget):
+            return (self,)  # the common case: no slices built
+        slices = split_fields(lists, budget)
         extra = self.part_fields()
         return tuple(self.model_copy(update={**chunk, **extra, "part": i, "parts": len(slices)})
                      for i, chunk in enumerate(slices))
@@ -194,14 +253,32 @@ def split_fields(lists: dict[str, tuple[Any, ...]], budget: int) -> list[dict[st
     return [{name: tuple(items) for name, items in chunk.items()} for chunk in slices]
 
 
+def fits_one_slice(lists: dict[str, tuple[Any, ...]], budget: int) -> bool:
+    """Whether `split_fields` would make one slice of the lists: they weigh at most `budget` (estimated), or hold one
+    item; stops adding up at the first item past the budget."""
+    used, count = 0, 0
+    for items in lists.values():
+        for item in items:
+            used += approx_size(item)
+            count += 1
+            if used > budget and count > 1:
+                return False
+    return True
+
+
 def approx_size(value: Any) -> int:
     """An estimate of the Avro bytes of a value, from above for ASCII text: cheap enough for every item."""
+    kind = value.__class__
+    if kind is str:
+        return len(value) + 2
+    if kind is int or kind is float or value is None:
+        return 10
     if isinstance(value, str):
         return len(value) + 2
     if isinstance(value, BaseModel):
-        return sum(approx_size(v) for v in vars(value).values()) + 1
+        return sum([approx_size(v) for v in vars(value).values()]) + 1
     if isinstance(value, (tuple, list, frozenset)):
-        return sum(approx_size(v) for v in value) + 2
+        return sum([approx_size(v) for v in value]) + 2
     if isinstance(value, dict):
-        return sum(len(k) + 2 + approx_size(v) for k, v in value.items()) + 2
+        return sum([len(k) + 2 + approx_size(v) for k, v in value.items()]) + 2
     return 10

@@ -65,13 +65,14 @@ class DatasetPublished(DatasetEvent, Parted):
 def published_events(sequence: SequenceFields, steps: Sequence[CommitStepSpec], budget: int = MAX_PART_BYTES
                      ) -> list[DatasetPublished]:
     """The DatasetPublished parts of a completed sequence, from its planned steps (the FsRename steps carry each
-    file's records since plan version 2); each part's lists weigh at most `budget`."""
-    files = tuple(PublishedFile(path=s.dst, size=s.size, checksum=s.checksum, records=s.records)
+    file's records since plan version 2); each part's lists weigh at most `budget`. Built unvalidated (`trusted`):
+    every value comes from a recorded plan."""
+    files = tuple(PublishedFile.trusted(path=s.dst, size=s.size, checksum=s.checksum, records=s.records)
                   for s in steps if isinstance(s, FsRenameStep))
-    ranges = tuple(WatermarkRange(partition=s.partition, low_watermark=s.low_watermark, high_watermark=s.value)
+    ranges = tuple(WatermarkRange.trusted(partition=s.partition, low_watermark=s.low_watermark, high_watermark=s.value)
                    for s in steps if isinstance(s, HighWatermarkStep))
     state = next((s for s in steps if isinstance(s, DatasetStateStep)), None)
-    whole = DatasetPublished(**sequence, files=files, watermarks=ranges, files_published=len(files),
-                             records_published=state.records_published if state else sum(f.records or 0 for f in files),
-                             bytes_published=sum(f.size for f in files))
+    records = state.records_published if state else sum(f.records or 0 for f in files)
+    whole = DatasetPublished.trusted(**sequence, files=files, watermarks=ranges, files_published=len(files),
+                                     records_published=records, bytes_published=sum(f.size for f in files))
     return [part for part in whole.in_parts(budget) if isinstance(part, DatasetPublished)]

@@ -129,7 +129,8 @@ class CommitSequence:
             counts[outcome] += 1
             effects_so_far += effects
             step_ms[index] = (time.perf_counter() - step_started) * 1000
-            applied.append(CommitStepApplied(**fields, step_index=index, outcome=outcome, duration_ms=step_ms[index]))
+            applied.append(CommitStepApplied.trusted(**fields, step_index=index, outcome=outcome,
+                                                   duration_ms=step_ms[index]))
             if isinstance(spec, FsRenameStep):
                 if not done:
                     self.renamed_into.add(urls.parent(spec.dst))
@@ -137,10 +138,10 @@ class CommitSequence:
             elif isinstance(spec, HighWatermarkStep):
                 self.faults.reached(FaultPoint.AFTER_WATERMARK)
         self.faults.reached(FaultPoint.BEFORE_COMPLETION)
-        completed = CommitSequenceCompleted(**fields, duration_ms=(time.perf_counter() - started) * 1000,
-                                            steps_applied=len(self.view.steps), executed=counts["executed"],
-                                            verified=counts["verified"], step_ms=step_timings(step_ms,
-                                                                                              len(self.view.steps)))
+        completed = CommitSequenceCompleted.trusted(
+            **fields, duration_ms=(time.perf_counter() - started) * 1000, steps_applied=len(self.view.steps),
+            executed=counts["executed"], verified=counts["verified"],
+            step_ms=step_timings(step_ms, len(self.view.steps)))
         verified = [event for event in applied if isinstance(event, CommitStepApplied) and event.outcome == "verified"]
         record([*effects_so_far, *verified, completed, *published_events(fields, self.view.steps)])
         return self._result(Outcome.COMPLETED, executed=counts["executed"], verified=counts["verified"])

@@ -181,8 +181,8 @@ class HighWatermarkCommitStep(StateStep[HighWatermarkStep]):
         return dataset is not None and dataset.watermarks.get(self.spec.partition) == self.spec.value
 
     def execute(self) -> list[Event]:
-        return [WatermarkAdvanced(**self.sequence.fields(), partition=self.spec.partition,
-                                  low_watermark=self.spec.low_watermark, value=self.spec.value)]
+        return [WatermarkAdvanced.trusted(**self.sequence.fields(), partition=self.spec.partition,
+                                          low_watermark=self.spec.low_watermark, value=self.spec.value)]
 
 
 class DatasetStateCommitStep(StateStep[DatasetStateStep]):
@@ -193,9 +193,10 @@ class DatasetStateCommitStep(StateStep[DatasetStateStep]):
         return dataset is not None and dataset.last_sequence_id == self.sequence.sequence_id
 
     def execute(self) -> list[Event]:
-        return [DatasetStateCommitted(**self.sequence.fields(), watermarks=self.spec.watermarks,
-                                      records_published=self.spec.records_published,
-                                      files_published=self.spec.files_published, properties=self.spec.properties)]
+        return [DatasetStateCommitted.trusted(**self.sequence.fields(), watermarks=self.spec.watermarks,
+                                              records_published=self.spec.records_published,
+                                              files_published=self.spec.files_published,
+                                              properties=self.spec.properties)]
 
 
 def step_for(spec: CommitStepSpec, sequence: SequenceRef, state: State, fs: FileSystem) -> CommitStep:

@@ -118,6 +118,9 @@ class S3FileSystem(FileSystem):
             return do()
         except ClientError as e:
             error = e.response.get("Error", {})
+            if error.get("Code") == "NoSuchBucket":
+                raise FileSystemError(f"S3 {action} of {path} failed: NoSuchBucket: the bucket {_split(path)[0]!r} "
+                                      f"does not exist") from e
             raise FileSystemError(f"S3 {action} of {path} failed: {error.get('Code', '?')}: "
                                   f"{error.get('Message', e)}") from e
         except BotoCoreError as e:

@@ -8,13 +8,17 @@ fault; `located` puts them on the job file's lines. They read and probe, never w
 - the moves: each branch's staging, task-output and publish folders lie on one file system (files are moved from
   one to the next, and no file system renames into another);
 - the Kafka source: its brokers answer (the Kafka config layer's client, a short timeout) and its topic whitelist
-  matches topics.
-What only Spark can tell (SQL analysed against the source's columns) is for `validate --deep`, which plans the job as
-`run --explain` does.
+  matches topics;
+- the SQL: each column `converter.sql.select` and `qualitychecker.row.sql` name exists, where the records' columns
+  are known without Spark (the source's Avro schema, or its declared Spark schema, through the record converters'
+  output schema; then the select list's output for the row policy).
+What only Spark can tell (SQL over columns unknown here, e.g. an Avro directory's, or after DataFrame functions) is for
+`validate --deep`, which plans the job as `run --explain` does.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -24,17 +28,33 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata
+from sqlglot import exp, parse_one
+from sqlglot.errors import SqlglotError
 
 from events.errors import KafkaSecurityError, OncelogError
 from events.log.kafka.config import scrub, security_failure
 from filesystems import urls
 from filesystems.probe import PROBE_TIMEOUT_S, Probe, Use
 from filesystems.settings import FileSystemSettings
-from spark_pipeline.constructs import SourceError
+from spark_pipeline.constructs import UNIT_COLUMN, DataFrameReader, SourceError
 from spark_pipeline.jobfile.config import PATH_KEYS, JobConfig, branch_sources, construct_model
 from spark_pipeline.jobfile.formats import Problem, parse_job_file
-from spark_pipeline.jobfile.plugins import import_class
-from spark_pipeline.sources.directory_settings import DIRECTORY, DirectorySettings
+from spark_pipeline.jobfile.plugins import import_class, make_construct
+from spark_pipeline.jobfile.sql_columns import (
+    columns_after,
+    condition_columns,
+    did_you_mean,
+    missing,
+    select_columns,
+)
+from spark_pipeline.sources.directory import DirectorySource
+from spark_pipeline.sources.directory_settings import (
+    DIRECTORY,
+    FORMAT_KEY,
+    SPARK_ONLY_FORMATS,
+    SPARK_SCHEMA_KEY,
+    DirectorySettings,
+)
 from spark_pipeline.sources.kafka_topic import KafkaSourceSettings, SourceCluster, select_topics
 
 QUIET = logging.getLogger("oncelog.preflight.kafka")
@@ -181,6 +201,100 @@ def cluster_metadata(cluster: SourceCluster, timeout_s: float) -> ClusterMetadat
                 raise SourceError(f"{how}: {answers.problem or e}") from e
 
 
+SELECT_KEY, POLICY_KEY = "converter.sql.select", "qualitychecker.row.sql"
+
+
+def sql_problems(config: JobConfig, probe: Probe) -> list[Finding]:
+    """Each column the SQL converter and the SQL row policy name exists in the records they see, where those
+    columns are known without Spark (else nothing is said: `validate --deep` asks Spark)."""
+    columns = source = source_columns(config)
+    if columns is None or source is None or (config.converter_sql_select is None and config.row_policy_sql is None):
+        return []
+    findings = []
+    if config.converter_sql_select is not None:
+        select = select_columns(config.converter_sql_select)
+        if select is None:
+            return []
+        absent = missing(select.reads, columns, (*select.aliases, UNIT_COLUMN))
+        findings += [_missing_column(SELECT_KEY, config.converter_sql_select, name, columns, "the records")
+                     for name in absent]
+        after = columns_after(select, columns)
+        if after is None:
+            return findings
+        columns, what = after, f"the records after {SELECT_KEY}"
+    else:
+        what = "the records"
+    if config.converter_dataframe_functions or config.row_policy_sql is None:
+        return findings
+    names = condition_columns(config.row_policy_sql)
+    for name in missing(names or (), columns, (UNIT_COLUMN,)):
+        finding = _missing_column(POLICY_KEY, config.row_policy_sql, name, columns, what)
+        if not missing((name,), source):
+            finding = Finding(POLICY_KEY, f"{finding.message} (the source has it, but the row policy checks the "
+                                          f"records after the SQL converter: Gobblin's order)")
+        findings.append(finding)
+    return findings
+
+
+def source_columns(config: JobConfig) -> tuple[str, ...] | None:
+    """The columns of the records the SQL stages see (the source's, through the record converters), when known
+    without Spark; None otherwise."""
+    try:
+        source = import_class(config.source_class)
+    except ValueError:
+        return None  # the job file's own checks report it
+    if not issubclass(source, DataFrameReader):
+        return None  # the SQL keys are refused for the records engine (engine checks)
+    try:
+        reader = make_construct(config, "source.class", config.source_class, DataFrameReader)
+        declared = reader.record_schema([])
+    except (ValueError, TypeError, OncelogError):
+        return None
+    if declared is None:
+        return _declared_spark_columns(config) if issubclass(source, DirectorySource) else None
+    schema = json.loads(declared)
+    if config.converter_classes:
+        schema = _converted(config, schema)
+    if not isinstance(schema, dict) or schema.get("type") != "record":
+        return None
+    return tuple(f["name"] for f in schema.get("fields", ()))
+
+
+def _converted(config: JobConfig, schema: dict[str, Any]) -> Any:
+    """The record converters' output schema from the source's (None: they cannot say it without a record)."""
+    from spark_pipeline.constructs import Converter
+    from spark_pipeline.engines.avro_types import schema_state
+    from spark_pipeline.engines.records.flow import chain_schema
+
+    try:
+        converters = [make_construct(config, "converter.classes", p, Converter) for p in config.converter_classes]
+        return chain_schema(converters, schema, schema_state(config))[0]
+    except Exception:  # user code: whatever it raises means its schema is unknown here (the engine says why)
+        return None
+
+
+def _declared_spark_columns(config: JobConfig) -> tuple[str, ...] | None:
+    """The columns of a directory source's `source.filebased.schema` (Spark DDL), when the job declares them."""
+    ddl = config.properties.get(SPARK_SCHEMA_KEY, "").strip()
+    if not ddl or config.properties.get(FORMAT_KEY, "").strip().lower() not in SPARK_ONLY_FORMATS:
+        return None
+    try:
+        table = parse_one(f"CREATE TABLE t ({ddl})", read="spark")
+    except SqlglotError:
+        return None
+    schema = table.this if isinstance(table, exp.Create) else None
+    if not isinstance(schema, exp.Schema):
+        return None
+    names = tuple(c.name for c in schema.expressions if isinstance(c, exp.ColumnDef))
+    return names if names and len(names) == len(schema.expressions) else None
+
+
+def _missing_column(key: str, sql: str, name: str, columns: tuple[str, ...], what: str) -> Finding:
+    """The finding of a column the SQL of `key` names that `what` lacks."""
+    return Finding(key, f"{key} {sql!r} names the column {name!r}, which {what} do not have"
+                        f"{did_you_mean(name, columns)}; the columns: {', '.join(columns)}")
+
+
 def file_system(location: str) -> str:
     """The file system a location lies on, as a URL prefix ('' for the local disk)."""
     return urls.parse(location).root
@@ -200,6 +314,6 @@ def _source_of(config: JobConfig, model: type[Any]) -> type | None:
     return cls if found is not None and issubclass(found, model) else None
 
 
-CHECKS: tuple[Check, ...] = (move_problems, folder_problems, kafka_problems)
+CHECKS: tuple[Check, ...] = (sql_problems, move_problems, folder_problems, kafka_problems)
 """The checks, cheapest first."""
 

@@ -40,12 +40,13 @@ def test_explain_plans_the_tasks_and_the_engine_the_run_then_uses(tmp_path: Path
 
 
 def test_validate_deep_analyses_the_sql_over_the_sources_columns(tmp_path: Path, spark: SparkSession) -> None:
-    job = write_job(tmp_path, f"sqlite:///{tmp_path / 'events.db'}", "full", **{SQL_KEY: "dataset, no_such_column"})
+    select = "dataset, (SELECT no_such_column) AS inner"
+    job = write_job(tmp_path, f"sqlite:///{tmp_path / 'events.db'}", "full", **{SQL_KEY: select})
     shallow = CliRunner().invoke(app, ["validate", str(job)])
-    assert shallow.exit_code == 0, shallow.output  # a column is known to Spark's analysis only
+    assert shallow.exit_code == 0, shallow.output  # a subquery's columns are known to Spark's analysis only
     deep = CliRunner().invoke(app, ["validate", str(job), "--deep"])
     assert deep.exit_code == 1, deep.output
-    assert f"{job}: {SQL_KEY}='dataset, no_such_column' is not a select list over the records' columns" in deep.output
+    assert f"{job}: {SQL_KEY}={select!r} is not a select list over the records' columns" in deep.output
     assert "no_such_column" in deep.output
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pyspark.sql import DataFrame
 
 from spark_pipeline.jobfile.config import JobConfigError
 from spark_pipeline.jobfile.paths import absolute_config
@@ -166,3 +167,72 @@ def test_a_gobblin_kafka_source_class_is_refused_with_oncelogs_own_source_named(
     assert problem.key == "source.class" and problem.line == 2
     named = problem.message.rpartition("oncelog's source for it is ")[2]
     assert import_class(named) is KafkaTopicSource
+
+
+SYNTHETIC = "spark_pipeline.sources.synthetic.SyntheticSource"
+
+
+def renamed(frame: DataFrame) -> DataFrame:
+    """A DataFrame function: its output columns are known to Spark only."""
+    return frame.withColumnRenamed("amount", "nothing")
+
+
+def sql_findings(keys: dict[str, str]) -> list[Finding]:
+    """The pre-flight findings about a job's SQL (no other check: the job has no folders to probe)."""
+    folders = {key: f"/tmp/oncelog-sql-check/{key}" for key in
+               ("writer.staging.dir", "writer.output.dir", "data.publisher.final.dir")}  # never written: probed only
+    config = config_from_properties({"job.name": "sql", "source.class": SYNTHETIC, **folders, **keys})
+    return [f for f in preflight(config) if f.key in ("converter.sql.select", "qualitychecker.row.sql")]
+
+
+def test_validate_names_the_job_file_the_key_and_a_misspelt_sql_column_without_a_jvm(tmp_path: Path) -> None:
+    job = write(tmp_path / "job.yaml", {
+        "job.name": "shop", "source.class": SYNTHETIC, "dataset.urn": "shop", "writer.staging.dir": "staging",
+        "writer.output.dir": "output", "data.publisher.final.dir": "published",
+        "converter.sql.select": "dataset, offset, amout * 100 AS amount_cents, upper(payload) AS code",
+        "qualitychecker.row.sql": "amount_cent >= 0 AND code IS NOT NULL"})
+
+    checked = oncelog(tmp_path, "validate", str(job))
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert checked.stdout.splitlines()[0] == f"INVALID  {job} (2 problems)"
+    assert (f"  {job}:{line_of(job, 'converter.sql.select')}: converter.sql.select 'dataset, offset, amout * 100 AS "
+            f"amount_cents, upper(payload) AS code' names the column 'amout', which the records do not have (did you "
+            f"mean 'amount'?); the columns: dataset, partition, offset, amount, payload") in checked.stdout.splitlines()
+    assert (f"  {job}:{line_of(job, 'qualitychecker.row.sql')}: qualitychecker.row.sql 'amount_cent >= 0 AND code "
+            f"IS NOT NULL' names the column 'amount_cent', which the records after converter.sql.select do not have "
+            f"(did you mean 'amount_cents'?); the columns: dataset, offset, amount_cents, code") \
+        in checked.stdout.splitlines()
+
+
+def test_sql_columns_are_checked_where_the_records_columns_are_known_and_only_there(tmp_path: Path) -> None:
+    # known: the source's schema, its columns through `*`, aliases used later in the list, struct fields, backticks
+    assert sql_findings({"converter.sql.select": "*, amount * 100 AS cents, cents + 1 AS more, `records`.payload",
+                         "qualitychecker.row.sql": "more > 0 AND PAYLOAD like 'x%' AND exists(array(amount), x -> "
+                                                   "x > 0) AND \"a string\" != ''"}) == []
+    assert [f.message.split(", which")[0] for f in sql_findings({"qualitychecker.row.sql": "amont > 0 OR bogus"})] \
+        == ["qualitychecker.row.sql 'amont > 0 OR bogus' names the column 'amont'",
+            "qualitychecker.row.sql 'amont > 0 OR bogus' names the column 'bogus'"]
+    # the record converters' output schema (AmountInCents adds amount_cents)
+    converted = {"converter.classes": "spark_pipeline.examples.converters.AmountInCents"}
+    assert sql_findings({**converted, "qualitychecker.row.sql": "amount_cents > 0"}) == []
+    assert [f.key for f in sql_findings({**converted, "qualitychecker.row.sql": "cents > 0"})] \
+        == ["qualitychecker.row.sql"]
+    # unknown without Spark: nothing said (validate --deep asks Spark)
+    assert sql_findings({"converter.sql.select": "upper(payload)", "qualitychecker.row.sql": "nothing > 0"}) == []
+    assert sql_findings({"converter.dataframe.functions": f"{__name__}:renamed",
+                         "qualitychecker.row.sql": "nothing > 0"}) == []
+    assert sql_findings({"qualitychecker.row.sql": "amount IN (SELECT id FROM other)"}) == []
+    assert sql_findings({"qualitychecker.row.sql": "amount >="}) == []  # Spark's parser names the syntax error
+
+
+def test_a_directory_sources_sql_is_checked_against_its_format_or_declared_schema(tmp_path: Path) -> None:
+    directory = {"source.class": DIRECTORY_SOURCE, "source.filebased.data.directory": str(tmp_path)}
+    lines = sql_findings({**directory, "qualitychecker.row.sql": "length(txt) > 0"})
+    assert [f.message.split("; ")[0] for f in lines] == [
+        "qualitychecker.row.sql 'length(txt) > 0' names the column 'txt', which the records do not have (did you "
+        "mean 'text'?)"]
+    csv = {**directory, "source.filebased.format": "csv", "source.filebased.schema": "id BIGINT, name STRING",
+           "task.engine": "dataframe"}
+    assert [f.message.rsplit("; ", 1)[1] for f in sql_findings({**csv, "converter.sql.select": "id, nam"})] \
+        == ["the columns: id, name"]
+    assert sql_findings({**directory, "source.filebased.format": "avro", "converter.sql.select": "anything"}) == []

@@ -4,21 +4,28 @@ failure recorded with its root cause's first line, the work unit and dataset it 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from events.errors import ConfigError
 from events.job import WorkUnitSpec
+from events.log import open_log
 from events.model import Event
 from events.task import TaskFailed, TaskRetried, WorkUnitResult
 from filesystems.base import FileSystemError
+from localservers.s3 import LocalS3
+from projections.views import RunStatus
 from spark_pipeline.constructs import MultiWorkUnit
 from spark_pipeline.engines.attempts import AttemptPlan, run_attempts
 from spark_pipeline.engines.failures import Permanent, classify, root_cause
 from spark_pipeline.engines.records.task import run_task
 from spark_pipeline.jobs import config_from_properties
+from spark_pipeline.launcher import JobLauncher
+from tests.remote_fs_plugin import s3_settings
 
 RUN_ID = "20261121T120000123Z-abcdef"
 
@@ -155,3 +162,30 @@ def test_a_failure_a_retry_may_fix_is_retried_and_each_failure_says_what_follows
     assert all(f.retriable and f.failed_dataset == "ds.7" for f in failed)
     assert failed[-1].cause == f"ConnectionError: broker went away (attempt {retries + 1})"
     assert outcome.error == f"work unit ds.7:0@0 of ds.7: ConnectionError: broker went away (attempt {retries + 1})"
+
+
+def test_a_bucket_gone_after_preflight_fails_the_task_at_once_naming_the_bucket(
+        s3: LocalS3, tmp_path: Path, spark: SparkSession) -> None:
+    """Pre-flight finds a missing bucket before Spark starts; one deleted after it (here: never created) is met by
+    the engine (the records engine: the DataFrame engine writes local folders only): its first attempt's error names
+    the bucket, and no retry waits (Gobblin's 5 retries every 300 s)."""
+    bucket = f"gone-{uuid.uuid4().hex[:8]}"
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    config = config_from_properties({
+        "job.name": "gone", "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",
+        "source.synthetic.datasets": "2", "source.synthetic.partitions": "1", "dataset.urn": "ds",
+        "source.synthetic.records.per.run": "20", "task.engine": "records", "oncelog.log.url": url,
+        "task.maxretries": "5", "task.retry.intervalinsec": "300", "job.commit.policy": "successful",
+        "writer.staging.dir": f"s3a://{bucket}/staging", "writer.output.dir": f"s3a://{bucket}/task-output",
+        "data.publisher.final.dir": f"s3a://{bucket}/published", **s3_settings(s3)})
+    result = JobLauncher(config, spark=spark).run()
+    assert result.status is RunStatus.FAILED
+    with open_log(url) as log:
+        events = [e.event for e in log.read()]
+    failed = [e for e in events if isinstance(e, TaskFailed)]
+    assert failed and not [e for e in events if isinstance(e, TaskRetried)], failed
+    for event in failed:
+        assert f"NoSuchBucket: the bucket {bucket!r} does not exist" in event.cause, event.cause
+        assert not event.retriable and "closed file" not in (event.error or ""), event.error
+    assert result.error is not None and "closed file" not in result.error, result.error
+    assert "(not retried: a bucket that does not exist)" in result.error, result.error

@@ -66,8 +66,10 @@ def test_validate_notes_a_sql_row_policy_naming_a_column_the_sql_converter_drops
     """The old order let `qualitychecker.row.sql` name the source's `amount` beside a converter dropping it."""
     old = order_job(tmp_path, **{"converter.sql.select": CENTS, "qualitychecker.row.sql": "amount >= 0"})
     ran = CliRunner().invoke(app, ["validate", str(old)])
-    assert ran.exit_code == 0, ran.output
+    assert ran.exit_code == 1, ran.output  # the run would refuse it: named before Spark starts
     said = " ".join(ran.output.split())
+    assert ("qualitychecker.row.sql 'amount >= 0' names the column 'amount', which the records after "
+            "converter.sql.select do not have") in said and "(the source has it, but the row policy checks" in said
     assert ("note: " in said), said
     assert ("qualitychecker.row.sql 'amount >= 0' names amount, which converter.sql.select does not output: the SQL "
             "row policy now checks the records after the SQL converter") in said

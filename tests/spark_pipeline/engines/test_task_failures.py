@@ -1,5 +1,5 @@
 """A task's attempts end recorded whatever fails: the partial commit of a last attempt, an interruption; and Spark
-never runs a second, speculative attempt of a task beside the first (both would write the same file names)."""
+never runs a second, speculative attempt of a task beside the first (it would fence the first's log writer)."""
 
 from __future__ import annotations
 

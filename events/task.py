@@ -19,6 +19,10 @@ class OutputFile(Frozen):
     checksum: str
     records: Count = 0
     branch: Count = 0
+    folder: str = ""
+    """The task-output folder of the attempt that wrote the file (writer.output.dir/<run>/<task>/attempt-<n>): no
+    other attempt writes there, and the file's path below it is its published name. "" in logs written before each
+    attempt had a folder of its own: the run's task-output folder."""
 
 
 class WorkUnitResult(Frozen):
@@ -65,9 +69,10 @@ class TaskSucceeded(TaskEvent, Parted):
     """An attempt finished: its output lies in task-output, with the actual high watermarks reached.
 
     v2: in parts when its results are many (a MultiWorkUnit of thousands of work units); each part has them in part.
+    v3: each output file names its attempt's folder (`OutputFile.folder`: "" in events of v2).
     """
 
-    SCHEMA_VERSION: ClassVar[int] = 2
+    SCHEMA_VERSION: ClassVar[int] = 3
     PARTED_FIELDS: ClassVar[tuple[str, ...]] = ("results",)
 
     results: tuple[WorkUnitResult, ...]
@@ -83,10 +88,11 @@ class TaskFailed(TaskEvent, Parted):
 
     v3: what it comes down to — its root cause's first line, the work unit (and dataset) it failed on when known,
     whether a retry could fix it, and the next attempt (0: none) with the pause before it. Events of v2 read with
-    these empty: `cause_line` then falls back to the error's first line.
+    these empty: `cause_line` then falls back to the error's first line. v4: each output file names its attempt's
+    folder (`OutputFile.folder`: "" in events of v3).
     """
 
-    SCHEMA_VERSION: ClassVar[int] = 3
+    SCHEMA_VERSION: ClassVar[int] = 4
     PARTED_FIELDS: ClassVar[tuple[str, ...]] = ("results",)
 
     error: str

@@ -266,7 +266,7 @@ class WriterDestination:
     attempt: int
     staging_dir: str
     output_dir: str
-    """The task output folder of the run (writer.output.dir/<run_id>)."""
+    """The attempt's own task-output folder (writer.output.dir/<run_id>/<task_id>/attempt-<n>: writers.py)."""
     fs: FileSystem
     """The file systems to write through (folders may be local, hdfs:// or s3a:// locations)."""
 

@@ -1,7 +1,8 @@
 """The default DataPublisher: plans, per dataset, the sequence that publishes the run's output; moves nothing.
 
-Steps, in order: an FsRename per output file (task output → the branch's data.publisher.final.dir, same relative
-path), a HighWatermark per partition that moved, and the DatasetState with every partition's watermark.
+Steps, in order: an FsRename per output file the task's result recorded (from the task-output folder of the attempt
+that succeeded → the branch's data.publisher.final.dir, same path below it), a HighWatermark per partition that
+moved, and the DatasetState with every partition's watermark.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from spark_pipeline.constructs import DataPublisher, DatasetOutput
 class BaseDataPublisher(DataPublisher):
     """Publishes file output by renames, then moves the watermarks and commits the dataset state."""
 
-    def destination(self, run_id: str, path: str, branch: int) -> str:
-        """Where a task output file is published: the same path under the branch's final directory."""
+    def destination(self, run_id: str, path: str, branch: int, folder: str = "") -> str:
+        """Where a task output file is published: its path below its attempt's task-output `folder` (in logs from
+        before attempts had folders: below the run's), under the branch's final directory."""
         output_dir, final_dir = self._branch_folders[branch]
-        return urls.join(final_dir, urls.relative_to(path, urls.join(output_dir, run_id)))
+        return urls.join(final_dir, urls.relative_to(path, folder or urls.join(output_dir, run_id)))
 
     @functools.cached_property
     def _branch_folders(self) -> dict[int, tuple[str, str]]:
@@ -43,8 +45,9 @@ class BaseDataPublisher(DataPublisher):
             watermarks = dict(previous.watermarks) if previous else {}
             steps: list[CommitStepSpec] = []
             for result in output.results:
-                steps += [FsRenameStep(src=f.path, dst=self.destination(run_id, f.path, f.branch), size=f.size,
-                                       checksum=f.checksum, records=f.records) for f in result.output_files]
+                steps += [FsRenameStep(src=f.path, dst=self.destination(run_id, f.path, f.branch, f.folder),
+                                       size=f.size, checksum=f.checksum, records=f.records)
+                          for f in result.output_files]
             for result in output.results:
                 # A partition seen for the first time records where it starts, even with nothing in range.
                 if result.partition not in watermarks or result.actual_high_watermark != watermarks[result.partition]:

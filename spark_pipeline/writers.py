@@ -1,12 +1,15 @@
-"""The default DataWriter: Avro files (fastavro), written to staging, then moved to the run's task output.
+"""The default DataWriter: Avro files (fastavro), written to staging, then moved to the attempt's task output.
 
 File names come from the work unit's watermark range, so a task that runs the same range again writes the same
-file: nothing is published twice under two names. The size and sha256 are taken while writing.
+name: nothing is published twice under two names. Each task attempt moves its files into a task-output folder of
+its own (`attempt_output_dir`), so an attempt that outlives its task's end (a zombie) cannot touch the files of the
+attempt the log recorded as succeeded. The size and sha256 are taken while writing.
 """
 
 from __future__ import annotations
 
 import copy
+import errno
 import hashlib
 from typing import IO, Any, Literal, cast
 from urllib.parse import quote
@@ -17,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from events.task import OutputFile
 from filesystems import urls
-from filesystems.base import WritableFile
+from filesystems.base import FileSystem, FileSystemError, WritableFile
 from spark_pipeline.constructs import (
     DataWriter,
     DataWriterBuilder,
@@ -41,10 +44,34 @@ def path_segment(value: str) -> str:
     return quote(value, safe="-_.=@") or "_"
 
 
+def attempt_output_dir(output_dir: str, run_id: str, task_id: str, attempt: int) -> str:
+    """A task attempt's own task-output folder, writer.output.dir/<run>/<task>/attempt-<n>: what a branch of the
+    attempt writes (and what its output files record as their `folder`); the attempt numbers of a run of a task are
+    unique (engines.attempts), so no two attempts ever share it."""
+    return urls.join(output_dir, run_id, path_segment(task_id), f"attempt-{attempt}")
+
+
 def output_file_name(destination: WriterDestination, high: int) -> str:
     """<dataset>/<partition>_<low>-<high>.avro: deterministic for a watermark range."""
     unit = destination.work_unit
     return f"{path_segment(unit.dataset_urn)}/{path_segment(unit.partition)}_{unit.low_watermark}-{high}.avro"
+
+
+def move_to_task_output(fs: FileSystem, src: str, dst: str, size: int, checksum: str) -> None:
+    """Move a written file into its attempt's task output, durable before the task records it (a move lost to a power
+    cut would leave a recorded file missing); an OSError becomes a FileSystemError naming the rename and its files."""
+    try:
+        fs.move(src, dst, size, checksum)
+        fs.sync_folders({urls.parent(dst)})
+    except OSError as e:
+        raise FileSystemError(f"the rename of {src} to the task output {dst} failed: {os_error(e)}") from e
+
+
+def os_error(error: OSError) -> str:
+    """An OSError as its errno's name and its message ('EIO: Input/output error'), without the paths it repeats."""
+    code = errno.errorcode.get(error.errno or 0)
+    message = error.strerror or str(error)
+    return f"{code}: {message}" if code else f"{type(error).__name__}: {message}"
 
 
 class _HashingFile:
@@ -110,11 +137,9 @@ class AvroDataWriter(DataWriter):
         self.bytes_written = self._file.size
         checksum = self._file.digest.hexdigest()
         target = urls.join(self.destination.output_dir, output_file_name(self.destination, actual_high_watermark))
-        # Durable before the task records the file: a move lost to a power cut would leave a recorded file missing.
-        self.fs.move(self.staging_path, target, self._file.size, checksum)
-        self.fs.sync_folders({urls.parent(target)})
-        return [OutputFile(path=target, size=self._file.size, checksum=checksum,
-                           records=self.records_written, branch=self.destination.branch.index)]
+        move_to_task_output(self.fs, self.staging_path, target, self._file.size, checksum)
+        return [OutputFile(path=target, size=self._file.size, checksum=checksum, records=self.records_written,
+                           branch=self.destination.branch.index, folder=self.destination.output_dir)]
 
     def abort(self) -> None:
         if self._file.closed:

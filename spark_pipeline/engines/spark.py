@@ -37,7 +37,7 @@ SPARK_DEFAULTS = {
     "spark.ui.showConsoleProgress": "false",
     "spark.task.maxFailures": "1",  # retries are task.maxretries', recorded in the log; Spark's would be silent
     "spark.sql.shuffle.partitions": "8",
-    SPECULATION: "false",  # two attempts of one task would write the same file names
+    SPECULATION: "false",  # a speculative copy of a task would open the task's log writer and fence the first
 }
 
 
@@ -78,11 +78,13 @@ def submitted_settings() -> dict[str, str]:
 
 
 def check_speculation(settings: Mapping[str, str], where: str) -> None:
-    """Refuse speculative execution: a second attempt of a task would write the same file names as the first."""
+    """Refuse speculative execution: a second copy of a running task would open the task's log writer (one name per
+    task) and fence the first (each copy writes its own attempt folders: writers.py)."""
     value = settings.get(SPECULATION, "false").strip()
     if value.lower() != "false":
-        raise ConfigError(f"{SPECULATION!r} is {value!r} {where}: oncelog needs it false, since two attempts of one "
-                          f"task write the same file names (oncelog retries tasks itself: task.maxretries)")
+        raise ConfigError(f"{SPECULATION!r} is {value!r} {where}: oncelog needs it false, since a speculative copy of "
+                          f"a task would open the task's log writer and fence the copy already running (oncelog "
+                          f"retries tasks itself: task.maxretries)")
 
 
 def task_writer_name(config: JobConfig, run_id: str, mwu: MultiWorkUnit) -> str:

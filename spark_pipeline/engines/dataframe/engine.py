@@ -2,9 +2,10 @@
 writing them with Spark's writers, its attempts recorded by the driver through the task's own log writer.
 
 A task's TaskStarted is appended before its Spark job, its TaskSucceeded / TaskFailed after; `task.maxretries`
-retries an attempt in a fresh attempt folder. Tasks run concurrently (one driver thread each, in the run's Spark job
-group, so a cancellation cancels them). A failed attempt leaves no output: Spark's commit protocol is all or nothing
-per job, so there is no partial result for the `partial` commit policy to publish.
+retries an attempt in fresh attempt folders (in staging, and in task output: writers.attempt_output_dir). Tasks run
+concurrently (one driver thread each, in the run's Spark job group, so a cancellation cancels them). A failed attempt
+leaves no output: Spark's commit protocol is all or nothing per job, so there is no partial result for the `partial`
+commit policy to publish.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ from spark_pipeline.jobfile.config import (
     TaskEngineKind,
 )
 from spark_pipeline.jobfile.plugins import make_construct
-from spark_pipeline.writers import path_segment
+from spark_pipeline.writers import attempt_output_dir, path_segment
 
 log = logging.getLogger(__name__)
 TASK_POLICIES_KEY = "qualitychecker.task.policies"
@@ -178,15 +179,17 @@ def run_attempt(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, attempt
     if forked:
         records_frame = records_frame.persist(StorageLevel.MEMORY_AND_DISK)
     folders = [attempt_folder(plan, mwu, attempt, branch) for branch in range(len(plan.writers))]
+    outputs = [attempt_output_dir(str(config.branch(branch).writer_output_dir), plan.run_id, mwu.multi_work_unit_id,
+                                  attempt) for branch in range(len(plan.writers))]
     try:
-        staged_out = [write_branch(plan, mwu, folders[branch], records_frame, branch)
+        staged_out = [write_branch(plan, mwu, folders[branch], outputs[branch], records_frame, branch)
                       for branch in range(len(plan.writers))]
         records, last_offsets = read_counts(units, read)
         written = records if wrote is None else counted(wrote, units)
         judge_units(config, units, records, written, staged.rejected_counts(len(units)), folders)
         moved = [move_files(spark, config.properties, files) for files in staged_out]  # every branch written
-        results = merge_branches([unit_results(units, records, last_offsets, files, branch, written=written)
-                                  for branch, files in enumerate(moved)])
+        results = merge_branches([unit_results(units, records, last_offsets, files, branch, written=written,
+                                               folder=outputs[branch]) for branch, files in enumerate(moved)])
         diverted = write_diverted(config.row_err_file, plan.run_id, mwu.multi_work_unit_id, units, staged.diverted)
     finally:
         if forked:
@@ -204,14 +207,13 @@ def attempt_folder(plan: TaskPlan, mwu: MultiWorkUnit, attempt: int, branch: int
     return urls.join(str(staging), plan.run_id, path_segment(mwu.multi_work_unit_id), f"attempt-{attempt}")
 
 
-def write_branch(plan: TaskPlan, mwu: MultiWorkUnit, folder: str, frame: DataFrame, index: int
+def write_branch(plan: TaskPlan, mwu: MultiWorkUnit, folder: str, output: str, frame: DataFrame, index: int
                  ) -> list[StagedFile]:
-    """One branch's write into its attempt folder, and where each of its files goes in the branch's task output (its
-    writer.output.dir: the record engine's folders and names)."""
+    """One branch's write into its attempt folder, and where each of its files goes in the attempt's own task-output
+    folder of the branch (`output`: the record engine's folders and names)."""
     config = plan.config
     write_attempt(frame, plan.writers[index], folder)
-    output_root = urls.join(str(config.branch(index).writer_output_dir), plan.run_id)
-    return staged_files(FileSystems.of(config.properties), folder, mwu.work_units, output_root)
+    return staged_files(FileSystems.of(config.properties), folder, mwu.work_units, output)
 
 
 def merge_branches(per_branch: Sequence[tuple[WorkUnitResult, ...]]) -> tuple[WorkUnitResult, ...]:

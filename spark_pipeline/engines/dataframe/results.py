@@ -1,5 +1,6 @@
-"""What a task attempt wrote, per work unit: its files (moved to the run's task output, with size and checksum taken
-on the executors), its record count and last offset (observed by Spark while writing, no second pass over the data).
+"""What a task attempt wrote, per work unit: its files (moved to the attempt's own task-output folder, with size and
+checksum taken on the executors), its record count and last offset (observed by Spark while writing, no second pass
+over the data).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from filesystems import urls
 from filesystems.base import FileSystem, FileSystemError
 from filesystems.router import FileSystems
 from spark_pipeline.constructs import UNIT_COLUMN, SourceError
-from spark_pipeline.writers import path_segment
+from spark_pipeline.writers import move_to_task_output, path_segment
 
 MOVE_TASKS_PER_CORE = 2
 """Move tasks per core of the cluster: enough to spread large files, few enough that a thousand small ones do not pay
@@ -29,7 +30,7 @@ after the file counter (`.snappy.parquet`, `.json.gz`)."""
 
 @dataclass(frozen=True)
 class StagedFile:
-    """A file of a committed attempt, and where in the run's task output it goes."""
+    """A file of a committed attempt, and where in the attempt's task output it goes."""
 
     src: str
     unit: int
@@ -38,7 +39,7 @@ class StagedFile:
 
 @dataclass(frozen=True)
 class MovedFile:
-    """A file in the run's task output, with the size and sha256 its executor measured."""
+    """A file in the attempt's task output, with the size and sha256 its executor measured."""
 
     unit: int
     path: str
@@ -83,7 +84,8 @@ def output_extension(spark_extension: str) -> str:
 
 
 def staged_files(fs: FileSystem, folder: str, units: Sequence[WorkUnitSpec], output_root: str) -> list[StagedFile]:
-    """The files of a committed attempt folder, each with its name in the run's task output (one per work unit)."""
+    """The files of a committed attempt folder, each with its name in the attempt's task output `output_root` (one
+    per work unit)."""
     found: dict[int, list[tuple[str, str]]] = {}
     for info in fs.list_files(folder):
         match = _STAGED.search(info.path)
@@ -126,15 +128,15 @@ def measure_and_move(fs: FileSystem, file: StagedFile) -> MovedFile:
     if size is None:
         raise FileSystemError(f"{file.src}: the file Spark committed is gone")
     checksum = fs.checksum(file.src)
-    fs.move(file.src, file.dst, size, checksum)
-    fs.sync_folders({urls.parent(file.dst)})
+    move_to_task_output(fs, file.src, file.dst, size, checksum)
     return MovedFile(file.unit, file.dst, size, checksum)
 
 
 def unit_results(units: Sequence[WorkUnitSpec], records: Sequence[int], last_offsets: Sequence[int | None],
-                 moved: Sequence[MovedFile], branch: int = 0, written: Sequence[int] | None = None
-                 ) -> tuple[WorkUnitResult, ...]:
-    """Each work unit's result: `records` read, `written` (default: all that were read). Its whole range was read
+                 moved: Sequence[MovedFile], branch: int = 0, written: Sequence[int] | None = None,
+                 folder: str = "") -> tuple[WorkUnitResult, ...]:
+    """Each work unit's result: `records` read, `written` (default: all that were read), its files in the attempt's
+    task-output `folder` (writers.attempt_output_dir). Its whole range was read
     (exact ending offsets, failOnDataLoss), so the actual high watermark is the expected high, whatever a row policy
     dropped: past any trailing transaction marker, as the record engine sets it."""
     by_unit = {m.unit: m for m in moved}
@@ -150,7 +152,7 @@ def unit_results(units: Sequence[WorkUnitSpec], records: Sequence[int], last_off
             raise SourceError(f"work unit {unit.work_unit_id}: {written[index]} records written but "
                               f"{'no file' if file is None else 'a file'} committed")
         files = () if file is None else (OutputFile(path=file.path, size=file.size, checksum=file.checksum,
-                                                    records=written[index], branch=branch),)
+                                                    records=written[index], branch=branch, folder=folder),)
         results.append(WorkUnitResult(
             work_unit_id=unit.work_unit_id, dataset_urn=unit.dataset_urn, partition=unit.partition,
             low_watermark=unit.low_watermark, expected_high_watermark=unit.expected_high_watermark,

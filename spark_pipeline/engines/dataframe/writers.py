@@ -1,8 +1,8 @@
 """Spark's file writers for a task attempt: one write of the task's DataFrame, through Spark's commit protocol.
 
 The attempt's folder gets one `_wu=<index>` folder per work unit (Spark's `partitionBy`), whose files appear only
-when Spark commits the job: a failed attempt leaves nothing there. results.py then moves each file to the run's task
-output as `<dataset>/<partition>_<low>-<high>.<ext>`, the record engine's name for a watermark range.
+when Spark commits the job: a failed attempt leaves nothing there. results.py then moves each file to the attempt's own
+task-output folder as `<dataset>/<partition>_<low>-<high>.<ext>`, the record engine's name for a watermark range.
 """
 
 from __future__ import annotations

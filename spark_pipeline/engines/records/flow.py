@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from events.task import OutputFile, WorkUnitResult
-from filesystems import urls
 from filesystems.base import FileSystem
 from filesystems.router import FileSystems
 from spark_pipeline.constructs import (
@@ -38,7 +37,7 @@ from spark_pipeline.jobfile.config import (
     JobConfig,
 )
 from spark_pipeline.jobfile.plugins import make_construct
-from spark_pipeline.writers import path_segment
+from spark_pipeline.writers import attempt_output_dir, path_segment
 
 
 @dataclass
@@ -149,6 +148,7 @@ class WorkUnitFlow:
         self.records_extracted = 0
         self.writers: list[DataWriter | None] = []
         self._clean = True  # no writer left holding half a record
+        self._committing = False  # the writers' commits began: a failure there leaves nothing to commit partially
         err = constructs.config.row_err_file
         self.checks = _RowChecks(constructs.row_policies, Path(err) / state.run_id if err else None)
         self.branch_checks = [
@@ -248,9 +248,12 @@ class WorkUnitFlow:
         for checks in self.branch_checks:
             checks.flush(name)
         files: list[OutputFile] = []
-        for writer in self.writers:
+        self._committing = True
+        for branch, writer in zip(self.c.branches, self.writers):
             if writer is not None:
-                files += writer.commit(self.processed_watermark)
+                folder = self._output_dir(branch.config)  # a writer of a plugin may not say it: the attempt's folder
+                files += [f if f.folder else f.model_copy(update={"folder": folder})
+                          for f in writer.commit(self.processed_watermark)]
         self.state.set_actual_high_watermark(self.processed_watermark)
         unit = self.state.work_unit
         return WorkUnitResult(
@@ -262,8 +265,9 @@ class WorkUnitFlow:
         )
 
     def commit_partial(self) -> WorkUnitResult | None:
-        """After a failure: what was fully written before it, or None if a writer holds half a record."""
-        if not self._clean or not self.writers:
+        """After a failure: what was fully written before it, or None if a writer holds half a record or the failure
+        was the writers' own commit (a writer is not committed twice: its file is closed, and may be half moved)."""
+        if not self._clean or self._committing or not self.writers:
             self.abort()
             return None
         return self._commit()
@@ -279,5 +283,10 @@ class WorkUnitFlow:
         return WriterDestination(
             config=self.c.config, branch=branch, schema=schema, work_unit=state.work_unit, run_id=state.run_id,
             task_id=state.task_id, attempt=state.attempt, staging_dir=str(branch.writer_staging_dir),
-            output_dir=urls.join(str(branch.writer_output_dir), state.run_id), fs=self.c.fs,
+            output_dir=self._output_dir(branch), fs=self.c.fs,
         )
+
+    def _output_dir(self, branch: BranchConfig) -> str:
+        """The branch's task-output folder of this attempt: its own, never another attempt's (writers.py)."""
+        state = self.state
+        return attempt_output_dir(str(branch.writer_output_dir), state.run_id, state.task_id, state.attempt)

@@ -1,5 +1,5 @@
 """A task's attempts end recorded whatever fails: the partial commit of a last attempt, an interruption; and Spark
-never runs a second, speculative attempt of a task beside the first (both would write the same file names)."""
+never runs a second, speculative attempt of a task beside the first (it would fence the first's log writer)."""
 
 from __future__ import annotations
 
@@ -91,8 +91,9 @@ def one_task() -> MultiWorkUnit:
 
 
 def partial_file(tmp_path: Path) -> Path:
-    """Where the last attempt's partial commit moves the records it fully wrote (offsets 0 to FAIL_AFTER)."""
-    return (tmp_path / "task-output" / RUN_ID / path_segment(URN)
+    """Where the last attempt's (2) partial commit moves the records it fully wrote (offsets 0 to FAIL_AFTER): the
+    attempt's own task-output folder."""
+    return (tmp_path / "task-output" / RUN_ID / "task-00000" / "attempt-2" / path_segment(URN)
             / f"{path_segment(PARTITION)}_0-{FAIL_AFTER}.avro")
 
 
@@ -117,9 +118,10 @@ def test_a_failing_partial_commit_still_ends_the_attempt_with_task_failed(tmp_pa
     last = emit.events[-1]
     assert isinstance(last, TaskFailed) and last.results == ()
     assert f"injected failure at offset {FAIL_AFTER}" in last.error
-    assert "then handling the failed work unit's output failed: IsADirectoryError" in last.error
+    assert ("then handling the failed work unit's output failed: FileSystemError: the rename of "
+            in last.error) and "failed: EISDIR: Is a directory" in last.error
     assert str(blocker) in last.error
-    assert not outcome.succeeded and outcome.written == () and "IsADirectoryError" in str(outcome.error)
+    assert not outcome.succeeded and outcome.written == () and "EISDIR" in str(outcome.error)
     assert blocker.is_dir() and not any(blocker.iterdir())  # nothing half-published in its place
 
 

@@ -289,7 +289,9 @@ def test_two_branches_with_different_formats_write_the_cached_records_once_each(
     assert not list((tmp_path / "publish" / "fork_1").rglob("*.avro"))
     assert state_of(tmp_path, "forked") == {"forked": {p.name: complete(p.stat().st_size) for p in files}}
     outputs = [f for e in events_of(tmp_path, TaskSucceeded) for r in e.results for f in r.output_files]
-    assert sorted((f.branch, Path(f.path).parent.parent.parent.name, Path(f.path).name.split("_")[0])
+    # <output.dir>/fork_<b>/<run>/<task>/attempt-<n>/<dataset>/<file>: the attempt's own folder, recorded with the file
+    assert all(Path(f.path).parent.parent == Path(f.folder) for f in outputs)
+    assert sorted((f.branch, Path(f.folder).parents[2].name, Path(f.path).name.split("_")[0])
                   for f in outputs) == sorted(
         [(b, f"fork_{b}", name) for b in (0, 1) for name in ("f0.avro", "f1.avro", "f9.avro")]), \
         "each branch's files in its own task output folder, named by the work unit's range"

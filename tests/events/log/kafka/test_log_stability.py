@@ -20,11 +20,13 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from typer.testing import CliRunner
 
 from events.codec import Record
 from events.errors import ConfigError, LogNotStableError, LogUnavailableError
 from events.log import open_log
 from events.log.kafka.store import COMPACTION_CONFIGS, KafkaLog, check_topic_configs, compaction_warning
+from oncelog.cli import app
 from tests.factories import step_events
 from tests.kafka_plugin import create_topic
 
@@ -283,3 +285,19 @@ def test_an_existing_topic_with_older_compaction_settings_is_warned_about_once_p
     assert about[0].endswith(f"kafka-configs.sh --bootstrap-server {kafka_bootstrap} --alter --entity-type topics "
                              f"--entity-name {topic} --add-config max.compaction.lag.ms=3600000,segment.ms=3600000"
                              ), about[0]
+
+
+@pytest.mark.kafka
+def test_state_and_verify_say_so_while_another_writers_open_transaction_pins_the_log(held_log: HeldLog) -> None:
+    """A read_committed fold stops at the last stable offset: without a word, `state` and `verify` showed the log as
+    it was before the open transaction, however long it stayed open."""
+    log = held_log.log
+    for command in ("state", "verify"):
+        shown = CliRunner().invoke(app, [command, "--log", log.url, "--json"])
+        said = " ".join(shown.stderr.split())
+        assert f"{log.topic}[0] last stable offset" in said, shown.stderr
+        assert f"What `{command}` shows stops at the last stable offset" in said and "transaction.timeout.ms" in said
+        assert "oncelog recover" in said
+    abort_as_its_restart_does(held_log.bootstrap, held_log.transactional_id)
+    calm = CliRunner().invoke(app, ["state", "--log", log.url, "--json"])
+    assert "last stable offset" not in calm.stderr, calm.stderr

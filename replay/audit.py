@@ -185,10 +185,28 @@ class FailureRow:
     retriable: bool
     recovered: bool
     work_units: int
+    parts: tuple[str, ...] = ()
+    """The parts a failed pack was split into to isolate the failure (engines/isolation.py); empty: not split."""
+    failed_parts: tuple[str, ...] = ()
+    """Those of `parts` (or of their parts) that stayed failed: where the culprits are."""
+
+    @property
+    def split(self) -> bool:
+        """Whether the task was split into parts after this failure: its datasets' fate is its parts'."""
+        return bool(self.parts)
+
+    @property
+    def culprit(self) -> bool:
+        """Whether this row is a failure the run kept: it stayed failed and was not split into parts."""
+        return not self.recovered and not self.split
 
     @property
     def where(self) -> str:
-        """The dataset (and work unit) it failed on, or the task's size when the engine could not tell."""
+        """The dataset (and work unit) it failed on, or the task's size when the engine could not tell; for a split
+        pack, its parts and which of them stayed failed."""
+        if self.split:
+            failed = f"; failed: {', '.join(self.failed_parts)}" if self.failed_parts else "; every part succeeded"
+            return f"split into {len(self.parts)} parts ({', '.join(self.parts)}){failed}"
         if self.dataset_urn:
             return self.dataset_urn + (f" (work unit {self.work_unit_id})" if self.work_unit_id else "")
         return f"one of its {self.work_units:,} work units"
@@ -322,6 +340,8 @@ class AuditTimeline:
             by_task.setdefault(event.task_id, []).append(event)
         tasks = {t.task_id: t for t in self.tasks}
         specs = {w.spec.work_unit_id: w.spec for w in self.work_units}
+        parts = self.parts()
+        stayed = self._stayed_failed(parts)
         rows = []
         for task_id, events in by_task.items():
             last = max(events, key=lambda e: e.attempt)
@@ -331,21 +351,52 @@ class AuditTimeline:
             unit, urn = last.failed_work_unit, last.failed_dataset
             if not urn:
                 unit, urn = _named_unit(last, [specs[u] for u in unit_ids if u in specs])
+            recovered = ended is not None and ended.status is AttemptStatus.SUCCEEDED
+            split = () if recovered else parts.get(task_id, ())
             rows.append(FailureRow(task_id, unit, urn, len(events), last.attempt, last.cause_line, last.retriable,
-                                   ended is not None and ended.status is AttemptStatus.SUCCEEDED, len(unit_ids)))
-        return sorted(rows, key=lambda r: (r.recovered, natural_key(r.dataset_urn or "~"), natural_key(r.task_id)))
+                                   recovered, len(unit_ids), split,
+                                   tuple(p for p in self._descendants(task_id, parts) if p in stayed)))
+        return sorted(rows, key=lambda r: (r.recovered, r.split, natural_key(r.dataset_urn or "~"),
+                                           natural_key(r.task_id)))
+
+    def parts(self) -> dict[str, tuple[str, ...]]:
+        """Each task split into parts (engines/isolation.py: part `<task>.<n>`) -> its parts, naturally sorted."""
+        ids = {t.task_id for t in self.tasks}
+        found: dict[str, list[str]] = {}
+        for task_id in ids:
+            parent, _, number = task_id.rpartition(".")
+            if parent in ids and number.isdigit():
+                found.setdefault(parent, []).append(task_id)
+        return {parent: tuple(sorted(children, key=natural_key)) for parent, children in found.items()}
+
+    def _stayed_failed(self, parts: dict[str, tuple[str, ...]]) -> set[str]:
+        """The tasks whose last attempt failed and that were not split: the failures the run kept."""
+        return {t.task_id for t in self.tasks if t.task_id not in parts and t.last is not None
+                and t.last.status is AttemptStatus.FAILED}
+
+    @staticmethod
+    def _descendants(task_id: str, parts: dict[str, tuple[str, ...]]) -> list[str]:
+        """A task's parts, their parts and so on, in order."""
+        found = []
+        for part in parts.get(task_id, ()):
+            found += [part, *AuditTimeline._descendants(part, parts)]
+        return found
 
     def task_rows(self) -> list[TaskRow]:
         """Each task with its work units, records and bytes (of its last attempt) and its duration."""
         rows = []
+        parts = self.parts()
         for task in self.tasks:
             last = task.last
             if last is None:
                 continue
+            status = last.status.name.lower()
+            if task.task_id in parts and last.status is AttemptStatus.FAILED:
+                status = f"split into {len(parts[task.task_id])} parts"
             seconds = last.duration_ms / 1000 if last.duration_ms else (
                 (last.ended_at - last.started_at).total_seconds() if last.ended_at and last.started_at else 0.0)
             rows.append(TaskRow(
-                task.task_id, last.status.name.lower(), len(task.attempts), task.work_unit_ids,
+                task.task_id, status, len(task.attempts), task.work_unit_ids,
                 sum(r.records_written for r in last.results), sum(result_bytes(r) for r in last.results),
                 sum(len(r.output_files) for r in last.results), task.attempts[0].started_at, last.ended_at,
                 seconds, last.executor,
@@ -367,7 +418,7 @@ class AuditTimeline:
         steps: dict[str, list[StepRow]] = {}
         for step in self.steps:
             steps.setdefault(step.dataset_urn, []).append(step)
-        culprits = {f.dataset_urn: f for f in self.failures() if not f.recovered and f.dataset_urn}
+        culprits = {f.dataset_urn: f for f in self.failures() if f.culprit and f.dataset_urn}
         along = self._failed_along(culprits)
         rows = []
         for urn in set(units) | set(written) | set(sequences):
@@ -388,7 +439,7 @@ class AuditTimeline:
     def _failed_along(self, culprits: dict[str, FailureRow]) -> dict[str, str]:
         """Datasets of the work units of tasks that stayed failed, that are no culprit: what their task failed on."""
         specs = {w.spec.work_unit_id: w.spec for w in self.work_units}
-        failed = {f.task_id: f for f in self.failures() if not f.recovered}
+        failed = {f.task_id: f for f in self.failures() if f.culprit}
         along: dict[str, str] = {}
         for task in self.tasks:
             failure = failed.get(task.task_id)

@@ -28,6 +28,7 @@ from replay.audit import (
     SequenceRow,
     StepRow,
     TaskRow,
+    natural_key,
 )
 
 LARGE_RUN_DATASETS = 100
@@ -434,7 +435,8 @@ def summary_html(timeline: AuditTimeline, start: datetime, end: datetime, datase
 def failures_html(failures: list[FailureRow], datasets: list[DatasetRow]) -> str:
     """What failed and why, first on the page: each task that stayed failed, the dataset and work unit it failed on
     and its root cause's first line; then those a retry recovered."""
-    failed = [f for f in failures if not f.recovered]
+    failed = [f for f in failures if f.culprit]
+    split = [f for f in failures if not f.recovered and f.split]
     recovered = [f for f in failures if f.recovered]
     along = sum(1 for d in datasets if d.status == "failed with its task")
     parts = []
@@ -449,6 +451,14 @@ def failures_html(failures: list[FailureRow], datasets: list[DatasetRow]) -> str
                         if along else "") + ":</p>"
                      + _table(["dataset", "work unit", "task", "attempts", "cause"], shown, frozenset({3}),
                               "failures") + note)
+    if split:
+        rows = [[_s(f.task_id), _s(", ".join(f.parts)), _s(", ".join(f.failed_parts) or "none"), _s(f.cause)]
+                for f in split]
+        shown, note = _capped(rows, "split tasks")
+        parts.append(f"<p>{len(split):,} packed task(s) failed and were split into parts, each run on its own, so "
+                     f"that only the failing work units fail:</p>"
+                     + _table(["task", "parts", "failed parts", "first failure"], shown, frozenset(), "split")
+                     + note)
     if recovered:
         rows = [[_s(f.dataset_urn or f.where), _s(f.task_id), str(f.attempts_failed), _s(f.cause)] for f in recovered]
         shown, note = _capped(rows, "retried tasks")
@@ -469,7 +479,8 @@ def phases_html(timeline: AuditTimeline, start: datetime) -> str:
 
 
 def tasks_html(tasks: list[TaskRow]) -> str:
-    ordered = sorted(tasks, key=lambda t: (t.status == "succeeded", t.task_id))
+    ordered = sorted(tasks, key=lambda t: (2 if t.status == "succeeded" else 1 if t.status.startswith("split") else 0,
+                                           natural_key(t.task_id)))  # what failed first, then split packs
     rows: list[Sequence[str]] = [[
         _s(t.task_id), _status(t.status), str(t.attempts),
         _s(f"{len(t.work_unit_ids)}: " + ", ".join(t.work_unit_ids[:3]) + (" …" if len(t.work_unit_ids) > 3 else "")),

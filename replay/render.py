@@ -116,7 +116,8 @@ def audit_json(timeline: AuditTimeline) -> dict[str, Any]:
         "failures": [{"task_id": f.task_id, "dataset_urn": f.dataset_urn or None,
                       "work_unit_id": f.work_unit_id or None, "where": f.where, "cause": f.cause,
                       "attempts_failed": f.attempts_failed, "last_attempt": f.last_attempt,
-                      "retriable": f.retriable, "recovered": f.recovered} for f in timeline.failures()],
+                      "retriable": f.retriable, "recovered": f.recovered, "parts": list(f.parts),
+                      "failed_parts": list(f.failed_parts)} for f in timeline.failures()],
         "attempts": [{"task_id": t.task_id, "attempt": a.attempt, "status": a.status.name,
                       "started_at": when(a.started_at), "ended_at": when(a.ended_at), "executor": a.executor,
                       "cause": causes[t.task_id, a.attempt].cause_line if (t.task_id, a.attempt) in causes else None,
@@ -148,17 +149,22 @@ def audit_blocks(document: dict[str, Any]) -> list[Block]:
         header.append(Text(run["error"], style="red"))
     header += [Text.assemble((f"skipped {s['dataset_urn']}", "yellow"), f": {s['reason']}")
                for s in document["skipped"]]
-    failed = [f for f in document["failures"] if not f["recovered"]]
+    failed = [f for f in document["failures"] if not f["recovered"] and not f.get("parts")]
+    split = [f for f in document["failures"] if not f["recovered"] and f.get("parts")]
     retried = [f for f in document["failures"] if f["recovered"]]
     culprits = _sheet(f"What failed ({len(failed)} task(s))", ["dataset", "work unit", "task", "attempts", "cause"],
                       [[f["dataset_urn"] or f["where"], f["work_unit_id"], f["task_id"],
                         f"{f['attempts_failed']}" + ("" if f["retriable"] else " (not retriable)"), f["cause"]]
                        for f in failed])
+    packs = _sheet(f"Split into parts to isolate the failure ({len(split)} task(s))",
+                   ["task", "parts", "failed parts", "first failure"],
+                   [[f["task_id"], ", ".join(f["parts"]), ", ".join(f["failed_parts"]) or "none", f["cause"]]
+                    for f in split])
     recovered = _sheet(f"Failed, then succeeded on a retry ({len(retried)} task(s))",
                        ["dataset", "work unit", "task", "failed attempts", "cause"],
                        [[f["dataset_urn"] or f["where"], f["work_unit_id"], f["task_id"], f["attempts_failed"],
                          f["cause"]] for f in retried])
-    header += [b for b in (culprits, recovered) if b.rows]
+    header += [b for b in (culprits, packs, recovered) if b.rows]
     units = _sheet("Work units", ["work unit", "dataset", "partition", "low", "expected high", "actual high", "status"],
                    [[w["work_unit_id"], w["dataset_urn"], w["partition"], w["low_watermark"],
                      w["expected_high_watermark"], w["actual_high_watermark"], w["status"]]

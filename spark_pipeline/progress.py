@@ -419,7 +419,8 @@ def quiet_native_output(log_file: Path | None) -> Iterator[NativeOutput]:
             old[fd - 1].flush()
             os.dup2(target, fd)
         sys.stdout, sys.stderr = streams[1], streams[2]
-        yield NativeOutput(log_file, sys.stderr)
+        with _pyspark_loggers_to(target):
+            yield NativeOutput(log_file, sys.stderr)
     finally:
         for fd, stream in streams.items():
             stream.flush()
@@ -430,6 +431,36 @@ def quiet_native_output(log_file: Path | None) -> Iterator[NativeOutput]:
             os.dup2(saved[fd], fd)
         for fd in (*saved.values(), target):
             os.close(fd)
+
+
+PYSPARK_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+"""PySpark's Python loggers that write a JSON line for each SQL or DataFrame analysis error to the stderr they find
+when first used: inside quiet_native_output that is the user's terminal (sys.stderr), not the log file."""
+
+
+@contextmanager
+def _pyspark_loggers_to(target: int) -> Iterator[None]:
+    """PySpark's query-context loggers (PYSPARK_LOGGERS) write to the descriptor `target` (the log file) while the
+    block lasts; their own handlers are restored after."""
+    from pyspark.logger import PySparkLogger  # PySpark's loggers: only where a run may import PySpark anyway
+
+    stream = os.fdopen(os.dup(target), "w", buffering=1, encoding="utf-8", errors="replace")
+    kept: list[tuple[logging.Logger, list[logging.Handler]]] = []
+    try:
+        for name in PYSPARK_LOGGERS:
+            pyspark_logger: logging.Logger = PySparkLogger.getLogger(name)
+            kept.append((pyspark_logger, list(pyspark_logger.handlers)))
+            for handler in list(pyspark_logger.handlers):
+                pyspark_logger.removeHandler(handler)
+            pyspark_logger.addHandler(logging.StreamHandler(stream))
+        yield
+    finally:
+        for logger, handlers in kept:
+            for handler in list(logger.handlers):
+                logger.removeHandler(handler)
+            for handler in handlers:
+                logging.Logger.addHandler(logger, handler)  # as it was (PySparkLogger's own sets a JSON format)
+        stream.close()
 
 
 def _open_log(path: Path) -> int | None:

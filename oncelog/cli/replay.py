@@ -30,7 +30,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from events.errors import ConfigError, EventDecodeError, OncelogError
+from events.errors import ConfigError, EventDecodeError, LogNotStableError, OncelogError
 from events.log import DEFAULT_URL, EventLog, Offsets, open_log, parse_url
 from events.log.kafka.config import redact_message, redact_url
 from events.log.lock import HolderStatus
@@ -99,6 +99,20 @@ def opened(url: str) -> Iterator[EventLog]:
             yield log
     except OncelogError as e:
         raise fail(redact_message(str(e), url)) from e
+
+
+PINNED_WAIT_S = 3.0
+"""How long `state` and `verify` wait for another writer's open transaction to end before saying that one pins the
+log (a read_committed fold stops where it began)."""
+
+
+def warn_if_pinned(log: EventLog, command: str) -> None:
+    """Say so when another writer's open transaction pins the log: the fold stops short of it, silently otherwise."""
+    try:
+        log.await_stable(timeout_s=PINNED_WAIT_S)
+    except LogNotStableError as e:
+        warn(f"{e}. What `{command}` shows stops at the last stable offset: it leaves out every event after the open "
+             f"transaction; `oncelog recover JOB_FILE` of the job whose writer it was aborts it at once")
 
 
 class RateColumn(ProgressColumn):
@@ -201,8 +215,10 @@ def state(urn: Annotated[str | None, typer.Argument(help="Show only this dataset
           as_json: AsJson = False) -> None:
     """Datasets with their watermarks and last run; pending commit sequences; job locks still held, and whether
     their holder is alive, dead, fenced or unknown (on another host)."""
-    with opened(log_url) as log, progress_bar("Catching up", as_json) as progress:
-        current, _ = Projector(log).rebuild(progress=progress)
+    with opened(log_url) as log:
+        warn_if_pinned(log, "state")
+        with progress_bar("Catching up", as_json) as progress:
+            current, _ = Projector(log).rebuild(progress=progress)
         holders = holder_statuses(log, current)
     check_names(current, urn, job, log_url)
     emit(state_json(current, urn, job, holders), as_json, state_blocks)
@@ -458,8 +474,10 @@ def verify(publish_dir: Annotated[str | None, typer.Option(
     """Check the invariants over the whole history; exit code 1 with the list of violations if any is broken."""
     check = content_check(publish_dir, content, sample, seed)
     try:
-        with opened(log_url) as log, verify_display(as_json) as display:
-            report = run_verify(log, publish_dir, display.events, content=check, content_progress=display)
+        with opened(log_url) as log:
+            warn_if_pinned(log, "verify")
+            with verify_display(as_json) as display:
+                report = run_verify(log, publish_dir, display.events, content=check, content_progress=display)
     except FileSystemError as e:
         raise fail(str(e)) from e
     if as_json:

@@ -22,9 +22,9 @@ from events.job import (
 )
 from events.log import EventLog, open_log
 from events.model import Event, RunFields, TaskFields
-from events.task import TaskFailed, TaskRetried, TaskStarted
+from events.task import TaskFailed, TaskRetried, TaskStarted, TaskSucceeded, WorkUnitResult
 from oncelog.cli import app
-from replay.audit import FAILED, FAILED_WITH_TASK, audit, natural_key
+from replay.audit import FAILED, FAILED_WITH_TASK, NOT_PUBLISHED, audit, natural_key
 from replay.audit_html import render_html, write_html
 from tests.browser import Browser, parse_dom
 
@@ -146,3 +146,75 @@ def test_a_browser_shows_the_culprits_on_the_first_screen(failed_run: EventLog, 
     assert headings[:2] == ["What failed", "Summary"], headings
     shot = browser.screenshot(report, tmp_path / "first-screen.png", height=900)
     assert shot.stat().st_size > 10_000
+
+
+@pytest.fixture
+def isolated_run(tmp_path: Path) -> Iterator[EventLog]:
+    """A pack of four datasets whose attempt failed, split to isolate it (engines/isolation.py): part .1 (ds.0, ds.1)
+    succeeded, part .2 (ds.2, ds.3) failed and was split again: .2.1 (ds.2) succeeded, .2.2 (ds.3) failed alone,
+    twice (retried in between)."""
+    log = open_log(f"sqlite:///{tmp_path / 'events.db'}")
+    log.ensure_topic()
+    units = [WorkUnitSpec(work_unit_id=f"ds.{i}:0@0", dataset_urn=f"ds.{i}", partition=f"ds.{i}:0", low_watermark=0,
+                          expected_high_watermark=10, multi_work_unit_id="task-00000") for i in range(4)]
+    cause = "SyntheticFailure: injected failure at offset 3 of ds.3:0"
+    events: list[Event] = [JobLockAcquired(**RUN, holder="h:1", emitted_at=at(0)),
+                           JobRunStarted(**RUN, properties={"job.name": "wide"}, emitted_at=at(0)),
+                           WorkUnitsPlanned(**RUN, work_units=tuple(units), emitted_at=at(1))]
+
+    def attempt(task_id: str, number: int, unit_ids: range, fails: bool, second: float) -> list[Event]:
+        ids = tuple(units[i].work_unit_id for i in unit_ids)
+        started = TaskStarted(**RUN, task_id=task_id, attempt=number, work_unit_ids=ids, emitted_at=at(second))
+        if fails:
+            return [started, TaskFailed(**RUN, task_id=task_id, attempt=number, error=cause, cause=cause,
+                                        failed_work_unit="ds.3:0@0", failed_dataset="ds.3", emitted_at=at(second))]
+        results = tuple(WorkUnitResult(work_unit_id=units[i].work_unit_id, dataset_urn=units[i].dataset_urn,
+                                       partition=units[i].partition, low_watermark=0, expected_high_watermark=10,
+                                       actual_high_watermark=10, records_written=10) for i in unit_ids)
+        return [started, TaskSucceeded(**RUN, task_id=task_id, attempt=number, results=results, emitted_at=at(second))]
+
+    events += [*attempt("task-00000", 1, range(4), True, 2), *attempt("task-00000.1", 2, range(2), False, 3),
+               *attempt("task-00000.2", 2, range(2, 4), True, 3), *attempt("task-00000.2.1", 3, range(2, 3), False, 4),
+               *attempt("task-00000.2.2", 3, range(3, 4), True, 4),
+               TaskRetried(**RUN, task_id="task-00000.2.2", attempt=3, next_attempt=4, delay_s=1, emitted_at=at(4)),
+               *attempt("task-00000.2.2", 4, range(3, 4), True, 5),
+               JobRunFailed(**RUN, error="task task-00000.2.2 failed", emitted_at=at(6)),
+               JobLockReleased(**RUN, emitted_at=at(7))]
+    log.append([part for event in events for part in event.in_parts()])
+    yield log
+    log.close()
+
+
+def test_a_pack_split_to_isolate_its_failure_shows_its_parts_and_the_culprit_first(isolated_run: EventLog,
+                                                                                   tmp_path: Path) -> None:
+    timeline = audit(isolated_run, "run-failed")
+    failures = timeline.failures()
+    assert [(f.task_id, f.culprit, f.parts, f.failed_parts) for f in failures] == [
+        ("task-00000.2.2", True, (), ()),
+        ("task-00000", False, ("task-00000.1", "task-00000.2"), ("task-00000.2.2",)),
+        ("task-00000.2", False, ("task-00000.2.1", "task-00000.2.2"), ("task-00000.2.2",))]
+    rows = {r.dataset_urn: r for r in timeline.dataset_rows()}
+    assert rows["ds.3"].status == FAILED and [rows[f"ds.{i}"].status for i in range(3)] == [NOT_PUBLISHED] * 3, \
+        "the datasets of the split pack's succeeded parts did not fail with it"
+    assert {t.task_id: t.status for t in timeline.task_rows()} == {
+        "task-00000": "split into 2 parts", "task-00000.1": "succeeded", "task-00000.2": "split into 2 parts",
+        "task-00000.2.1": "succeeded", "task-00000.2.2": "failed"}
+
+    shown = CliRunner().invoke(app, ["audit", "latest", "--log", f"sqlite:///{tmp_path / 'events.db'}"])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    culprits = lines[lines.index("What failed (1 task(s)):") + 2:][:1]
+    assert culprits[0].split()[:4] == ["ds.3", "ds.3:0@0", "task-00000.2.2", "2"], lines[:12]
+    split = lines[lines.index("Split into parts to isolate the failure (2 task(s)):") + 2:][:2]
+    assert [line.split()[:4] for line in split] == [
+        ["task-00000", "task-00000.1,", "task-00000.2", "task-00000.2.2"],
+        ["task-00000.2", "task-00000.2.1,", "task-00000.2.2", "task-00000.2.2"]], split
+
+    html = render_html(timeline)
+    assert [r[:3] for r in table_rows(html, "failures")] == [["ds.3", "ds.3:0@0", "task-00000.2.2"]]
+    assert [r[:3] for r in table_rows(html, "split")] == [
+        ["task-00000", "task-00000.1, task-00000.2", "task-00000.2.2"],
+        ["task-00000.2", "task-00000.2.1, task-00000.2.2", "task-00000.2.2"]]
+    assert [(r[0], r[1]) for r in table_rows(html, "tasks")] == [
+        ("task-00000.2.2", "failed"), ("task-00000", "split into 2 parts"), ("task-00000.2", "split into 2 parts"),
+        ("task-00000.1", "succeeded"), ("task-00000.2.1", "succeeded")]

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from pathlib import Path
 
+import pytest
 import yaml
 from pyspark.sql import SparkSession
 from typer.testing import CliRunner
@@ -17,6 +19,7 @@ from oncelog.cli import app
 from spark_pipeline.explain import explain
 from spark_pipeline.jobs import load_job_config
 from spark_pipeline.launcher import JobLauncher
+from spark_pipeline.progress import PYSPARK_LOGGERS
 from tests.fault.pipeline_checks import write_job
 from tests.spark_pipeline.test_preflight import oncelog
 
@@ -39,15 +42,21 @@ def test_explain_plans_the_tasks_and_the_engine_the_run_then_uses(tmp_path: Path
     assert result.engine == (explained.engine.value, explained.reason)
 
 
-def test_validate_deep_analyses_the_sql_over_the_sources_columns(tmp_path: Path, spark: SparkSession) -> None:
+def test_validate_deep_analyses_the_sql_over_the_sources_columns(tmp_path: Path, spark: SparkSession,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the log file: .oncelog/logs/ where the command runs
     select = "dataset, (SELECT no_such_column) AS inner"
     job = write_job(tmp_path, f"sqlite:///{tmp_path / 'events.db'}", "full", **{SQL_KEY: select})
     shallow = CliRunner().invoke(app, ["validate", str(job)])
     assert shallow.exit_code == 0, shallow.output  # a subquery's columns are known to Spark's analysis only
-    deep = CliRunner().invoke(app, ["validate", str(job), "--deep"])
+    for name in PYSPARK_LOGGERS:  # as in a new process: PySpark makes its loggers when an error is first logged
+        logging.Logger.manager.loggerDict.pop(name, None)
+    deep = CliRunner().invoke(app, ["validate", str(job), "--deep"], catch_exceptions=False)
     assert deep.exit_code == 1, deep.output
     assert f"{job}: {SQL_KEY}={select!r} is not a select list over the records' columns" in deep.output
     assert "no_such_column" in deep.output
+    assert "SQLQueryContextLogger" not in deep.output, deep.output  # Spark's JSON log line: in the log file only
+    assert "SQLQueryContextLogger" in (tmp_path / ".oncelog" / "logs" / "crashy-validate.log").read_text()
 
 
 def test_explain_on_a_kafka_log_nothing_was_written_to_yet(tmp_path: Path, kafka_bootstrap: str) -> None:

@@ -93,8 +93,6 @@ hour; segment.ms the same), whatever the dirty ratio; the tombstones themselves 
 (delete.retention.ms), so that a reader in the middle of the log still sees them. The folds honour a tombstone the
 moment they read it: compaction only frees the disk."""
 
-_warned: set[tuple[str, str, str]] = set()
-"""(bootstrap, topic, warning) already logged by this process: a run opens its log more than once."""
 
 
 def topic_configs(replication: int) -> dict[str, str]:
@@ -155,6 +153,22 @@ def check_topic_configs(topic: str, replication: int, configs: Mapping[str, str]
     return None
 
 
+def compaction_warning(topic: str, configs: Mapping[str, str] | None, bootstrap: str) -> str | None:
+    """The warning for an existing topic whose compaction settings differ from COMPACTION_CONFIGS (a topic made
+    before them keeps its own: what `gc` deletes then stays on disk for as long as they say), with the exact command
+    that sets them; None when they are as docs/log.md says (or could not be described)."""
+    if configs is None:
+        return None
+    differ = {key: want for key, want in COMPACTION_CONFIGS.items() if configs.get(key) != want}
+    if not differ:
+        return None
+    found = ", ".join(f"{key}={configs.get(key, '?')} (oncelog sets {want})" for key, want in differ.items())
+    setting = ",".join(f"{key}={want}" for key, want in differ.items())
+    return (f"topic {topic!r} keeps compaction settings other than oncelog's ({found}): what `oncelog gc` deletes "
+            f"may stay on disk longer than docs/log.md says; set them with: {_fix(topic, setting)}"
+            .replace("HOST:PORT", bootstrap))
+
+
 class TopicAbsentError(Exception):
     """The topic whose end offsets were asked for does not exist (read as empty: a log nothing was written to)."""
 
@@ -176,6 +190,8 @@ class KafkaLog(EventLog):
         self._leases = KafkaLeaseStore(self)
         self._durability_checked = False
         self._durability: str | None = None
+        self._warned: set[str] = set()
+        """The warnings this log already logged: a run asks for its durability more than once."""
         self._created: set[str] = set()
         """Topics this log created: until the metadata of every broker shows them, they may be reported missing."""
 
@@ -213,10 +229,14 @@ class KafkaLog(EventLog):
     def _set_durability(self, warning: str | None) -> None:
         """Keep the events topic's durability warning; log it once per process (a run opens its log more than
         once: the CLI, the launcher, each commit shard's task)."""
-        if warning is not None and (self.settings.bootstrap, self.topic, warning) not in _warned:
-            _warned.add((self.settings.bootstrap, self.topic, warning))
-            logger.warning("%s", warning)
+        self._warn_once(warning)
         self._durability, self._durability_checked = warning, True
+
+    def _warn_once(self, warning: str | None) -> None:
+        """Log a warning about the log's topics, once per log object."""
+        if warning is not None and warning not in self._warned:
+            self._warned.add(warning)
+            logger.warning("%s", warning)
 
     def _ensure(self, topic: str, partitions: int, partitions_asked: bool) -> str | None:
         """Create a topic, or check an existing one; returns its durability warning."""
@@ -257,9 +277,13 @@ class KafkaLog(EventLog):
                     return False
 
     def _check(self, topic: str, metadata: TopicMetadata) -> str | None:
-        """check_topic_configs on an existing topic: its configs as described, its smallest replica count."""
+        """check_topic_configs on an existing topic: its configs as described, its smallest replica count; its
+        compaction settings other than oncelog's are warned about (once)."""
         replication = min((len(p.replicas) for p in metadata.partitions.values()), default=0)
-        return check_topic_configs(topic, replication, self._topic_configs(topic))
+        configs = self._topic_configs(topic)
+        warning = check_topic_configs(topic, replication, configs)
+        self._warn_once(compaction_warning(topic, configs, self.settings.bootstrap))
+        return warning
 
     def topic_role(self, topic: str) -> str:
         """A topic as the user knows it: the log topic they gave, or what an internal topic is for."""

@@ -20,11 +20,13 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from typer.testing import CliRunner
 
 from events.codec import Record
 from events.errors import ConfigError, LogNotStableError, LogUnavailableError
 from events.log import open_log
-from events.log.kafka.store import KafkaLog, check_topic_configs
+from events.log.kafka.store import COMPACTION_CONFIGS, KafkaLog, check_topic_configs, compaction_warning
+from oncelog.cli import app
 from tests.factories import step_events
 from tests.kafka_plugin import create_topic
 
@@ -253,3 +255,49 @@ def test_a_topic_creation_dropped_in_flight_is_retried(
     with pytest.raises(LogUnavailableError, match=r"cannot create topic 'bad\.\."):
         refused.ensure_topic()
     assert time.monotonic() - started < 10
+
+
+def test_compaction_settings_other_than_oncelogs_are_named_with_the_command_that_sets_them() -> None:
+    assert compaction_warning("events", dict(COMPACTION_CONFIGS), "b:9092") is None
+    assert compaction_warning("events", None, "b:9092") is None  # not described: durability says so
+    warning = compaction_warning("events", {**COMPACTION_CONFIGS, "segment.ms": "604800000"}, "b:9092")
+    assert warning is not None and "segment.ms=604800000 (oncelog sets 3600000)" in warning
+    assert warning.endswith("kafka-configs.sh --bootstrap-server b:9092 --alter --entity-type topics --entity-name "
+                            "events --add-config segment.ms=3600000")
+
+
+@pytest.mark.kafka
+def test_an_existing_topic_with_older_compaction_settings_is_warned_about_once_per_log(
+        kafka_bootstrap: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A topic made before oncelog set compaction (Kafka's defaults: segment.ms of a week, no max.compaction.lag.ms)
+    keeps gc's deletions on disk for days: said once per log object, with the command that fixes it."""
+    topic = f"oncelog.test.{uuid.uuid4().hex[:12]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "compact"})])[topic].result(30)
+    with caplog.at_level(logging.WARNING, logger="events.log.kafka.store"):
+        with open_log(f"kafka://{kafka_bootstrap}?topic={topic}") as log:
+            log.ensure_topic()
+            log.ensure_topic()
+        about = [r.getMessage() for r in caplog.records if "compaction settings" in r.getMessage()]
+    assert len(about) == 1, about  # the snapshots and locks topics oncelog created have its settings
+    assert f"topic {topic!r} keeps compaction settings other than oncelog's" in about[0]
+    assert "segment.ms=604800000 (oncelog sets 3600000)" in about[0]
+    assert about[0].endswith(f"kafka-configs.sh --bootstrap-server {kafka_bootstrap} --alter --entity-type topics "
+                             f"--entity-name {topic} --add-config max.compaction.lag.ms=3600000,segment.ms=3600000"
+                             ), about[0]
+
+
+@pytest.mark.kafka
+def test_state_and_verify_say_so_while_another_writers_open_transaction_pins_the_log(held_log: HeldLog) -> None:
+    """A read_committed fold stops at the last stable offset: without a word, `state` and `verify` showed the log as
+    it was before the open transaction, however long it stayed open."""
+    log = held_log.log
+    for command in ("state", "verify"):
+        shown = CliRunner().invoke(app, [command, "--log", log.url, "--json"])
+        said = " ".join(shown.stderr.split())
+        assert f"{log.topic}[0] last stable offset" in said, shown.stderr
+        assert f"What `{command}` shows stops at the last stable offset" in said and "transaction.timeout.ms" in said
+        assert "oncelog recover" in said
+    abort_as_its_restart_does(held_log.bootstrap, held_log.transactional_id)
+    calm = CliRunner().invoke(app, ["state", "--log", log.url, "--json"])
+    assert "last stable offset" not in calm.stderr, calm.stderr

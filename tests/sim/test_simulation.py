@@ -83,6 +83,9 @@ def test_seeded_scenarios_on_sqlite_publish_exactly_once() -> None:
     _report("sqlite simulation", len(seeds), totals, records)
     assert not failures, f"{len(failures)} of {len(seeds)} scenarios failed:\n" + "\n".join(failures[:10])
     assert totals["driver-killed"] > len(seeds) // 2 and totals["rename:io-error"] > 0  # the faults did happen
+    damage = ("output-changed:bit-flip", "output-changed:truncated", "output-changed:deleted",
+              "record-damaged:bit-flip", "record-damaged:torn-write", "cleanup:while-unsettled")
+    assert all(totals[kind] > 0 for kind in damage), {kind: totals[kind] for kind in damage}
 
 
 def _kafka_chunk(bootstrap: str, seeds: list[int], work: Path) -> tuple[list[str], Counter[str], int]:

@@ -24,7 +24,6 @@ both engines share); the settling runs stay on the records engine, so the two en
     python -m tests.sim.simulation --first 0 --count 300 --keep-going --json   # count failures, one JSON line
 """
 
-
 from __future__ import annotations
 
 import argparse

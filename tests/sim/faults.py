@@ -210,12 +210,12 @@ def change_output(path: Path, change: OutputChange, rng: random.Random) -> str |
         path.unlink()
         return None
     data = bytearray(path.read_bytes())
-    if change is OutputChange.TRUNCATED:
-        data = data[: rng.randrange(len(data))] if data else data
-    elif data:
-        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+    if not data:
+        data = bytearray(b"\x00")  # an empty file can be neither cut nor flipped: one byte appears instead
+    elif change is OutputChange.TRUNCATED:
+        data = data[: rng.randrange(len(data))]
     else:
-        data = bytearray(b"\x00")  # an empty file cannot hold a flipped bit: one byte appears instead
+        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
     path.write_bytes(bytes(data))
     return hashlib.sha256(data).hexdigest()
 

@@ -529,7 +529,7 @@ def fault_kinds(totals: Counter[str]) -> Counter[str]:
     beside the I/O calls as counted (`output-changed:truncated`)."""
     kinds: Counter[str] = Counter()
     for key, count in totals.items():
-        kind, _, what = key.partition(":")
+        kind, _, what = str(key).partition(":")  # str(): a Fault counted as itself would print as one
         if what:
             kinds[key if kind in FAULT_KINDS else what] += count
         elif kind.startswith("append-"):

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: check test test-fast soak simulate demo kafka-jars spark-jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down hdfs-jars hdfs-up hdfs-down s3-build s3-up s3-down bench bench-quick clean
+.PHONY: check test test-fast soak simulate mutants demo kafka-jars spark-jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down hdfs-jars hdfs-up hdfs-down s3-build s3-up s3-down bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "oncelog needs Python 3.11+, found " + sys.version.split()[0] + " (set PYTHON=python3.11)")'
@@ -76,6 +76,13 @@ SIM_SCENARIOS ?= 20000
 SIM_FIRST ?= 0
 simulate: $(STAMP)
 	$(BIN)/python -m tests.sim.simulation --first $(SIM_FIRST) --count $(SIM_SCENARIOS)
+
+# The mutant table (tests/sim/mutants/: each exactly-once fix reverted): per mutant, the seeds of MUTANT_SEEDS from
+# MUTANT_FIRST on which the simulation failed, and the first failing one; the unmutated code must fail on none.
+MUTANT_SEEDS ?= 300
+MUTANT_FIRST ?= 0
+mutants: $(STAMP)
+	$(BIN)/python -m tests.sim.mutants --first $(MUTANT_FIRST) --count $(MUTANT_SEEDS)
 
 demo: $(STAMP) spark-jars
 	$(BIN)/python -m oncelog.demo

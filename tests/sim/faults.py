@@ -1,4 +1,5 @@
-"""The simulation's faults: a seeded plan, and the file system and event log that obey it.
+"""The simulation's faults: a seeded plan, and the file system and event log that obey it; and the damage done
+behind the protocol's back (task output changed after its task recorded it, records damaged in the log).
 
 Every file operation of publishing and clean-up, and every append to the log, asks the plan first; the plan may
 answer with an `OSError` (the operation did not happen), a failed append after it became durable, or a
@@ -8,11 +9,13 @@ answer with an `OSError` (the operation did not happen), a failed append after i
 from __future__ import annotations
 
 import errno
+import hashlib
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import BinaryIO, TypeVar
 
 from events.codec import Record
@@ -47,6 +50,29 @@ class Fault(StrEnum):
     CRASH_AFTER = "crash-after-io"
 
 
+class OutputChange(StrEnum):
+    """What happens to a task-output file after its task recorded its size and SHA-256 (counted as
+    `output-changed:<change>`): the commit must refuse to publish it, never publish other content."""
+
+    BIT_FLIP = "bit-flip"
+    """One bit flipped: same size, another SHA-256."""
+    TRUNCATED = "truncated"
+    """Cut short: another size and SHA-256."""
+    DELETED = "deleted"
+    """Gone (a clean-up from outside, a lost disk): nothing to publish."""
+
+
+class RecordDamage(StrEnum):
+    """What happens to one record in the log (counted as `record-damaged:<damage>`): every strict fold must refuse the
+    log, never skip the record."""
+
+    BIT_FLIP = "bit-flip"
+    TORN_WRITE = "torn-write"
+    """Only a prefix of the record's value reached the disk."""
+    MISSING = "missing"
+    """The record is gone (a deleted row): detected only once the log notices gaps (issue 23, item 2)."""
+
+
 @dataclass
 class FaultPlan:
     """Seeded decisions, one per I/O call while armed; counts what it injected."""
@@ -57,12 +83,17 @@ class FaultPlan:
     armed: bool = True
     injected: Counter[str] = field(default_factory=Counter)
     calls: int = 0
+    failing: frozenset[str] = frozenset()
+    """Calls that fail with an I/O error every time while armed (a store refusing every publish for a while)."""
 
     def decide(self, call: str) -> Fault | None:
         """The fault for this call, if any (never one while disarmed)."""
         self.calls += 1
         if not self.armed:
             return None
+        if call in self.failing:
+            self.injected[f"{call}:{Fault.IO_ERROR}"] += 1
+            return Fault.IO_ERROR
         roll = self.rng.random()
         if roll < self.crash_rate:
             fault = Fault.CRASH_BEFORE if self.rng.random() < 0.5 else Fault.CRASH_AFTER
@@ -86,6 +117,9 @@ class FaultyFileSystem(FileSystem):
         self.plan = plan
         self.object_store = object_store
         self._listed: dict[str, list[str]] = {}
+        self.scope: str | None = None
+        """The folder of the job whose run or command is working: a deletion outside it is a violation."""
+        self.violations: list[str] = []
 
     def _guarded(self, call: str, path: str, action: Callable[[], T], partial: Callable[[], None] | None = None) -> T:
         """Run one file operation as the plan says: an OSError or a crash before it, a crash after it, or neither.
@@ -135,7 +169,13 @@ class FaultyFileSystem(FileSystem):
         writer.write(data[: len(data) // 2])
         writer.close()
 
+    def _check_scope(self, path: str) -> None:
+        """Record a deletion outside the working job's folder (a clean-up must never touch another job's)."""
+        if self.scope is not None and not path.startswith(self.scope.rstrip("/") + "/"):
+            self.violations.append(f"{path} was deleted while only {self.scope} was being worked on")
+
     def delete(self, path: str) -> None:
+        self._check_scope(path)
         self._guarded("delete", path, lambda: self.inner.delete(path))
 
     def sync_folders(self, folders: Iterable[str]) -> None:
@@ -155,7 +195,38 @@ class FaultyFileSystem(FileSystem):
         return self._guarded("list", path, lambda: self.inner.list_files(path))
 
     def remove_tree(self, path: str) -> None:
+        self._check_scope(path)
         self._guarded("delete", path, lambda: self.inner.remove_tree(path))
+
+
+def sha256_of(path: Path) -> str:
+    """The file's SHA-256 (hex), as the commit records it."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def change_output(path: Path, change: OutputChange, rng: random.Random) -> str | None:
+    """Change a task-output file as `change` says; returns its new SHA-256 (None once deleted)."""
+    if change is OutputChange.DELETED:
+        path.unlink()
+        return None
+    data = bytearray(path.read_bytes())
+    if not data:
+        data = bytearray(b"\x00")  # an empty file can be neither cut nor flipped: one byte appears instead
+    elif change is OutputChange.TRUNCATED:
+        data = data[: rng.randrange(len(data))]
+    else:
+        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+    path.write_bytes(bytes(data))
+    return hashlib.sha256(data).hexdigest()
+
+
+def damaged_value(value: bytes, damage: RecordDamage, rng: random.Random) -> bytes:
+    """A record's value as `damage` leaves it (a flipped bit, or only a prefix written)."""
+    if damage is RecordDamage.TORN_WRITE:
+        return value[: rng.randrange(len(value))]
+    flipped = bytearray(value)
+    flipped[rng.randrange(len(flipped))] ^= 1 << rng.randrange(8)
+    return bytes(flipped)
 
 
 class FaultyWriter(LogWriter):

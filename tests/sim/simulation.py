@@ -5,9 +5,14 @@ in-process, no Spark), while a seeded plan fails file operations and log appends
 any two I/O calls. Between runs the source grows (the synthetic source pulls new records each run), operators
 run `recover` and `recover --release`, an event of an unknown newer version may appear in the log, and a commit
 shard task of a run whose driver was killed may run later (an executor slow to start it, or Spark running it again
-after an executor was lost), after newer runs.
-After every step: no source record is published twice. Once faults stop and runs go on: every record up to each
-watermark is published exactly once, nothing else is, and `verify` passes.
+after an executor was lost), after newer runs. Behind the protocol's back: a task-output file is changed, truncated
+or deleted after its task recorded it; a record in the log is damaged (a flipped bit, a torn write; on SQLite); and a
+store refuses every publish for a whole run, so that clean-up runs while that run's sequences are unsettled.
+After every step: no source record is published twice; no changed task output is published; the task output a
+pending sequence still needs is on disk (unless the simulation itself removed it); no clean-up deleted outside its
+job's folder; a released sequence was rolled back; a damaged log was refused by the run that read it. Once faults
+stop and runs go on: every record up to each watermark is published exactly once, nothing else is, and `verify`
+passes. Refusals (a commit refusing changed output, a run refusing a damaged log) are allowed outcomes.
 
 With `--engine dataframe` the scenario's runs extract with the DataFrame engine on a local Spark session (Spark's
 writers on the real disk: the faults hit the driver's log appends, file operations and crashes, and the commit path
@@ -16,11 +21,13 @@ both engines share); the settling runs stay on the records engine, so the two en
     python -m tests.sim.simulation --seed 17            # replay one scenario, printing what it did
     python -m tests.sim.simulation --first 0 --count 200   # a range of seeds
     python -m tests.sim.simulation --engine dataframe --first 0 --count 5
+    python -m tests.sim.simulation --first 0 --count 300 --keep-going --json   # count failures, one JSON line
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import sqlite3
@@ -36,26 +43,41 @@ from typing import TYPE_CHECKING
 import yaml
 
 from events.codec import UNCHECKED_FRAME_MAGIC, Record
+from events.commit import FsRenameStep
 from events.errors import OncelogError
 from events.log import EventLog, open_log
 from events.log.sqlite import SqliteLog
 from filesystems.base import FileSystem
 from filesystems.local import LOCAL
 from projections.projector import Projector
+from projections.views import SequenceView
 from replay.verify import verify
 from spark_pipeline.commit.engine import InProcessCommitEngine, job_publisher
 from spark_pipeline.commit.session import IncompleteHistoryError, open_session
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.shards import ShardSummary, ShardWork, commit_shard
+from spark_pipeline.constructs import MultiWorkUnit
+from spark_pipeline.engines.attempts import TaskOutcome
 from spark_pipeline.engines.base import InProcessTaskEngine
 from spark_pipeline.engines.choice import EngineChoice
 from spark_pipeline.engines.dataframe.engine import DataFrameTaskEngine
+from spark_pipeline.engines.spark import TaskProgress
 from spark_pipeline.jobfile.config import JobConfig, TaskEngineKind
 from spark_pipeline.jobfile.paths import RUN_ID
 from spark_pipeline.jobs import config_from_properties, load_job_config
 from spark_pipeline.launcher import JobLauncher, commit_settings
 from tests.fault.pipeline_checks import published_records_of
-from tests.sim.faults import FaultPlan, FaultyEventLog, FaultyFileSystem, SimulatedCrash
+from tests.sim.faults import (
+    FaultPlan,
+    FaultyEventLog,
+    FaultyFileSystem,
+    OutputChange,
+    RecordDamage,
+    SimulatedCrash,
+    change_output,
+    damaged_value,
+    sha256_of,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -64,9 +86,18 @@ JOBS = ("simA", "simB")
 STEPS = 8
 SETTLE_RUNS = 8
 NEWER_VERSION = 9999
+OUTPUT_CHANGE_RATE = 0.25
+"""Of the faulty runs whose tasks wrote output: how many then see one task-output file changed before the commit."""
+DETECTS_MISSING_RECORDS = False
+"""Hook: once the SQLite log notices a missing record (issue 23, item 2), set True: a deleted row then becomes one of
+the damages a scenario does to its log (RecordDamage.MISSING), and every run must refuse the log until it is back."""
+PUBLISH_CALLS = frozenset({"rename", "copy"})
+"""The file calls that publish: a `stuck-publish` step fails every one of them for a whole run."""
 
 OpenLog = Callable[[Path], EventLog]
 Assignment = tuple[JobConfig, ShardWork, CommitSettings]
+AfterTasks = Callable[[JobConfig, str], None]
+"""Called with the job and run id once a run's tasks ended (and recorded what they wrote), before its commit."""
 
 
 class RecordingCommitEngine(InProcessCommitEngine):
@@ -92,9 +123,16 @@ class RecordingCommitEngine(InProcessCommitEngine):
 class SimTaskEngine(InProcessTaskEngine):
     """Tasks in this process without retry pauses; shards through a RecordingCommitEngine."""
 
-    def __init__(self, log: EventLog, in_flight: list[Assignment]) -> None:
+    def __init__(self, log: EventLog, in_flight: list[Assignment], after_tasks: AfterTasks) -> None:
         super().__init__(log.writer, slots=2, sleep=lambda _: None)
         self.in_flight = in_flight
+        self.after_tasks = after_tasks
+
+    def run(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], progress: TaskProgress
+            ) -> list[TaskOutcome]:
+        outcomes = super().run(config, run_id, mwus, progress)
+        self.after_tasks(config, run_id)
+        return outcomes
 
     def commit_engine(self, log: EventLog, fs: FileSystem) -> RecordingCommitEngine:
         return RecordingCommitEngine(log, fs, self.in_flight)
@@ -104,10 +142,18 @@ class SimDataFrameEngine(DataFrameTaskEngine):
     """The DataFrame engine's tasks on a shared local Spark session, without retry pauses; shards through a
     RecordingCommitEngine (in this process, through the faulty log and file system)."""
 
-    def __init__(self, config: JobConfig, spark: SparkSession, in_flight: list[Assignment]) -> None:
+    def __init__(self, config: JobConfig, spark: SparkSession, in_flight: list[Assignment],
+                 after_tasks: AfterTasks) -> None:
         super().__init__(config, spark, EngineChoice(TaskEngineKind.DATAFRAME, "a dataframe scenario"),
                          sleep=lambda _: None)
         self.in_flight = in_flight
+        self.after_tasks = after_tasks
+
+    def run(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], progress: TaskProgress
+            ) -> list[TaskOutcome]:
+        outcomes = super().run(config, run_id, mwus, progress)
+        self.after_tasks(config, run_id)
+        return outcomes
 
     def commit_engine(self, log: EventLog, fs: FileSystem) -> RecordingCommitEngine:
         return RecordingCommitEngine(log, fs, self.in_flight)
@@ -179,15 +225,21 @@ class Scenario:
         self.outcome.steps["object-store" if self.object_store else "rename-store"] += 1
         self.late_shards: list[Assignment] = []
         """Shard tasks in flight when their driver was killed: they may run after it."""
+        self.changed: dict[str, tuple[OutputChange, str | None]] = {}
+        """Task-output files the simulation changed after their task recorded them: the change, the new SHA-256."""
 
     def play(self) -> Outcome:
         """Faulty steps, then settling runs without faults; checks after each."""
         try:
             for _ in range(STEPS):
                 self._step()
-                self._check_no_duplicates()
+                self._check_step()
             self.plan.armed = False
-            self._settle()
+            try:
+                self._settle()
+            except (OncelogError, OSError) as e:
+                self._fail(f"fault-free settling failed: {type(e).__name__}: {e}")
+            self._check_step()
             self._check_exactly_once()
         finally:
             self.inner.close()
@@ -195,12 +247,14 @@ class Scenario:
         return self.outcome
 
     def _step(self) -> None:
-        newer = 1 if isinstance(self.inner, SqliteLog) else 0  # removing a record to "upgrade" needs SQLite
+        sqlite = 1 if isinstance(self.inner, SqliteLog) else 0  # changing or removing a record needs SQLite
         late = 3 if self.late_shards else 0
-        action = self.rng.choices(["run", "recover", "release", "newer-event", "late-shard"],
-                                  weights=[10, 2, 2, newer, late])[0]
+        action = self.rng.choices(["run", "recover", "release", "newer-event", "late-shard", "damage-record",
+                                   "stuck-publish"],
+                                  weights=[10, 2, 2, sqlite, late, sqlite, 2])[0]
         config = self.configs[self.rng.choice(JOBS)]
         self.plan.armed = True
+        self.fs.scope = str(self.base / config.job_name)
         self.outcome.steps[action] += 1
         try:
             if action == "run":
@@ -211,6 +265,10 @@ class Scenario:
                 self._recover(config, release=True)
             elif action == "late-shard":
                 self._late_shard()
+            elif action == "damage-record":
+                self._damage_record(config)
+            elif action == "stuck-publish":
+                self._stuck_publish(config)
             else:
                 self._newer_event(config)
         except SimulatedCrash:
@@ -219,16 +277,45 @@ class Scenario:
             self.outcome.steps["step-failed"] += 1
 
     def _run(self, config: JobConfig) -> None:
-        engine = (SimTaskEngine(self.log, self.late_shards) if self.spark is None
-                  else SimDataFrameEngine(config, self.spark, self.late_shards))
+        engine = (SimTaskEngine(self.log, self.late_shards, self._change_output) if self.spark is None
+                  else SimDataFrameEngine(config, self.spark, self.late_shards, self._change_output))
         result = JobLauncher(config, engine=engine, fs=self.fs, log=self.log).run()
         if self.spark is not None and result.status.name == "COMMITTED":
             self.outcome.steps["dataframe-committed"] += 1
 
+    def _change_output(self, config: JobConfig, run_id: str) -> None:
+        """Sometimes (while faults are on): one task-output file of the run is changed, truncated or deleted after its
+        task recorded its size and SHA-256; the commit must refuse it (and never publish the changed content)."""
+        if not self.plan.armed or self.rng.random() >= OUTPUT_CHANGE_RATE:
+            return
+        folder = self.base / config.job_name / "task-output" / run_id
+        files = sorted(str(p) for p in folder.rglob("*")
+                       if p.is_file() and not p.name.startswith((".", "_")) and str(p) not in self.changed)
+        if not files:
+            return
+        path = self.rng.choice(files)
+        change = self.rng.choice(list(OutputChange))
+        self.changed[path] = (change, change_output(Path(path), change, self.rng))
+        self.plan.injected[f"output-changed:{change}"] += 1
+
     def _late_shard(self) -> None:
         """A shard task of a killed run runs now, from the start (whatever newer runs did since)."""
         config, work, settings = self.late_shards.pop(self.rng.randrange(len(self.late_shards)))
+        self.fs.scope = str(self.base / config.job_name)
+        self._change_output(config, work.run_id)
         commit_shard(work, self.log, self.fs, settings, job_publisher(config))
+
+    def _stuck_publish(self, config: JobConfig) -> None:
+        """A run during which the store refuses every publish: its sequences stay pending (or are abandoned), and its
+        own clean-up, then the next run's, run while they are unsettled: neither may delete what they still need."""
+        self.plan.failing = PUBLISH_CALLS
+        try:
+            self._run(config)
+        finally:
+            self.plan.failing = frozenset()
+        state, _ = Projector(self.inner).rebuild(use_snapshot=False)
+        if state.unsettled_datasets(config.job_name):
+            self.plan.injected["cleanup:while-unsettled"] += 1
 
     def _recover(self, config: JobConfig, release: bool) -> None:
         with open_session(self.log, config.job_name, commit_settings(config), self.fs) as session:
@@ -236,7 +323,56 @@ class Scenario:
             if release:
                 for (job, urn), dataset in sorted(session.state.datasets.items()):
                     if job == config.job_name and dataset.blocked_by is not None:
-                        session.committer.release(job, urn, "released by the simulated operator")
+                        sequence_id = session.committer.release(job, urn, "released by the simulated operator")
+                        self._check_rolled_back(session.state.sequences[(job, urn, sequence_id)])
+
+    def _check_rolled_back(self, sequence: SequenceView) -> None:
+        """A release that returned must have rolled back every step the sequence applied (else what it published
+        stays published while its range is pulled again)."""
+        left = sorted(sequence.applied - sequence.rolled_back)
+        if left:
+            files = [s.dst for i, s in enumerate(sequence.steps) if i in left and isinstance(s, FsRenameStep)]
+            self._fail(f"{sequence.job}: `recover --release` of {sequence.dataset_urn} released sequence "
+                       f"{sequence.sequence_id} with steps {left} applied and not rolled back (still published: "
+                       f"{files[:3]})")
+
+    def _damage_record(self, config: JobConfig) -> None:
+        """Damage one record of the log (SQLite): the next run must refuse the log and publish nothing; then the
+        operator restores the record (from a replica, say)."""
+        damages = [d for d in RecordDamage if d is not RecordDamage.MISSING or DETECTS_MISSING_RECORDS]
+        damage = self.rng.choice(damages)
+        assert isinstance(self.inner, SqliteLog)
+        with sqlite3.connect(self.inner.path) as conn:
+            rows = conn.execute("SELECT seq, value FROM oncelog_records WHERE topic = ? AND value IS NOT NULL "
+                                "ORDER BY seq", (self.inner.topic,)).fetchall()
+            if not rows:
+                return
+            seq, value = self.rng.choice(rows)
+            if damage is RecordDamage.MISSING:
+                saved = conn.execute("SELECT * FROM oncelog_records WHERE seq = ?", (seq,)).fetchone()
+                conn.execute("DELETE FROM oncelog_records WHERE seq = ?", (seq,))
+            else:
+                conn.execute("UPDATE oncelog_records SET value = ? WHERE seq = ?",
+                             (damaged_value(value, damage, self.rng), seq))
+        self.plan.injected[f"record-damaged:{damage}"] += 1
+        before = self._published(config.job_name, settled=False)
+        self.plan.armed = False
+        # a missing record: whichever error the gap detection raises; damaged bytes: the strict fold's
+        refusal: type[OncelogError] = OncelogError if damage is RecordDamage.MISSING else IncompleteHistoryError
+        try:
+            self._run(config)
+        except refusal:
+            pass
+        else:
+            self._fail(f"a run planned from a log whose record at offset {seq} is damaged ({damage})")
+        finally:
+            with sqlite3.connect(self.inner.path) as conn:
+                if damage is RecordDamage.MISSING:
+                    conn.execute(f"INSERT INTO oncelog_records VALUES ({', '.join('?' * len(saved))})", saved)
+                else:
+                    conn.execute("UPDATE oncelog_records SET value = ? WHERE seq = ?", (value, seq))
+        if self._published(config.job_name, settled=False) != before:
+            self._fail(f"a run that could not read the whole log (offset {seq}: {damage}) published something")
 
     def _newer_event(self, config: JobConfig) -> None:
         """A newer oncelog appends an event this one cannot read: the next run must stop before extracting."""
@@ -270,6 +406,7 @@ class Scenario:
     def _settle(self) -> None:
         """Without faults: release what is blocked and run each job until a run commits everything it owes."""
         for name, config in self.configs.items():
+            self.fs.scope = str(self.base / name)
             for _ in range(SETTLE_RUNS):
                 self._recover(config, release=True)
                 engine = InProcessTaskEngine(self.log.writer, slots=2, sleep=lambda _: None)
@@ -291,12 +428,45 @@ class Scenario:
                         self._fail(f"{name}: published file {path} is damaged ({e})")
         return seen
 
+    def _check_step(self) -> None:
+        """What must hold after every step, faults or not."""
+        self._check_no_duplicates()
+        self._check_changed_not_published()
+        self._check_needed_output_kept()
+        if self.fs.violations:
+            self._fail("a clean-up deleted outside its job's folder: " + "; ".join(self.fs.violations[:3]))
+
     def _check_no_duplicates(self) -> None:
         for name in JOBS:
             seen = self._published(name, settled=False)
             twice = sorted(k for k, n in seen.items() if n > 1)
             if twice:
                 self._fail(f"{name} published records twice: {twice[:5]}")
+
+    def _check_changed_not_published(self) -> None:
+        """No published file holds the content of a task-output file as it was changed after its task recorded it."""
+        changed = {sha: (path, change) for path, (change, sha) in self.changed.items() if sha is not None}
+        if not changed:
+            return
+        for name in JOBS:
+            for path in sorted((self.base / name / "published").rglob("*")):
+                if path.is_file() and (found := changed.get(sha256_of(path))) is not None:
+                    self._fail(f"{name}: published {path}, which holds {found[0]} as changed ({found[1]}) after its "
+                               f"task recorded it: a commit must refuse output that is not what its task wrote")
+
+    def _check_needed_output_kept(self) -> None:
+        """The task output of every pending sequence is on disk (or already published): a clean-up must never delete
+        what a sequence still has to publish (files the simulation itself deleted excepted)."""
+        state, _ = Projector(self.inner).rebuild(use_snapshot=False)
+        for sequence in state.sequences.values():
+            if not sequence.pending or not sequence.plan_complete:
+                continue
+            for index, step in enumerate(sequence.steps):
+                if (isinstance(step, FsRenameStep) and step.src not in self.changed and not LOCAL.exists(step.src)
+                        and not LOCAL.holds(step.dst, step.size, step.checksum)):
+                    self._fail(f"{sequence.job}: the task output {step.src} of pending sequence {sequence.sequence_id}"
+                               f" ({sequence.dataset_urn}, step {index}) is gone and {step.dst} does not hold it: a "
+                               f"clean-up deleted what a sequence still had to publish")
 
     def _check_exactly_once(self) -> None:
         state, _ = Projector(self.inner).rebuild(use_snapshot=False)
@@ -354,6 +524,66 @@ def local_spark() -> SparkSession:
         "data.publisher.final.dir": "/tmp/unused-f", "spark.master": "local[2]", "spark.ui.enabled": "false"}))
 
 
+FAULT_KINDS = ("output-changed", "record-damaged", "cleanup")
+"""Damage done beside the I/O calls, counted as `<kind>:<what>`; every other count is `<call>:<fault>`."""
+
+
+def fault_kinds(totals: Counter[str]) -> Counter[str]:
+    """The faults injected, by kind: each I/O fault summed over the calls it hit (`crash-before-io`), the damage
+    beside the I/O calls as counted (`output-changed:truncated`)."""
+    kinds: Counter[str] = Counter()
+    for key, count in totals.items():
+        kind, _, what = str(key).partition(":")  # str(): a Fault counted as itself would print as one
+        if what:
+            kinds[key if kind in FAULT_KINDS else what] += count
+        elif kind.startswith("append-"):
+            kinds[kind] += count
+    return kinds
+
+
+@dataclass
+class RangeResult:
+    """What a range of seeds did: how many ran and failed (the first failure's message), and the counts."""
+
+    run: int = 0
+    failed: list[int] = field(default_factory=list)
+    first_failure: str | None = None
+    totals: Counter[str] = field(default_factory=Counter)
+
+    def summary(self) -> dict[str, object]:
+        """One JSON-able line: seeds run and failed, the first failing seed, faults by kind, steps."""
+        faults = fault_kinds(self.totals)
+        return {"seeds_run": self.run, "seeds_failed": len(self.failed),
+                "first_failing_seed": self.failed[0] if self.failed else None,
+                "faults": dict(sorted(faults.items())),
+                "steps": {k: v for k, v in sorted(self.totals.items()) if ":" not in k and not k.startswith("append-")},
+                "first_failure": self.first_failure}
+
+
+def play_range(seeds: Sequence[int], work: Path, open_scenario_log: OpenLog = sqlite_log,
+               spark: SparkSession | None = None, keep_going: bool = False, verbose: bool = False) -> RangeResult:
+    """Play seeds in order; stop at the first failing one unless `keep_going`."""
+    result = RangeResult()
+    for seed in seeds:
+        result.run += 1
+        try:
+            outcome = run_scenario(seed, work, open_scenario_log, spark)
+        except Exception as e:  # a ScenarioFailed, or anything a broken protocol lets escape: the seed failed
+            result.failed.append(seed)
+            failure = str(e) if isinstance(e, ScenarioFailed) else (
+                f"seed {seed}: {type(e).__name__}: {e}\n  replay: {replay_command(seed)}")
+            result.first_failure = result.first_failure or failure
+            if not keep_going:
+                break
+            continue
+        result.totals.update(outcome.steps)
+        result.totals.update(outcome.faults)
+        if verbose:
+            print(f"seed {seed}: steps {dict(outcome.steps)}, faults {dict(outcome.faults)}, "
+                  f"{outcome.records} records published exactly once")
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, help="replay this one seed")
@@ -364,21 +594,25 @@ def main(argv: list[str] | None = None) -> int:
                         help="the task engine of the scenarios' runs (dataframe: a local Spark session)")
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "localhost:9092"),
                         help="the Kafka broker of --store kafka")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="play every seed and count the failures (default: stop at the first failing seed)")
+    parser.add_argument("--json", action="store_true", help="end with one JSON line: seeds run and failed, faults")
     args = parser.parse_args(argv)
     open_scenario_log = sqlite_log if args.store == "sqlite" else kafka_log_at(args.bootstrap)
     seeds = [args.seed] if args.seed is not None else list(range(args.first, args.first + args.count))
-    totals: Counter[str] = Counter()
     spark = local_spark() if args.engine == "dataframe" else None
     with tempfile.TemporaryDirectory(prefix="oncelog-sim-", dir=scratch_dir()) as work:
-        for seed in seeds:
-            outcome = run_scenario(seed, Path(work), open_scenario_log, spark)
-            totals.update(outcome.steps)
-            totals.update(outcome.faults)
-            if args.seed is not None:
-                print(f"seed {seed}: steps {dict(outcome.steps)}, faults {dict(outcome.faults)}, "
-                      f"{outcome.records} records published exactly once")
-    print(f"{len(seeds)} scenario(s) passed; {dict(sorted(totals.items()))}")
-    return 0
+        result = play_range(seeds, Path(work), open_scenario_log, spark, args.keep_going,
+                            verbose=args.seed is not None)
+    if result.first_failure is not None:
+        print(result.first_failure, file=sys.stderr)
+    if args.json:
+        print(json.dumps(result.summary()))
+    else:
+        print(f"{result.run} scenario(s) played, {len(result.failed)} failed"
+              f"{f' (seeds {result.failed[:10]})' if result.failed else ''}; faults by kind "
+              f"{dict(sorted(fault_kinds(result.totals).items()))}; steps {result.summary()['steps']}")
+    return 1 if result.failed else 0
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ from events.commit import FsRenameStep
 from events.errors import OncelogError
 from events.log import EventLog, open_log
 from events.log.sqlite import SqliteLog
+from filesystems import urls
 from filesystems.base import FileSystem
 from filesystems.local import LOCAL
 from projections.projector import Projector
@@ -66,6 +67,7 @@ from spark_pipeline.jobfile.config import JobConfig, TaskEngineKind
 from spark_pipeline.jobfile.paths import RUN_ID
 from spark_pipeline.jobs import config_from_properties, load_job_config
 from spark_pipeline.launcher import JobLauncher, commit_settings
+from spark_pipeline.writers import attempt_output_dir
 from tests.fault.pipeline_checks import published_records_of
 from tests.sim.faults import (
     FaultPlan,
@@ -87,6 +89,8 @@ STEPS = 8
 SETTLE_RUNS = 8
 NEWER_VERSION = 9999
 OUTPUT_CHANGE_RATE = 0.25
+ZOMBIE_RATE = 0.15
+"""How often a run's tasks leave a zombie attempt that writes one of a task's files late."""
 """Of the faulty runs whose tasks wrote output: how many then see one task-output file changed before the commit."""
 DETECTS_MISSING_RECORDS = False
 """Hook: once the SQLite log notices a missing record (issue 23, item 2), set True: a deleted row then becomes one of
@@ -96,7 +100,7 @@ PUBLISH_CALLS = frozenset({"rename", "copy"})
 
 OpenLog = Callable[[Path], EventLog]
 Assignment = tuple[JobConfig, ShardWork, CommitSettings]
-AfterTasks = Callable[[JobConfig, str], None]
+AfterTasks = Callable[[JobConfig, str, Sequence[TaskOutcome]], None]
 """Called with the job and run id once a run's tasks ended (and recorded what they wrote), before its commit."""
 
 
@@ -131,7 +135,7 @@ class SimTaskEngine(InProcessTaskEngine):
     def run(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], progress: TaskProgress
             ) -> list[TaskOutcome]:
         outcomes = super().run(config, run_id, mwus, progress)
-        self.after_tasks(config, run_id)
+        self.after_tasks(config, run_id, outcomes)
         return outcomes
 
     def commit_engine(self, log: EventLog, fs: FileSystem) -> RecordingCommitEngine:
@@ -152,7 +156,7 @@ class SimDataFrameEngine(DataFrameTaskEngine):
     def run(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], progress: TaskProgress
             ) -> list[TaskOutcome]:
         outcomes = super().run(config, run_id, mwus, progress)
-        self.after_tasks(config, run_id)
+        self.after_tasks(config, run_id, outcomes)
         return outcomes
 
     def commit_engine(self, log: EventLog, fs: FileSystem) -> RecordingCommitEngine:
@@ -226,6 +230,8 @@ class Scenario:
         self.late_shards: list[Assignment] = []
         """Shard tasks in flight when their driver was killed: they may run after it."""
         self.changed: dict[str, tuple[OutputChange, str | None]] = {}
+        self.zombie_writes: dict[str, str] = {}
+        """The SHA-256 of each file a zombie attempt wrote late -> its path: content nobody may publish."""
         """Task-output files the simulation changed after their task recorded them: the change, the new SHA-256."""
 
     def play(self) -> Outcome:
@@ -277,11 +283,36 @@ class Scenario:
             self.outcome.steps["step-failed"] += 1
 
     def _run(self, config: JobConfig) -> None:
-        engine = (SimTaskEngine(self.log, self.late_shards, self._change_output) if self.spark is None
-                  else SimDataFrameEngine(config, self.spark, self.late_shards, self._change_output))
+        engine = (SimTaskEngine(self.log, self.late_shards, self._after_tasks) if self.spark is None
+                  else SimDataFrameEngine(config, self.spark, self.late_shards, self._after_tasks))
         result = JobLauncher(config, engine=engine, fs=self.fs, log=self.log).run()
         if self.spark is not None and result.status.name == "COMMITTED":
             self.outcome.steps["dataframe-committed"] += 1
+
+    def _after_tasks(self, config: JobConfig, run_id: str, outcomes: Sequence[TaskOutcome]) -> None:
+        """Between a run's tasks and its commit: a zombie attempt may write late, a task-output file may change."""
+        self._zombie_write(config, run_id, outcomes)
+        self._change_output(config, run_id)
+
+    def _zombie_write(self, config: JobConfig, run_id: str, outcomes: Sequence[TaskOutcome]) -> None:
+        """Sometimes (while faults are on): another attempt of a task that succeeded (a zombie: Spark ran the task
+        again, and the first copy lived on) writes one of the task's files late, where that attempt writes
+        (writers.attempt_output_dir); that must never be a file the log recorded, nor be published."""
+        recorded = [(outcome, file) for outcome in outcomes for result in outcome.results
+                    for file in result.output_files]
+        if not self.plan.armed or not recorded or self.rng.random() >= ZOMBIE_RATE:
+            return
+        outcome, file = self.rng.choice(recorded)
+        output_dir = str(config.branch(file.branch).writer_output_dir)
+        folder = attempt_output_dir(output_dir, run_id, outcome.task_id, outcome.attempts + 1)
+        target = urls.join(folder, urls.relative_to(file.path, file.folder or urls.join(output_dir, run_id)))
+        self.plan.injected["zombie-attempt:late-write"] += 1
+        if target in {f.path for _, f in recorded}:
+            self._fail(f"a zombie attempt of task {outcome.task_id} writes {target}, a file the log recorded as "
+                       f"another attempt's output: attempts must write in folders of their own")
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        Path(target).write_bytes(b"zombie " + self.rng.randbytes(32))
+        self.zombie_writes[sha256_of(Path(target))] = target
 
     def _change_output(self, config: JobConfig, run_id: str) -> None:
         """Sometimes (while faults are on): one task-output file of the run is changed, truncated or deleted after its
@@ -445,7 +476,8 @@ class Scenario:
 
     def _check_changed_not_published(self) -> None:
         """No published file holds the content of a task-output file as it was changed after its task recorded it."""
-        changed = {sha: (path, change) for path, (change, sha) in self.changed.items() if sha is not None}
+        changed = {sha: (path, str(change)) for path, (change, sha) in self.changed.items() if sha is not None}
+        changed |= {sha: (path, "written late by a zombie attempt") for sha, path in self.zombie_writes.items()}
         if not changed:
             return
         for name in JOBS:

@@ -55,6 +55,9 @@ MUTANTS = (
            "recorded", "0070818: the rename's source-checksum check", 0, 40),
     Mutant("cleanup-ignores-unsettled", "clean-up deletes a run's task output while a sequence of that run is "
            "unsettled", "0070818: clean-up by the log (runs_holding_output)", 0, 40),
+    Mutant("shared-attempt-folder", "every attempt of a task writes the run's one task-output folder, so a zombie "
+           "attempt overwrites the output recorded for the attempt that succeeded",
+           "5ef0fe4: a task-output folder per attempt (writers.attempt_output_dir)", 0, 40),
 )
 
 

@@ -78,12 +78,17 @@ class MissingRecordsError(OncelogError):
         self.first = first
         self.last = last
         """The offsets between which records of the partition are missing (both included; `last` for sure)."""
+        self.detail = detail
         gone = f"offset {last}" if first == last else f"offsets {first}-{last}"
         super().__init__(
             f"records are missing from the log {log}: {topic}[{partition}] {gone} ({detail}). They were deleted "
             f"outside oncelog (oncelog gc records its own deletions): a fold without them would be wrong, so nothing "
             f"is planned or answered from this log. Restore it from a backup or a replica, then run again"
         )
+
+    def __reduce__(self) -> tuple[type[MissingRecordsError], tuple[str, str, int, int, int, str]]:
+        """Pickled with its arguments, so that it crosses process boundaries (a worker's error) intact."""
+        return type(self), (self.log, self.topic, self.partition, self.first, self.last, self.detail)
 
 
 class LogNotStableError(OncelogError):

@@ -273,7 +273,7 @@ class SqliteLog(EventLog):
             if first_prev:
                 raise self.missing_error(p, 0, first_prev, f"the partition's first record left follows offset "
                                          f"{first_prev}, which is not in the log")
-            if head is not None and not head_kept:  # the head is looked up by offset: no scan unless it is gone
+            if head and not head_kept:  # looked up by offset: no scan unless it is gone (0: the partition was emptied)
                 (last_seq,) = conn.execute(
                     "SELECT IFNULL(MAX(seq), 0) FROM oncelog_records WHERE topic = ? AND partition = ? AND seq < ?",
                     (self.topic, p, head),

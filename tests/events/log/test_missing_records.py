@@ -116,11 +116,12 @@ def test_a_deleted_row_or_a_cut_off_tail_stops_state_verify_and_rebuild_naming_t
         assert (raised.value.partition, raised.value.first, raised.value.last) == (partition, first, last)
 
 
-def test_a_fold_from_a_snapshot_still_sees_a_deleted_first_row_or_a_cut_off_tail(log: EventLog) -> None:
+@pytest.mark.parametrize("row", [0, -1])
+def test_a_fold_from_a_snapshot_still_sees_a_deleted_first_row_or_a_cut_off_tail(log: EventLog, row: int) -> None:
     assert oncelog_cli("rebuild", "--log", log.url).returncode == 0  # a snapshot covering the whole log
-    every = rows(log)
-    delete(log, [every[-1][0]])
-    with pytest.raises(MissingRecordsError, match=f"offset {every[-1][0]} "):
+    offset = rows(log)[row][0]
+    delete(log, [offset])
+    with pytest.raises(MissingRecordsError, match=f"offset {offset} "):
         oncelog.rebuild(log)
 
 

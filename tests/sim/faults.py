@@ -70,7 +70,7 @@ class RecordDamage(StrEnum):
     TORN_WRITE = "torn-write"
     """Only a prefix of the record's value reached the disk."""
     MISSING = "missing"
-    """The record is gone (a deleted row): detected only once the log notices gaps (issue 23, item 2)."""
+    """The record is gone (a deleted row): the SQLite log notices the broken chain (MissingRecordsError)."""
 
 
 @dataclass

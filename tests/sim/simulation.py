@@ -44,7 +44,7 @@ import yaml
 
 from events.codec import UNCHECKED_FRAME_MAGIC, Record
 from events.commit import FsRenameStep
-from events.errors import OncelogError
+from events.errors import MissingRecordsError, OncelogError
 from events.log import EventLog, open_log
 from events.log.sqlite import SqliteLog
 from filesystems import urls
@@ -89,12 +89,9 @@ STEPS = 8
 SETTLE_RUNS = 8
 NEWER_VERSION = 9999
 OUTPUT_CHANGE_RATE = 0.25
-ZOMBIE_RATE = 0.15
-"""How often a run's tasks leave a zombie attempt that writes one of a task's files late."""
 """Of the faulty runs whose tasks wrote output: how many then see one task-output file changed before the commit."""
-DETECTS_MISSING_RECORDS = False
-"""Hook: once the SQLite log notices a missing record (issue 23, item 2), set True: a deleted row then becomes one of
-the damages a scenario does to its log (RecordDamage.MISSING), and every run must refuse the log until it is back."""
+ZOMBIE_RATE = 0.15
+"""Of the faulty runs whose tasks wrote output: how many leave a zombie attempt writing one of a task's files late."""
 PUBLISH_CALLS = frozenset({"rename", "copy"})
 """The file calls that publish: a `stuck-publish` step fails every one of them for a whole run."""
 
@@ -370,8 +367,7 @@ class Scenario:
     def _damage_record(self, config: JobConfig) -> None:
         """Damage one record of the log (SQLite): the next run must refuse the log and publish nothing; then the
         operator restores the record (from a replica, say)."""
-        damages = [d for d in RecordDamage if d is not RecordDamage.MISSING or DETECTS_MISSING_RECORDS]
-        damage = self.rng.choice(damages)
+        damage = self.rng.choice(list(RecordDamage))
         assert isinstance(self.inner, SqliteLog)
         with sqlite3.connect(self.inner.path) as conn:
             rows = conn.execute("SELECT seq, value FROM oncelog_records WHERE topic = ? AND value IS NOT NULL "
@@ -388,8 +384,7 @@ class Scenario:
         self.plan.injected[f"record-damaged:{damage}"] += 1
         before = self._published(config.job_name, settled=False)
         self.plan.armed = False
-        # a missing record: whichever error the gap detection raises; damaged bytes: the strict fold's
-        refusal: type[OncelogError] = OncelogError if damage is RecordDamage.MISSING else IncompleteHistoryError
+        refusal: type[OncelogError] = MissingRecordsError if damage is RecordDamage.MISSING else IncompleteHistoryError
         try:
             self._run(config)
         except refusal:

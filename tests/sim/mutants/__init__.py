@@ -58,6 +58,8 @@ MUTANTS = (
     Mutant("shared-attempt-folder", "every attempt of a task writes the run's one task-output folder, so a zombie "
            "attempt overwrites the output recorded for the attempt that succeeded",
            "5ef0fe4: a task-output folder per attempt (writers.attempt_output_dir)", 0, 40),
+    Mutant("reads-ignore-gaps", "a SQLite read folds a log with a deleted row or a cut-off tail as if nothing were "
+           "missing", "2778c43: the SQLite log's chain of predecessors and heads", 0, 40),
 )
 
 

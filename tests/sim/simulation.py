@@ -551,7 +551,7 @@ def local_spark() -> SparkSession:
         "data.publisher.final.dir": "/tmp/unused-f", "spark.master": "local[2]", "spark.ui.enabled": "false"}))
 
 
-FAULT_KINDS = ("output-changed", "record-damaged", "cleanup")
+FAULT_KINDS = ("output-changed", "record-damaged", "cleanup", "zombie-attempt")
 """Damage done beside the I/O calls, counted as `<kind>:<what>`; every other count is `<call>:<fault>`."""
 
 

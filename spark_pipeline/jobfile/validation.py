@@ -583,8 +583,9 @@ class _Checker:
         """Spark must not run a second attempt of a task alongside the first: both would write the same files."""
         value = self.values.get(SPECULATION, "").strip()
         if value and value.lower() != "false":
-            self.problem(SPECULATION, f"{SPECULATION!r} must be false (got {value!r}): two attempts of one task "
-                                      f"write the same file names; oncelog retries tasks itself (task.maxretries)")
+            self.problem(SPECULATION, f"{SPECULATION!r} must be false (got {value!r}): a speculative copy of a "
+                                      f"task would fence the running copy's log writer; oncelog retries tasks itself "
+                                      f"(task.maxretries)")
 
     def _check_functions(self, core: JobConfig) -> None:
         """Every DataFrame function must import (what it does to the columns is checked when a run starts)."""

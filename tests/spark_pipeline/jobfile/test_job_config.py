@@ -729,8 +729,8 @@ def test_job_config_from_properties_refuses_an_unsupported_scheme() -> None:
 def test_spark_speculation_on_is_an_error_naming_the_key(tmp_path: Path, value: str) -> None:
     path = write(tmp_path, "spec.properties", properties_text({**BASE, "spark.speculation": value}))
     assert one_problem(lambda: load_job_config(path)).startswith(
-        f"{path}:8: 'spark.speculation' must be false (got {value.strip()!r}): two attempts of one task write the "
-        f"same file names")
+        f"{path}:8: 'spark.speculation' must be false (got {value.strip()!r}): a speculative copy of a task would "
+        f"fence the running copy's log writer")
     assert load_props(tmp_path, {**BASE, "spark.speculation": "False"}).spark_conf["spark.speculation"] == "False"
 
 

@@ -115,6 +115,17 @@ def _fix(topic: str, setting: str) -> str:
     )
 
 
+def refuse_lossy_policy(topic: str, configs: Mapping[str, str]) -> None:
+    """A ConfigError naming the setting and its fix when the topic's retention deletes history (`cleanup.policy`
+    other than exactly `compact`): a fold of it would miss what retention removed."""
+    policy = configs.get("cleanup.policy", "")
+    if policy != "compact":
+        raise ConfigError(
+            f"topic {topic!r} has cleanup.policy={policy}: an oncelog topic must be compacted and nothing else, or "
+            f"retention deletes history and watermarks fall back; fix: {_fix(topic, 'cleanup.policy=compact')}"
+        )
+
+
 def check_topic_configs(topic: str, replication: int, configs: Mapping[str, str] | None) -> str | None:
     """Refuse a topic that loses history (ConfigError naming the setting); a warning when it is not fully durable.
 
@@ -125,12 +136,7 @@ def check_topic_configs(topic: str, replication: int, configs: Mapping[str, str]
     """
     if configs is None:
         return f"topic {topic!r}: its configs could not be described (ACLs?), so its durability was not checked"
-    policy = configs.get("cleanup.policy", "")
-    if policy != "compact":
-        raise ConfigError(
-            f"topic {topic!r} has cleanup.policy={policy}: an oncelog topic must be compacted and nothing else, or "
-            f"retention deletes history and watermarks fall back; fix: {_fix(topic, 'cleanup.policy=compact')}"
-        )
+    refuse_lossy_policy(topic, configs)
     min_insync = int(configs.get("min.insync.replicas", "1"))
     unclean = configs.get("unclean.leader.election.enable", "false").lower() == "true"
     if replication < SAFE_REPLICATION:
@@ -189,6 +195,7 @@ class KafkaLog(EventLog):
         self._snapshots = KafkaSnapshotStore(self)
         self._leases = KafkaLeaseStore(self)
         self._durability_checked = False
+        self._history_checked = False
         self._durability: str | None = None
         self._warned: set[str] = set()
         """The warnings this log already logged: a run asks for its durability more than once."""
@@ -384,7 +391,17 @@ class KafkaLog(EventLog):
     def read_records(
         self, start: Mapping[int, int] | None = None, until: Mapping[int, int] | None = None, follow: bool = False
     ) -> Iterator[StoredRecord]:
+        self._refuse_lossy_history()
         return self.read_topic(self.topic, self.partitions, start, until, follow)
+
+    def _refuse_lossy_history(self) -> None:
+        """Before the first read of the events topic: refuse one whose retention deletes history (a fold of it would
+        be wrong, and `state` would answer from it silently); once per log object."""
+        if self._history_checked:
+            return
+        if self._describe(self.topic) is not None and (configs := self._topic_configs(self.topic)) is not None:
+            refuse_lossy_policy(self.topic, configs)
+        self._history_checked = True
 
     def read_topic(
         self,

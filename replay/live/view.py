@@ -19,7 +19,7 @@ from http import HTTPStatus
 from itertools import islice
 from typing import Any
 
-from events.errors import EventDecodeError
+from events.errors import EventDecodeError, OncelogError
 from events.log import EventLog, Snapshot, StoredRecord
 from events.model import Position
 from projections.projector import Projector, fold_gc
@@ -127,7 +127,10 @@ class LiveView:
             self.catch_up(stop)
             self.follow(stop)
         except Exception as e:  # a thread boundary: any failure must stop the server, never leave stale answers
-            logger.exception("the live view stopped folding: %s", e)
+            if isinstance(e, OncelogError):  # ours names the place (a missing record, a refused topic): no trace
+                logger.error("the live view stopped folding: %s", e)
+            else:
+                logger.exception("the live view stopped folding: %s", e)
             with self.lock:
                 self.phase, self.error = Phase.FAILED, str(e)
             stop.set()

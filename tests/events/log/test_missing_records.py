@@ -5,12 +5,14 @@ check open as they are."""
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +23,9 @@ from events.dataset import WatermarkAdvanced
 from events.errors import MissingRecordsError
 from events.log import EventLog, open_log
 from projections.synthetic import HistoryShape, synthetic_history
+from replay.live.server import open_view
+from replay.live.settings import LiveSettings
+from replay.live.view import Phase
 from replay.retention import gc
 from tests.fault.pipeline_checks import write_job
 
@@ -179,3 +184,20 @@ def test_a_log_written_before_the_check_opens_silently_and_is_checked_from_then_
         delete(opened, [offset])
         with pytest.raises(MissingRecordsError, match=f"{offset} "):
             oncelog.rebuild(opened)
+
+
+def test_the_live_view_stops_folding_naming_the_missing_record_without_a_trace(
+        log: EventLog, caplog: pytest.LogCaptureFixture) -> None:
+    """`oncelog serve` on a log with a deleted row: the view fails (503s from then on) with the error naming the
+    offsets, logged as one line, not a traceback (it is ours, and says what to do)."""
+    offset = watermark_row(log)
+    delete(log, [offset])
+    view, server = open_view(LiveSettings(log.url, port=0, snapshot_every=0))
+    try:
+        with caplog.at_level(logging.ERROR, logger="replay.live.view"):
+            view.run(threading.Event())
+    finally:
+        server.server_close()
+    assert view.phase is Phase.FAILED and "missing" in (view.error or "")
+    stopped = [r for r in caplog.records if r.getMessage().startswith("the live view stopped folding")]
+    assert len(stopped) == 1 and stopped[0].exc_info is None, "a traceback for an error that names its place"

@@ -72,7 +72,7 @@ from spark_pipeline.constructs import (
 from spark_pipeline.engines.attempts import TaskOutcome
 from spark_pipeline.engines.base import TaskEngine
 from spark_pipeline.engines.select import engine_for
-from spark_pipeline.engines.spark import TasksStopped
+from spark_pipeline.engines.spark import TasksAborted, TasksStopped
 from spark_pipeline.jobfile.config import JobCommitPolicy, JobConfig
 from spark_pipeline.jobfile.paths import JobRoots, absolute_config, overlaps, run_dirs
 from spark_pipeline.jobfile.plugins import make_construct
@@ -241,6 +241,9 @@ class JobLauncher:
         except RunCancelled as e:
             result.stopped_now = self.stop_now.is_set()
             self._finish(session, result, RunStatus.CANCELLED, str(e))
+        except TasksAborted as e:  # a run's failure like a failed task's, shown in its summary: not a crash
+            self.engine.stop(config, self.run_id, self._mwus, session.log)  # nothing of its tasks lands after its end
+            self._finish(session, result, RunStatus.FAILED, str(e), failed_tasks=list(e.task_ids))
         except Exception as e:
             self._finish(session, result, RunStatus.FAILED, f"{type(e).__name__}: {e}")
             raise

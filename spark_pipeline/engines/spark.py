@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -11,7 +12,7 @@ from py4j.protocol import Py4JError
 from pyspark import Accumulator, AccumulatorParam, SparkConf, SparkContext, TaskContext
 from pyspark.sql import SparkSession
 
-from events.errors import ConfigError
+from events.errors import ConfigError, OncelogError
 from events.log import open_log
 from filesystems.router import FileSystems
 from spark_pipeline.commit.engine import CommitEngine, job_publisher
@@ -25,6 +26,7 @@ from spark_pipeline.commit.shards import (
 from spark_pipeline.connectors import with_connectors
 from spark_pipeline.constructs import MultiWorkUnit
 from spark_pipeline.engines.attempts import TaskOutcome
+from spark_pipeline.engines.failures import full_text, root_cause
 from spark_pipeline.engines.isolation import most_attempts
 from spark_pipeline.engines.records.task import run_task
 from spark_pipeline.jobfile.config import SPECULATION, JobConfig
@@ -43,6 +45,23 @@ SPARK_DEFAULTS = {
 
 class TasksStopped(Exception):  # noqa: N818 (a signal, not an error: the launcher makes it RunCancelled)
     """A second signal: stop waiting for the run's tasks now. Internal: the launcher turns it into RunCancelled."""
+
+
+class TasksAborted(OncelogError):
+    """Spark aborted the run's tasks (an executor lost under one of them, which Spark may blame on the task): the
+    outcomes of the others never reach the driver, so the run fails and publishes nothing."""
+
+    def __init__(self, message: str, task_ids: Sequence[str]) -> None:
+        super().__init__(message)
+        self.task_ids = tuple(task_ids)
+
+
+LOST_TASK = re.compile(r"Lost task (\d+)\.\d+ in stage")
+"""How Spark names a lost task in a job's abort: its partition index, one MultiWorkUnit each (run_tasks)."""
+ABORT_REASON = re.compile(
+    r"most recent failure: Lost task [\d.]+ in stage [\d.]+ \(TID \d+\) \([^)]*\): (.+?)(?:\. |$)", re.MULTILINE)
+"""Why Spark lost the task, the first sentence (`Python worker exited unexpectedly (crashed)`, `ExecutorLostFailure
+(executor 0 exited …) Reason: …`); its Java cause underneath is an EOFException that says nothing."""
 
 
 class AttemptsCancelled(Exception):  # noqa: N818 (a signal, not an error: the launcher makes it RunCancelled)
@@ -124,10 +143,23 @@ def run_tasks(spark: SparkSession, config: JobConfig, run_id: str, mwus: list[Mu
     poller.start()
     try:
         return spark.sparkContext.parallelize(mwus, len(mwus)).mapPartitions(tasks).collect()
+    except Py4JError as e:
+        raise tasks_aborted(e, mwus) from e
     finally:
         finished.set()
         poller.join()
         progress(*counts.value)
+
+
+def tasks_aborted(error: BaseException, mwus: Sequence[MultiWorkUnit]) -> TasksAborted:
+    """Spark's abort of the run's tasks as our error: the tasks it lost (by partition index) and why."""
+    text = full_text(error)
+    indices = sorted({int(i) for i in LOST_TASK.findall(text) if int(i) < len(mwus)})
+    lost = [mwus[i].multi_work_unit_id for i in indices]
+    what = f"task {', '.join(lost)} lost" if lost else "a task lost"
+    reason = ABORT_REASON.search(text)
+    return TasksAborted(f"Spark aborted the run's tasks ({what}: {reason.group(1) if reason else root_cause(error)}); "
+                        f"nothing was published, the next run pulls the same records again", lost)
 
 
 class PairSum(AccumulatorParam):

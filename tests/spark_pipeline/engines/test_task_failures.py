@@ -1,31 +1,36 @@
-"""A task's attempts end recorded whatever fails: the partial commit of a last attempt, an interruption; and Spark
-never runs a second, speculative attempt of a task beside the first (it would fence the first's log writer)."""
+"""A task's attempts end recorded whatever fails: the partial commit of a last attempt, an interruption, the task's
+process killed under it (the run then fails with a summary, never a traceback); and Spark never runs a second,
+speculative attempt of a task beside the first (it would fence the first's log writer)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
-from events.job import WorkUnitSpec
+from events.job import JobRunFailed, WorkUnitSpec
 from events.log import open_log
 from events.model import Event
 from events.task import TaskEvent, TaskFailed, TaskRetried, TaskStarted, TaskSucceeded
 from projections.views import RunStatus
 from spark_pipeline.constructs import (
+    Converter,
     Extractor,
     MultiWorkUnit,
     Record,
     RowLevelPolicy,
+    Schema,
     SourceState,
     WorkUnitState,
 )
 from spark_pipeline.engines.base import InProcessTaskEngine
 from spark_pipeline.engines.records.task import run_task
+from spark_pipeline.engines.spark import tasks_aborted
 from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.jobs import config_from_properties, load_job_config
 from spark_pipeline.launcher import JobLauncher
@@ -204,3 +209,53 @@ def test_a_work_unit_its_mandatory_task_policy_refuses_keeps_nothing_even_under_
     assert outcome.written == ()
     assert all(e.results == () for e in emit.events if isinstance(e, TaskFailed))
     assert not list((tmp_path / "task-output").rglob("*.avro"))
+
+
+def test_an_executor_lost_under_a_task_is_named_with_spark_s_reason() -> None:
+    """The abort Spark raises when it blames a task for its executor's death (a worker killed under it)."""
+    abort = RuntimeError(
+        "An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 in stage 0.0 failed 1 times, most "
+        "recent failure: Lost task 1.0 in stage 0.0 (TID 1) (192.0.2.2 executor 0): ExecutorLostFailure (executor 0 "
+        "exited caused by one of the running tasks) Reason: Remote RPC client disassociated. Likely due to containers "
+        "exceeding thresholds, or network issues. Check driver logs for WARN messages.\nDriver stacktrace:\n\tat x")
+    mwus = [MultiWorkUnit(f"task-0000{i}", ()) for i in range(2)]
+    aborted = tasks_aborted(abort, mwus)
+    assert aborted.task_ids == ("task-00001",)
+    assert str(aborted) == ("Spark aborted the run's tasks (task task-00001 lost: ExecutorLostFailure (executor 0 "
+                            "exited caused by one of the running tasks) Reason: Remote RPC client disassociated); "
+                            "nothing was published, the next run pulls the same records again")
+
+
+class WorkerKiller(Converter):
+    """Kills the Python worker running its task at ds.1's first record, as the kernel's OOM killer would."""
+
+    def convert_schema(self, input_schema: Schema, state: WorkUnitState) -> Schema:
+        return input_schema
+
+    def convert_record(self, output_schema: Schema, record: Record, state: WorkUnitState) -> Iterable[Record]:
+        if state.work_unit.dataset_urn == "ds.1":
+            os._exit(137)
+        yield record
+
+
+@pytest.mark.spark
+def test_a_task_whose_process_dies_fails_the_run_with_its_summary_naming_the_task(spark: SparkSession,
+                                                                                  tmp_path: Path) -> None:
+    """Spark aborts the job when a task's process dies (spark.task.maxFailures=1): the run ends FAILED with a summary
+    naming the lost task and Spark's reason (the CLI prints it; it raised Py4JJavaError before), records its end,
+    publishes nothing; the next run publishes every record exactly once."""
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    keys = {"task.engine": "records", "converter.classes": f"{__name__}.{WorkerKiller.__qualname__}"}
+    result = JobLauncher(load_job_config(write_job(tmp_path, url, "partial", None, **keys)), spark=spark).run()
+    assert result.status is RunStatus.FAILED, result
+    error = result.error or ""
+    assert error.startswith("Spark aborted the run's tasks (task ") and "Python worker exited" in error, error
+    with open_log(url) as log:
+        [failed] = [e.event for e in log.read() if isinstance(e.event, JobRunFailed)]
+    assert failed.failed_tasks and all(task in error for task in failed.failed_tasks), (failed, error)
+    assert not list((tmp_path / "published").rglob("*.avro")), "the failed run published"
+    rerun = JobLauncher(load_job_config(write_job(tmp_path, url, "partial", None, **{"task.engine": "records"})),
+                        spark=spark).run()
+    assert rerun.status is RunStatus.COMMITTED, rerun.error
+    assert_exactly_once(url, tmp_path)

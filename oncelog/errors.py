@@ -19,6 +19,7 @@
 - IncompleteHistoryError: the history could not be read completely, so the run refuses to plan from it.
 - JobLockedError: another run of the job holds its lock.
 - RunCancelled: the run was cancelled (SIGINT / SIGTERM) before anything was published.
+- TasksAborted: Spark aborted the run's tasks (a task's process lost); the run fails, nothing is published.
 - SourceError: a source cannot read what it planned (missing topic, partition or file, lost offsets).
 - TaskQualityError: a MANDATORY task-level quality policy failed; the branch's output is not committed.
 - CommitStepError: a commit step cannot be done; its sequence records the failure and retries later.
@@ -34,7 +35,7 @@
 - SparkConnectorError: Spark's Kafka/Avro connector jars are missing, damaged or could not be fetched; names the jar
   and `oncelog spark jars`.
 
-RunCancelled (beside the launcher, which imports PySpark) and LineageError (beside the OpenLineage client) are loaded
+RunCancelled and TasksAborted (beside the launcher and the engine, which import PySpark) and LineageError (beside the OpenLineage client) are loaded
 on first use, so that importing this module stays cheap.
 """
 
@@ -80,6 +81,7 @@ from spark_pipeline.jobfile.config import JobConfigError
 
 if TYPE_CHECKING:
     from replay.lineage_client import LineageError
+    from spark_pipeline.engines.spark import TasksAborted
     from spark_pipeline.launcher import RunCancelled
 
 __all__ = [
@@ -115,11 +117,13 @@ __all__ = [
     "SparkClusterError",
     "SparkConnectorError",
     "TaskQualityError",
+    "TasksAborted",
     "UnknownEventTypeError",
     "UnsafeCommitStepError",
 ]
 
-_HEAVY: dict[str, str] = {"RunCancelled": "spark_pipeline.launcher", "LineageError": "replay.lineage_client"}
+_HEAVY: dict[str, str] = {"RunCancelled": "spark_pipeline.launcher", "TasksAborted": "spark_pipeline.engines.spark",
+                          "LineageError": "replay.lineage_client"}
 """Errors whose defining module imports PySpark or OpenLineage: name -> that module."""
 
 

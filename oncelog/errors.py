@@ -35,8 +35,8 @@
 - SparkConnectorError: Spark's Kafka/Avro connector jars are missing, damaged or could not be fetched; names the jar
   and `oncelog spark jars`.
 
-RunCancelled and TasksAborted (beside the launcher and the engine, which import PySpark) and LineageError (beside the OpenLineage client) are loaded
-on first use, so that importing this module stays cheap.
+RunCancelled and TasksAborted (beside the launcher and the engine, which import PySpark) and LineageError (beside the
+OpenLineage client) are loaded on first use, so that importing this module stays cheap.
 """
 
 from __future__ import annotations

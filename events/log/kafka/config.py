@@ -29,6 +29,10 @@ DEFAULT_READ_TIMEOUT_S = 30
 """How long a read may wait for the cluster (an answer, or progress) before failing, naming the brokers."""
 DEFAULT_WRITE_TIMEOUT_S = 120
 CLIENT_PREFIXES = ("producer.", "consumer.", "admin.")
+CLIENT_DEFAULTS: dict[str, Any] = {"reconnect.backoff.ms": 20}
+"""librdkafka settings of ours, under the URL's: a new client moves from its bootstrap connection to the broker it
+learned of only after half of reconnect.backoff.ms (100 ms by librdkafka's default), which was half of every short
+command's time; reconnecting still backs off exponentially, up to reconnect.backoff.max.ms (10 s)."""
 TRANSIENT_CODES = frozenset(
     {
         KafkaError.NOT_LEADER_FOR_PARTITION,
@@ -180,7 +184,8 @@ class KafkaSettings:
 
     def config_for(self, kind: str, overrides: Mapping[str, Any], monitor: ClientMonitor) -> dict[str, Any]:
         """librdkafka configuration for a client of `kind` (producer, consumer, admin), watched by `monitor`."""
-        config: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": monitor, "error_cb": monitor.on_error}
+        config: dict[str, Any] = {**CLIENT_DEFAULTS, "bootstrap.servers": self.bootstrap, "logger": monitor,
+                                  "error_cb": monitor.on_error}
         for key, value in self.client.items():
             prefix = next((p for p in CLIENT_PREFIXES if key.startswith(p)), None)
             if prefix is None:

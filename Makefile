@@ -63,7 +63,7 @@ FAST_TESTS = not (spark or kafka or hdfs or s3 or cluster or browser or slow)
 test-fast: $(STAMP) check
 	$(BIN)/python -m pytest -q -m "$(FAST_TESTS)"
 
-# The SIGKILL soak (tests/fault/soak.py) at length, not part of `make test` (which runs 9 iterations per store).
+# The SIGKILL soak (tests/fault/soak.py) at length, not part of `make test` (which runs 10 iterations per store).
 # Each store's soak uses $KAFKA_BOOTSTRAP, else starts a local broker of its own. SOAK_SEED picks another schedule.
 SOAK_ITERATIONS ?= 200
 SOAK_SEED ?= 1

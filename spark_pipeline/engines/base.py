@@ -115,7 +115,7 @@ class SparkTaskEngine(TaskEngine):
     def cancel(self, run_id: str) -> None:
         self.cancelled.set()
         if self._spark is not None:
-            self._spark.sparkContext.cancelJobGroup(job_group(run_id))
+            cancel_job_group(self._spark, job_group(run_id))
 
     def halt(self, run_id: str) -> None:
         """Wait for no task any more, and cancel the run's Spark jobs again (those a task started meanwhile): from
@@ -126,7 +126,7 @@ class SparkTaskEngine(TaskEngine):
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
         logging.getLogger().addFilter(not_from_py4j)  # py4j also reports through the root logger
         if self._spark is not None:
-            threading.Thread(target=self._spark.sparkContext.cancelJobGroup, args=(job_group(run_id),), daemon=True,
+            threading.Thread(target=cancel_job_group, args=(self._spark, job_group(run_id)), daemon=True,
                              name="oncelog-halt").start()
 
     def pause(self, seconds: float) -> None:
@@ -154,6 +154,12 @@ class SparkTaskEngine(TaskEngine):
 def job_group(run_id: str) -> str:
     """The Spark job group of a run's tasks: what a cancellation cancels."""
     return f"oncelog-{run_id}"
+
+
+def cancel_job_group(spark: SparkSession, group: str) -> None:
+    """Cancel the group's Spark jobs, and those it submits from now on: a signal that comes while a task's Spark job
+    is still being planned (not yet submitted) must not leave that job to run to its end. A group names one run."""
+    spark.sparkContext._jsc.sc().cancelJobGroupAndFutureJobs(group)
 
 
 def fence_task_writers(config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], log: EventLog) -> None:

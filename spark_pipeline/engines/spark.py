@@ -32,6 +32,8 @@ from spark_pipeline.engines.records.task import run_task
 from spark_pipeline.jobfile.config import SPECULATION, JobConfig
 
 PROGRESS_POLL_S = 0.25
+JOB_GROUP_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+"""The thread-local properties `setJobGroup` sets (restored on the caller's thread after the run's tasks)."""
 TaskProgress = Callable[[int, int], None]
 """Told the tasks finished so far and the records they wrote (from a polling thread)."""
 
@@ -136,6 +138,7 @@ def run_tasks(spark: SparkSession, config: JobConfig, run_id: str, mwus: list[Mu
             counts.add((1, sum(r.records_written for r in outcome.written)))
             yield outcome
 
+    kept = {key: spark.sparkContext.getLocalProperty(key) for key in JOB_GROUP_PROPERTIES}
     spark.sparkContext.setJobGroup(f"oncelog-{run_id}", f"{config.job_name} run {run_id}", interruptOnCancel=True)
     finished = threading.Event()
     poller = threading.Thread(target=report_progress, args=(counts, progress, finished), daemon=True,
@@ -149,6 +152,8 @@ def run_tasks(spark: SparkSession, config: JobConfig, run_id: str, mwus: list[Mu
         finished.set()
         poller.join()
         progress(*counts.value)
+        for key, value in kept.items():  # a cancelled run's group cancels its later jobs: the caller's thread leaves it
+            spark.sparkContext._jsc.setLocalProperty(key, value)  # None removes the property (PySpark's types say str)
 
 
 def tasks_aborted(error: BaseException, mwus: Sequence[MultiWorkUnit]) -> TasksAborted:

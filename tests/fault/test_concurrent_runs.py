@@ -98,10 +98,12 @@ def librdkafka_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if re.match(r"%\d+\|", line) or "[rdkafka#" in line]
 
 
-STORE_ENGINES = [("sqlite", "records", 10), ("kafka", "dataframe", 20)]
-"""Both stores, each with one task engine, and the records per second per work unit that give the first run 20-40 s
-of tasks: time for a second `oncelog run` to start Spark and meet the lock (the DataFrame engine paces its work units
-two at a time). The lock lives in the log, below the engines; the broker test below runs both engines on Kafka."""
+STORE_ENGINES = [("sqlite", "records", 25), ("kafka", "dataframe", 50)]
+"""Both stores, each with one task engine, and the records per second per work unit that give a holder about 8 s of
+tasks (the DataFrame engine paces its work units two at a time): time for a second `oncelog run` to meet the lock,
+which it takes before starting Spark (2 s here), and be refused or take it over while the holder runs. A holder that
+ended first fails the test (the second run would commit). The lock lives in the log, below the engines; the broker
+test below runs both engines on Kafka."""
 
 
 @pytest.mark.parametrize(("store", "engine", "pace"), STORE_ENGINES)
@@ -178,6 +180,7 @@ def test_a_broker_stopped_mid_run_then_the_next_run_publishes_exactly_once(
     refused = Counter(re.sub(r"\d+ms", "Nms", line) for line in lines
                       if "Connection refused" in line and "[rdkafka#" in line)
     assert max(refused.values(), default=0) <= windows, f"the clients' log lines were not rate-limited: {refused}"
+    write_job(tmp_path, url, "full", None, **{"task.engine": engine})  # the next run unpaced
     after = JobLauncher(load_job_config(job), spark=spark).run()
     assert after.status is RunStatus.COMMITTED, after.error
     assert_exactly_once(url, tmp_path)

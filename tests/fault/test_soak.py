@@ -1,6 +1,6 @@
 """The real-process SIGKILL soak (tests.fault.soak) in `make test`, and the checks it relies on.
 
-The soak runs 9 iterations per log store, SQLite and Kafka at once (each `oncelog run` starts a Spark JVM: run one
+The soak runs 10 iterations per log store, SQLite and Kafka at once (each `oncelog run` starts a Spark JVM: run one
 after the other, the two soaks would take half as long again); every third iteration kills a run right after its
 commit sequences were planned. `make soak` runs hundreds (SOAK_ITERATIONS). SOAK_SEED picks another schedule.
 """
@@ -32,7 +32,7 @@ from tests.fault.soak import (
     soak,
 )
 
-ITERATIONS = 9
+ITERATIONS = 10
 SEED = int(os.environ.get("SOAK_SEED", "20261123"))
 
 

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from events.job import JobRunCancelled, JobRunStarted
 from events.log import open_log
-from events.task import TaskEvent, TaskRetried, TaskStarted
+from events.task import TaskEvent, TaskRetried, TaskStarted, TaskSucceeded
 from oncelog.cli import app
 from projections.projector import Projector
 from projections.views import RunStatus
@@ -148,7 +148,9 @@ def wait_for_task_started(url: str, timeout: float = 120) -> None:
 def test_a_signal_cancels_a_run_records_it_last_and_publishes_nothing(signum: int, tmp_path: Path,
                                                                       spark: SparkSession) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
-    job = write_job(tmp_path, url, "full", None, **{"source.synthetic.records.per.second": 20})
+    # Paced to about 8 s of tasks: the signal (1 s after the first TaskStarted) comes while they run; a run whose
+    # tasks ended first would commit and fail the test.
+    job = write_job(tmp_path, url, "full", None, **{"source.synthetic.records.per.second": 50})
     process = subprocess.Popen([sys.executable, "-m", "oncelog", "run", str(job), "--json"], cwd=ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_task_started(url)
@@ -163,6 +165,8 @@ def test_a_signal_cancels_a_run_records_it_last_and_publishes_nothing(signum: in
         state, _ = Projector(log).rebuild(use_snapshot=False)
     cancelled = next(n for n, e in enumerate(events) if isinstance(e, JobRunCancelled))
     assert not [e for e in events[cancelled:] if isinstance(e, TaskEvent)], "a task event after the cancellation"
+    assert not [e for e in events if isinstance(e, TaskSucceeded)], "the tasks ran to their end: Spark's job was not " \
+        "cancelled (a signal while it was being planned, before Spark ran it, was lost)"
     assert [r.status for r in state.runs.values()] == [RunStatus.CANCELLED]
     assert published_records(tmp_path / "published") == {}
     if signum == signal.SIGTERM:  # the next run, unpaced, publishes everything once

@@ -212,19 +212,16 @@ class TimePartitioning:
         middle = "".join(token.format(moment) for token in self.tokens).strip("/")
         return "/".join(part.strip("/") for part in (self.prefix, middle, self.suffix) if part.strip("/"))
 
-    def value_millis(self, value: object) -> int | None:
-        """A partition column's value as epoch milliseconds: a number in writer.partition.timeUnit, or a date or
-        timestamp (None: no value, the next column is tried)."""
-        if value is None or isinstance(value, bool):
-            return None
-        if isinstance(value, int):
-            return self.unit.to_millis(value)
-        if isinstance(value, dt.datetime):
-            aware = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
-            return (aware - EPOCH) // dt.timedelta(milliseconds=1)
-        if isinstance(value, dt.date):
-            return (value - dt.date(1970, 1, 1)).days * 86_400_000
-        return None
+
+
+def temporal_millis(value: object) -> int | None:
+    """A date's or timestamp's value (a naive one is UTC, as Avro's) as epoch milliseconds; None for anything else."""
+    if isinstance(value, dt.datetime):
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+        return (aware - EPOCH) // dt.timedelta(milliseconds=1)
+    if isinstance(value, dt.date):
+        return (value - dt.date(1970, 1, 1)).days * 86_400_000
+    return None
 
 
 def partitioning_of(properties: Mapping[str, str]) -> TimePartitioning | None:
@@ -426,7 +423,7 @@ def record_millis(columns: Sequence[EventColumn], partitioning: TimePartitioning
             continue
         if isinstance(value, int):
             return number_millis(column.kind, partitioning.unit, value)
-        millis = partitioning.value_millis(value)
+        millis = temporal_millis(value)
         if millis is not None:
             return millis
     return None

@@ -18,6 +18,7 @@ from spark_pipeline.constructs import WriterDestination
 from spark_pipeline.jobfile.config import JobConfigError
 from spark_pipeline.jobfile.partitions import (
     ColumnKind,
+    EventColumn,
     PartitionColumnError,
     TimePartitioning,
     avro_kind,
@@ -120,6 +121,10 @@ def test_the_event_time_is_the_first_column_with_a_value_then_the_record_timesta
     assert record_millis(columns, parts, {"header": None, "day": 2}) == 2 * 86_400_000
     assert record_millis(columns, parts, {"header": None, "day": None, "timestamp": 5}) == 5
     assert record_millis(columns, parts, {"header": None, "day": None, "timestamp": None}) is None
+    as_read = {"header": None, "day": dt.date(2026, 11, 26), "timestamp": None}  # fastavro's logical types
+    assert record_millis(columns, parts, as_read) == NOV_26_03_UTC - 3 * 3_600_000
+    moment = dt.datetime(2026, 11, 26, 4, 0, 0, 999, tzinfo=ZoneInfo("Europe/Berlin"))
+    assert record_millis([EventColumn(("t",), ColumnKind.MILLIS)], parts, {"t": moment}) == NOV_26_03_UTC
 
 
 def test_a_partition_column_the_records_lack_or_that_holds_no_time_is_named() -> None:

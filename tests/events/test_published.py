@@ -22,7 +22,7 @@ from events.published import (
     WatermarkRange,
     published_events,
 )
-from replay.subscriptions import follow
+from replay.subscriptions import event_summary, follow
 
 SEQUENCE: SequenceFields = {"job": "orders", "run_id": "r1", "dataset_urn": "orders.eu", "sequence_id": "r1"}
 MAX_EVENT_BYTES = 256 * 1024
@@ -96,4 +96,6 @@ def test_a_partitioned_plan_lists_its_files_per_time_partition_through_the_codec
     assert {hour: [f.path.rsplit("/", 1)[1] for f in files] for hour, files in event.by_partition.items()} == {
         "hourly/2026/11/26/03": ["orders.eu%3A0_0-7.avro", "orders.eu%3A2_0-7.avro"],
         "hourly/2026/11/26/04": ["orders.eu%3A1_0-7.avro"]}
-    assert published_events(SEQUENCE, plan(files=2))[0].by_partition.keys() == {""}  # a job without a partitioner
+    assert "3 file(s), 9 records, 30 bytes in 2 time partition(s) → " in event_summary(event)  # oncelog follow
+    unpartitioned = published_events(SEQUENCE, plan(files=2))[0]
+    assert unpartitioned.by_partition.keys() == {""} and "partition" not in event_summary(unpartitioned)

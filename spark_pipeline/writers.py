@@ -34,7 +34,6 @@ from spark_pipeline.constructs import (
 from spark_pipeline.jobfile.config import JobConfig
 from spark_pipeline.jobfile.partitions import (
     COLUMNS_KEY,
-    PartitionColumnError,
     TimePartitioning,
     avro_columns,
     avro_kind,
@@ -209,7 +208,7 @@ class PartitionedDataWriter(DataWriter):
         try:
             self.columns = event_columns(partitioning, lambda c: avro_kind(destination.schema, c),
                                          avro_columns(destination.schema))
-        except PartitionColumnError as e:
+        except ConfigError as e:
             raise ConfigError(f"dataset {destination.work_unit.dataset_urn!r}: {e}") from e
         self.writers: dict[str, DataWriter] = {}
 

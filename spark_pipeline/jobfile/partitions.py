@@ -21,6 +21,8 @@ from enum import Enum, StrEnum
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
+from events.errors import ConfigError
+
 PARTITIONER_KEY = "writer.partitioner.class"
 COLUMNS_KEY = "writer.partition.columns"
 PATTERN_KEY = "writer.partition.pattern"
@@ -124,10 +126,6 @@ class Token:
         return str(value).rjust(self.width, "0")
 
 
-class PatternError(ValueError):
-    """A pattern Gobblin's DateTimeFormat would reject, or one oncelog does not format."""
-
-
 def tokens(pattern: str) -> tuple[Token, ...]:
     """A Joda DateTimeFormat pattern as tokens: letter runs are fields, `'...'` quotes text (`''`: a quote), anything
     else is text. Letters Joda does not know are an error (as in Gobblin), and so are Joda's text fields (month
@@ -141,7 +139,7 @@ def tokens(pattern: str) -> tuple[Token, ...]:
             text = ""
             while True:
                 if end >= len(pattern):
-                    raise PatternError(f"the quote at position {i + 1} is not closed")
+                    raise ValueError(f"the quote at position {i + 1} is not closed")
                 if pattern[end] == "'":
                     if end + 1 < len(pattern) and pattern[end + 1] == "'":
                         text += "'"
@@ -158,10 +156,10 @@ def tokens(pattern: str) -> tuple[Token, ...]:
                 end += 1
             count = end - i
             if char not in JODA_LETTERS:
-                raise PatternError(f"{char!r} is not a pattern letter (Gobblin's Joda DateTimeFormat rejects it: "
+                raise ValueError(f"{char!r} is not a pattern letter (Gobblin's Joda DateTimeFormat rejects it: "
                                    f"'Illegal pattern component: {char * count}'); quote text as 'text'")
             if char not in SUPPORTED_LETTERS or (char == "M" and count > 2):
-                raise PatternError(f"{char * count!r} is a Joda pattern component oncelog does not format; folders "
+                raise ValueError(f"{char * count!r} is a Joda pattern component oncelog does not format; folders "
                                    f"use the numeric fields {', '.join(SUPPORTED_LETTERS)} (MM, not MMM)")
             out.append(Token(field=Field(char), width=count))
             i = end
@@ -284,7 +282,7 @@ def partitioning_problems(properties: Mapping[str, str]) -> list[tuple[str, str]
                 problems.append((PATTERN_KEY, f"{pattern!r} has no date field: every record would go to one folder"))
             elif (why := folder_text_problem(text)) is not None:
                 problems.append((PATTERN_KEY, f"{pattern!r}: {why}"))
-        except PatternError as e:
+        except ValueError as e:
             problems.append((PATTERN_KEY, f"{pattern!r}: {e}"))
     zone = _value(properties, TIMEZONE_KEY)
     if zone and not _known_zone(zone):
@@ -330,21 +328,17 @@ class EventColumn:
     kind: ColumnKind
 
 
-class PartitionColumnError(ValueError):
-    """The records' schema has none of the partition columns, or one holds no time; the message names the key."""
-
-
 def event_columns(partitioning: TimePartitioning, kind_of: Callable[[str], ColumnKind | str | None],
                   names: Sequence[str]) -> tuple[EventColumn, ...]:
     """The columns a record's event time is read from, in order: the configured ones the records' schema has, then
     the record's `timestamp` (the source's record time) if it has one. `kind_of(column)`: the column's kind (a str:
-    the type it has instead, not a time; None: no such column); `names`: the records' top-level columns. A
-    PartitionColumnError names the key when none is there or one is not a time."""
+    the type it has instead, not a time; None: no such column); `names`: the records' top-level columns. A ConfigError
+    names the key when none is there or one is not a time."""
     found: list[EventColumn] = []
     for column in partitioning.columns:
         kind = kind_of(column)
         if isinstance(kind, str):
-            raise PartitionColumnError(f"{COLUMNS_KEY}: column {column!r} is {kind}; a partition column holds a time "
+            raise ConfigError(f"{COLUMNS_KEY}: column {column!r} is {kind}; a partition column holds a time "
                                        f"(a long or int in {TIME_UNIT_KEY}, a date or a timestamp)")
         if kind is not None:
             found.append(EventColumn(tuple(column.split(".")), kind))
@@ -352,12 +346,12 @@ def event_columns(partitioning: TimePartitioning, kind_of: Callable[[str], Colum
     if partitioning.columns and not found:
         listed = ", ".join(repr(c) for c in partitioning.columns)
         verb = "is not a column" if len(partitioning.columns) == 1 else "are not columns"
-        raise PartitionColumnError(f"{COLUMNS_KEY}: {listed} {verb} of the records written (their columns: {shown})")
+        raise ConfigError(f"{COLUMNS_KEY}: {listed} {verb} of the records written (their columns: {shown})")
     own = kind_of(SOURCE_TIMESTAMP)
     if SOURCE_TIMESTAMP not in partitioning.columns and isinstance(own, ColumnKind):
         found.append(EventColumn((SOURCE_TIMESTAMP,), ColumnKind.MILLIS if own is ColumnKind.NUMBER else own))
     if not found:
-        raise PartitionColumnError(f"{COLUMNS_KEY} is not set and the records written have no {SOURCE_TIMESTAMP!r} "
+        raise ConfigError(f"{COLUMNS_KEY} is not set and the records written have no {SOURCE_TIMESTAMP!r} "
                                    f"field (the Kafka source's record time; their columns: {shown}): name the "
                                    f"column that holds each record's time")
     return tuple(found)

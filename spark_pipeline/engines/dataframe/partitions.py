@@ -29,7 +29,6 @@ from spark_pipeline.jobfile.partitions import (
     ColumnKind,
     EventColumn,
     Field,
-    PartitionColumnError,
     TimePartitioning,
     event_columns,
 )
@@ -117,7 +116,7 @@ def with_partition(frame: DataFrame, partitioning: TimePartitioning, where: Colu
     try:
         columns = event_columns(partitioning, lambda c: spark_kind(schema, c),
                                 [n for n in frame.columns if n != UNIT_COLUMN])
-    except PartitionColumnError as e:
+    except ConfigError as e:
         raise ConfigError(f"dataset {dataset!r}: {e}" if dataset else str(e)) from e
     kinds = []
     for column in columns:

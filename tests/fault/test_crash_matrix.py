@@ -116,6 +116,9 @@ def rerun_publishes_exactly_once(job: Path, point: str, policy: str, commit: str
         assert again.error is not None and "commit" not in again.error and "shard" not in again.error, again.error
 
     watermarks = assert_exactly_once(log.url, base)
+    if commit == "driver":  # time-partitioned: every published file in its hour's folder (PARTITIONED)
+        files = [p.relative_to(base / "published").parts for p in (base / "published").rglob("*.avro")]
+        assert files and all(parts[1:5] == ("hourly", "1970", "01", "01") for parts in files), files[:3]
     planned = planned_datasets(log, again.run_id)
     if point == "after-task-output" or commit == "driver":
         # Before planning nothing was planned; the driver plans every dataset in one batch, before any later point.

@@ -183,7 +183,7 @@ def run_attempt(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, attempt
     records_frame = staged.written if wrote is None else staged.written.observe(wrote, *unit_counts(units))
     if plan.partitioning is not None:
         records_frame = with_partition(records_frame, plan.partitioning, stages.where(records_frame),
-                                       units[0].dataset_urn)
+                                       one_dataset(units))
     forked = len(plan.writers) > 1
     if forked:
         records_frame = records_frame.persist(StorageLevel.MEMORY_AND_DISK)
@@ -284,6 +284,12 @@ def check_stages(spark: SparkSession, config: JobConfig, mwus: Sequence[MultiWor
         staged = stages.transform(config, frame, Attempt("planning", "planning", 1, tuple(units)))
         try:
             if partitioning is not None:  # the partition columns, against the columns written
-                with_partition(staged.written, partitioning, F.lit(""), units[0].dataset_urn)
+                with_partition(staged.written, partitioning, F.lit(""), one_dataset(units))
         finally:
             staged.release()
+
+
+def one_dataset(units: Sequence[WorkUnitSpec]) -> str:
+    """The dataset of the work units, for an error, when they are of one ("" when of several)."""
+    datasets = {u.dataset_urn for u in units}
+    return datasets.pop() if len(datasets) == 1 else ""

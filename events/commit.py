@@ -11,7 +11,8 @@ from events.model import Count, DatasetEvent, Frozen, Name, Parted
 
 class FsRenameStep(Frozen):
     """Move src to dst; done when dst holds size bytes with this checksum and src is gone. `records`: how many the
-    file holds (for downstream consumers; None in plans recorded before version 2)."""
+    file holds (for downstream consumers; None in plans recorded before version 2); `partition`: the time partition
+    the file is in ("" when the job has none, and in plans recorded before version 3)."""
 
     kind: Literal["FsRename"] = "FsRename"
     src: str
@@ -19,6 +20,7 @@ class FsRenameStep(Frozen):
     size: Count
     checksum: str
     records: Count | None = None
+    partition: str = ""
 
 
 class HighWatermarkStep(Frozen):
@@ -47,10 +49,10 @@ class CommitSequencePlanned(DatasetEvent, Parted):
     """The steps that publish one dataset's output of a run, recorded before any of them runs.
 
     v2: in parts when the steps are many (one FsRename per file); each part holds the next steps in order, and a
-    sequence is applied only once every part of its plan is folded.
+    sequence is applied only once every part of its plan is folded. v3: each FsRename names its file's time partition.
     """
 
-    SCHEMA_VERSION: ClassVar[int] = 2
+    SCHEMA_VERSION: ClassVar[int] = 3
     PARTED_FIELDS: ClassVar[tuple[str, ...]] = ("steps",)
 
     steps: tuple[CommitStepSpec, ...]

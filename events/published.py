@@ -29,12 +29,14 @@ from events.model import (
 
 
 class PublishedFile(Frozen):
-    """A file the sequence published: its final path, size, checksum and records (None: the log does not say)."""
+    """A file the sequence published: its final path, size, checksum and records (None: the log does not say), and
+    its time partition ("" when the job has no partitioner, and in events of version 1)."""
 
     path: str
     size: Count
     checksum: str
     records: Count | None = None
+    partition: str = ""
 
 
 class WatermarkRange(Frozen):
@@ -46,8 +48,12 @@ class WatermarkRange(Frozen):
 
 
 class DatasetPublished(DatasetEvent, Parted):
-    """What a completed sequence published (in parts when its files are many); the totals are the whole dataset's."""
+    """What a completed sequence published (in parts when its files are many); the totals are the whole dataset's.
 
+    v2: each file names its time partition (`PublishedFile.partition`; `by_partition` lists the files per partition).
+    """
+
+    SCHEMA_VERSION: ClassVar[int] = 2
     PARTED_FIELDS: ClassVar[tuple[str, ...]] = ("files", "watermarks")
 
     files: tuple[PublishedFile, ...] = ()
@@ -61,13 +67,22 @@ class DatasetPublished(DatasetEvent, Parted):
     def key(self) -> str:
         return self.part_key(self.commit_key("PUBLISHED"))
 
+    @property
+    def by_partition(self) -> dict[str, tuple[PublishedFile, ...]]:
+        """This part's files per time partition ("": the files of a job without a partitioner), in order."""
+        grouped: dict[str, list[PublishedFile]] = {}
+        for file in self.files:
+            grouped.setdefault(file.partition, []).append(file)
+        return {partition: tuple(files) for partition, files in sorted(grouped.items())}
+
 
 def published_events(sequence: SequenceFields, steps: Sequence[CommitStepSpec], budget: int = MAX_PART_BYTES
                      ) -> list[DatasetPublished]:
     """The DatasetPublished parts of a completed sequence, from its planned steps (the FsRename steps carry each
     file's records since plan version 2); each part's lists weigh at most `budget`. Built unvalidated (`trusted`):
     every value comes from a recorded plan."""
-    files = tuple(PublishedFile.trusted(path=s.dst, size=s.size, checksum=s.checksum, records=s.records)
+    files = tuple(PublishedFile.trusted(path=s.dst, size=s.size, checksum=s.checksum, records=s.records,
+                                        partition=s.partition)
                   for s in steps if isinstance(s, FsRenameStep))
     ranges = tuple(WatermarkRange.trusted(partition=s.partition, low_watermark=s.low_watermark, high_watermark=s.value)
                    for s in steps if isinstance(s, HighWatermarkStep))

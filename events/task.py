@@ -23,6 +23,9 @@ class OutputFile(Frozen):
     """The task-output folder of the attempt that wrote the file (writer.output.dir/<run>/<task>/attempt-<n>): no
     other attempt writes there, and the file's path below it is its published name. "" in logs written before each
     attempt had a folder of its own: the run's task-output folder."""
+    partition: str = ""
+    """The time partition the file holds (its folder below the dataset's: `hourly/2026/11/26/03`); "" when the job
+    has no partitioner, and in logs written before partitioned output."""
 
 
 class WorkUnitResult(Frozen):
@@ -70,9 +73,10 @@ class TaskSucceeded(TaskEvent, Parted):
 
     v2: in parts when its results are many (a MultiWorkUnit of thousands of work units); each part has them in part.
     v3: each output file names its attempt's folder (`OutputFile.folder`: "" in events of v2).
+    v4: and its time partition (`OutputFile.partition`: "" in events of v3).
     """
 
-    SCHEMA_VERSION: ClassVar[int] = 3
+    SCHEMA_VERSION: ClassVar[int] = 4
     PARTED_FIELDS: ClassVar[tuple[str, ...]] = ("results",)
 
     results: tuple[WorkUnitResult, ...]
@@ -89,10 +93,11 @@ class TaskFailed(TaskEvent, Parted):
     v3: what it comes down to — its root cause's first line, the work unit (and dataset) it failed on when known,
     whether a retry could fix it, and the next attempt (0: none) with the pause before it. Events of v2 read with
     these empty: `cause_line` then falls back to the error's first line. v4: each output file names its attempt's
-    folder (`OutputFile.folder`: "" in events of v3).
+    folder (`OutputFile.folder`: "" in events of v3). v5: and its time partition (`OutputFile.partition`: "" in
+    events of v4).
     """
 
-    SCHEMA_VERSION: ClassVar[int] = 4
+    SCHEMA_VERSION: ClassVar[int] = 5
     PARTED_FIELDS: ClassVar[tuple[str, ...]] = ("results",)
 
     error: str

@@ -120,8 +120,10 @@ def event_summary(event: Event) -> str:
             where = event.files[0].path if event.files else ""
             more = f" (+{len(event.files) - 1} more)" if len(event.files) > 1 else ""
             part = f" part {event.part + 1}/{event.parts}" if event.parts > 1 else ""
+            hours = [p for p in event.by_partition if p]
+            spread = f" in {len(hours):,} time partition(s)" if hours else ""
             return (f"{event.dataset_urn}: {event.files_published:,} file(s), {event.records_published:,} records, "
-                    f"{event.bytes_published:,} bytes{part}" + (f" → {where}{more}" if where else ""))
+                    f"{event.bytes_published:,} bytes{part}{spread}" + (f" → {where}{more}" if where else ""))
         case CommitSequenceCompleted() | CommitSequencePlanned():
             return f"{event.dataset_urn} sequence {event.sequence_id}"
         case CommitSequenceAbandoned():

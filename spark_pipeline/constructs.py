@@ -269,6 +269,9 @@ class WriterDestination:
     """The attempt's own task-output folder (writer.output.dir/<run_id>/<task_id>/attempt-<n>: writers.py)."""
     fs: FileSystem
     """The file systems to write through (folders may be local, hdfs:// or s3a:// locations)."""
+    partition: str = ""
+    """The time partition the writer writes (its folder below the dataset's, `hourly/2026/11/26/03`); "" when the job
+    has no partitioner (writer.partitioner.class)."""
 
 
 class DataWriter(ABC):

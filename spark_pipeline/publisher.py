@@ -46,7 +46,7 @@ class BaseDataPublisher(DataPublisher):
             steps: list[CommitStepSpec] = []
             for result in output.results:
                 steps += [FsRenameStep(src=f.path, dst=self.destination(run_id, f.path, f.branch, f.folder),
-                                       size=f.size, checksum=f.checksum, records=f.records)
+                                       size=f.size, checksum=f.checksum, records=f.records, partition=f.partition)
                           for f in result.output_files]
             for result in output.results:
                 # A partition seen for the first time records where it starts, even with nothing in range.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import errno
 import hashlib
+from dataclasses import replace
 from typing import IO, Any, Literal, cast
 from urllib.parse import quote
 
@@ -18,6 +19,8 @@ import fastavro
 from fastavro.write import Writer
 from pydantic import BaseModel, ConfigDict, Field
 
+from events.errors import ConfigError
+from events.job import WorkUnitSpec
 from events.task import OutputFile
 from filesystems import urls
 from filesystems.base import FileSystem, FileSystemError, WritableFile
@@ -29,6 +32,14 @@ from spark_pipeline.constructs import (
     WriterDestination,
 )
 from spark_pipeline.jobfile.config import JobConfig
+from spark_pipeline.jobfile.partitions import (
+    COLUMNS_KEY,
+    TimePartitioning,
+    avro_columns,
+    avro_kind,
+    event_columns,
+    record_millis,
+)
 
 
 class AvroWriterSettings(BaseModel):
@@ -52,9 +63,16 @@ def attempt_output_dir(output_dir: str, run_id: str, task_id: str, attempt: int)
 
 
 def output_file_name(destination: WriterDestination, high: int) -> str:
-    """<dataset>/<partition>_<low>-<high>.avro: deterministic for a watermark range."""
-    unit = destination.work_unit
-    return f"{path_segment(unit.dataset_urn)}/{path_segment(unit.partition)}_{unit.low_watermark}-{high}.avro"
+    """<dataset>/[<time partition>/]<partition>_<low>-<high>.avro: deterministic for a watermark range."""
+    return unit_file_name(destination.work_unit, destination.partition, high, ".avro")
+
+
+def unit_file_name(unit: WorkUnitSpec, time_partition: str, high: int, extension: str) -> str:
+    """A work unit's file in the task output, below the attempt's folder: its dataset's folder, its time partition's
+    folders (none without a partitioner), and its source partition and watermark range: two runs, or a late record of
+    an hour already published, never make one name twice."""
+    folder = "/".join([path_segment(unit.dataset_urn), *(path_segment(p) for p in time_partition.split("/") if p)])
+    return f"{folder}/{path_segment(unit.partition)}_{unit.low_watermark}-{high}{extension}"
 
 
 def move_to_task_output(fs: FileSystem, src: str, dst: str, size: int, checksum: str) -> None:
@@ -115,7 +133,8 @@ class AvroDataWriter(DataWriter):
         unit = destination.work_unit
         attempt_dir = urls.join(destination.staging_dir, destination.run_id, destination.task_id,
                                 f"attempt-{destination.attempt}")
-        file_name = f"{path_segment(unit.dataset_urn)}.{path_segment(unit.partition)}.avro.tmp"
+        time_partition = f".{path_segment(destination.partition)}" if destination.partition else ""
+        file_name = f"{path_segment(unit.dataset_urn)}.{path_segment(unit.partition)}{time_partition}.avro.tmp"
         self.staging_path = urls.join(attempt_dir, file_name)
         self._file = _HashingFile(self.fs.open_write(self.staging_path))
         schema = parsed_schema if parsed_schema is not None else fastavro.parse_schema(destination.schema)
@@ -139,7 +158,8 @@ class AvroDataWriter(DataWriter):
         target = urls.join(self.destination.output_dir, output_file_name(self.destination, actual_high_watermark))
         move_to_task_output(self.fs, self.staging_path, target, self._file.size, checksum)
         return [OutputFile(path=target, size=self._file.size, checksum=checksum, records=self.records_written,
-                           branch=self.destination.branch.index, folder=self.destination.output_dir)]
+                           branch=self.destination.branch.index, folder=self.destination.output_dir,
+                           partition=self.destination.partition)]
 
     def abort(self) -> None:
         if self._file.closed:
@@ -174,3 +194,45 @@ class AvroDataWriterBuilder(DataWriterBuilder):
             self._schema = (copy.deepcopy(schema), fastavro.parse_schema(schema))  # a copy: a converter may mutate
         return self._schema[1]
 
+
+
+class PartitionedDataWriter(DataWriter):
+    """Gobblin's PartitionedDataWriter for the time partitioner: one writer per time partition of a work unit's
+    branch, built when its first record comes; each writes its own file in its partition's folder."""
+
+    def __init__(self, builder: DataWriterBuilder, destination: WriterDestination, partitioning: TimePartitioning
+                 ) -> None:
+        self.builder = builder
+        self.destination = destination
+        self.partitioning = partitioning
+        try:
+            self.columns = event_columns(partitioning, lambda c: avro_kind(destination.schema, c),
+                                         avro_columns(destination.schema))
+        except ConfigError as e:
+            raise ConfigError(f"dataset {destination.work_unit.dataset_urn!r}: {e}") from e
+        self.writers: dict[str, DataWriter] = {}
+
+    def write(self, record: Record) -> None:
+        millis = record_millis(self.columns, self.partitioning, record)
+        if millis is None:
+            unit = self.destination.work_unit
+            raise ValueError(f"a record of work unit {unit.work_unit_id} has no time: none of "
+                             f"{', '.join('.'.join(c.path) for c in self.columns)} holds a value "
+                             f"({COLUMNS_KEY})")
+        partition = self.partitioning.path(millis)
+        writer = self.writers.get(partition)
+        if writer is None:
+            writer = self.writers[partition] = self.builder.build(replace(self.destination, partition=partition))
+        writer.write(record)
+        self.records_written += 1
+
+    def commit(self, actual_high_watermark: int) -> list[OutputFile]:
+        files: list[OutputFile] = []
+        for _, writer in sorted(self.writers.items()):
+            files += writer.commit(actual_high_watermark)
+            self.bytes_written += writer.bytes_written
+        return files
+
+    def abort(self) -> None:
+        for writer in self.writers.values():
+            writer.abort()

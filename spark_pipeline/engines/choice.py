@@ -25,6 +25,7 @@ from spark_pipeline.jobfile.config import (
     WriterOutputFormat,
     build_branch,
 )
+from spark_pipeline.jobfile.partitions import PARTITIONER_KEY
 from spark_pipeline.jobfile.plugins import import_class, make_construct
 from spark_pipeline.writers import AvroDataWriterBuilder
 
@@ -131,9 +132,10 @@ def engine_problems(config: JobConfig) -> list[KeyMessage]:
     The checks of a job that depend on its engine; the job file's own are jobfile.validation's.
     """
     spark_input = spark_only_input(config)
+    partitioned = partition_problems(config)
     outputs = [(key, output) for key, output in default_writer_outputs(config) if output not in RECORDS_FORMATS]
     if spark_input is None and not outputs:
-        return []  # what either engine reads and writes
+        return partitioned  # what either engine reads and writes
     blocker = dataframe_blocker(config)
     problems: list[KeyMessage] = []
     if spark_input and blocker:
@@ -147,7 +149,21 @@ def engine_problems(config: JobConfig) -> list[KeyMessage]:
                       if blocker and output in DATAFRAME_FORMATS else "")
         problems.append((key, f"{key!r}: {output.value} is not written by {DEFAULT_WRITER_BUILDER} (it writes "
                               f"{', '.join(sorted(written))}){spark_only}"))
-    return problems
+    return problems + partitioned
+
+
+PARTITIONED_FORMATS = frozenset({WriterOutputFormat.AVRO, WriterOutputFormat.PARQUET, WriterOutputFormat.ORC})
+"""The output formats a time partitioner splits (the DataFrame engine counts each partition's file's records from its
+blocks or footer)."""
+
+
+def partition_problems(config: JobConfig) -> list[KeyMessage]:
+    """A time partitioner with an output format whose files' records cannot be counted per partition."""
+    if not config.properties.get(PARTITIONER_KEY, "").strip():
+        return []
+    return [(key, f"{key!r}: {output.value} output is not split into time partitions ({PARTITIONER_KEY}); "
+                  f"partitioned output is {', '.join(sorted(f.value for f in PARTITIONED_FORMATS))}")
+            for key, output in default_writer_outputs(config) if output not in PARTITIONED_FORMATS]
 
 
 def default_writer_outputs(config: JobConfig) -> list[tuple[str, WriterOutputFormat]]:

@@ -406,8 +406,6 @@ _EXTRACT = ("Gobblin's Extract metadata and limits (namespace, table, full or de
             "dataset.urn, and a run extracts what its source's watermarks say")
 _WRITER = ("Gobblin's writer layout: files go under writer.output.dir by dataset, and a folder names its file system "
            "in its URL (hdfs://, s3a://)")
-_PARTITIONER = ("Gobblin's WriterPartitioner: records are not split into partition folders (a DataWriterBuilder of "
-                "your own may do it)")
 _CLEANUP = "Gobblin's staging cleanup: oncelog removes staging and task output itself once a run commits"
 _JARS = ("Gobblin's constructs are JVM classes: oncelog's are Python classes named by dotted path (JVM jars for "
          "Spark: spark.jars)")
@@ -434,11 +432,6 @@ GOBBLIN_KEYS_NOT_USED: dict[str, str] = {
     "writer.file.path": _WRITER,
     "writer.file.name": _WRITER,
     "writer.include.record.count.in.file.names": _WRITER,
-    "writer.partitioner.class": _PARTITIONER,
-    "writer.partition.columns": _PARTITIONER,
-    "writer.partition.pattern": _PARTITIONER,
-    "writer.partition.granularity": _PARTITIONER,
-    "writer.partition.timezone": _PARTITIONER,
     "cleanup.staging.data.per.task": _CLEANUP,
     "cleanup.staging.data.by.initializer": _CLEANUP,
     "bootstrap.with.offset": _KAFKA,

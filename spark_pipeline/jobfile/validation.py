@@ -75,14 +75,15 @@ from spark_pipeline.jobfile.formats import (
     Problem,
     substitute,
 )
+from spark_pipeline.jobfile.partitions import PARTITION_KEYS, PARTITIONER_KEY, partitioning_problems
 from spark_pipeline.jobfile.paths import JobRoots, nested_pairs, overlaps, resolved_path
 from spark_pipeline.jobfile.plugins import import_class, import_function
 from spark_pipeline.jobfile.sql_order import sql_order_note
 
 _TRUE = ("true", "yes", "on", "1")
 FUNCTIONS_KEY = "converter.dataframe.functions"
-GOBBLIN_KNOWN_KEYS = frozenset({*GOBBLIN_KEYS_NOT_USED, *FS_URI_FOLDERS, TASK_DATA_ROOT, COMMIT_PARALLELIZE,
-                                PARALLEL_COMMITS, REPLACE_FINAL_DIR})
+GOBBLIN_KNOWN_KEYS = frozenset({*GOBBLIN_KEYS_NOT_USED, *PARTITION_KEYS, *FS_URI_FOLDERS, TASK_DATA_ROOT,
+                                COMMIT_PARALLELIZE, PARALLEL_COMMITS, REPLACE_FINAL_DIR})
 """Gobblin keys oncelog knows (ignored or mapped): a close typo of one gets a "did you mean" too."""
 
 
@@ -472,6 +473,7 @@ class _Checker:
             self._check_master(core)
             self._check_branches(core)
             self._check_functions(core)
+            self._check_partitioning(core)
         return core
 
     def _core(self) -> JobConfig | None:
@@ -537,7 +539,7 @@ class _Checker:
             construct_keys |= keys
             branch_keys |= keys if usage.branch_level else set()
         for key in self.parsed.entries:
-            if key in CORE_KEYS or key in construct_keys or key in self.consumed:
+            if key in CORE_KEYS or key in construct_keys or key in self.consumed or key in PARTITION_KEYS:
                 continue
             reason = _gobblin_reason(key, self.values.get(key, ""))
             if reason is not None:
@@ -594,6 +596,21 @@ class _Checker:
                 import_function(path)
             except ValueError as e:
                 self.problem(FUNCTIONS_KEY, f"{FUNCTIONS_KEY!r}: cannot use {path!r}: {e}")
+
+    def _check_partitioning(self, core: JobConfig) -> None:
+        """The time partitioner's keys (pattern, granularity, time zone...), each problem naming its key; it splits
+        what the default writer writes (a builder of the job's own gets no partition folders)."""
+        for key, message in partitioning_problems(self.values):
+            self.problem(key, f"{key!r}: {message}")
+        if self.values.get(PARTITIONER_KEY, "").strip():
+            for n in range(core.fork_branches):
+                branch = build_branch(self.values, n, core.fork_branches)[0]
+                builder = branch.writer_builder_class if branch is not None else DEFAULT_WRITER_BUILDER
+                if builder != DEFAULT_WRITER_BUILDER:
+                    self.problem(PARTITIONER_KEY, f"{PARTITIONER_KEY!r}: the partitioner splits the default writer's "
+                                                  f"output ({DEFAULT_WRITER_BUILDER}); writer.builder.class is "
+                                                  f"{builder}")
+                    break
 
     def _check_master(self, core: JobConfig) -> None:
         """The master branch's row policies, and the unsuffixed task policies."""

@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 
 from events.job import ENGINE_PROPERTY, JobRunStarted, WorkUnitSpec
 from events.log import open_log
+from events.published import DatasetPublished
 from events.task import TaskEvent, TaskFailed, TaskSucceeded
 from projections.views import RunStatus
 from spark_pipeline.constructs import (
@@ -54,6 +55,8 @@ SYNTHETIC = "spark_pipeline.sources.synthetic.SyntheticSource"
 SMALL = {"source.synthetic.datasets": 2, "source.synthetic.partitions": 2, "source.synthetic.records.per.run": 40,
          "source.synthetic.payload.bytes": 8, "task.maxretries": 1}
 TASK_POLICY = "spark_pipeline.examples.policies.WroteEverything"
+RUNS = "runs"
+"""A case's runs of its job (1 when it does not say): not a key of the job."""
 """Fails whenever a row policy dropped or diverted a record of the work unit."""
 
 
@@ -131,6 +134,10 @@ CASES: dict[str, dict[str, object]] = {
     "a row policy on the field a converter adds (converters before quality checkers)": {
         "converter.classes": "spark_pipeline.examples.converters.AmountInCents",
         "qualitychecker.row.policies": f"{__name__}.EvenCents", "qualitychecker.row.policy.types": "ERR_FILE"},
+    "time-partitioned output, and a late record for an hour already published": {
+        "writer.partitioner.class": "org.apache.gobblin.writer.partitioner.TimeBasedAvroWriterPartitioner",
+        "writer.partition.columns": "offset", "writer.partition.timeUnit": "MINUTES",
+        "writer.partition.timezone": "UTC", "writer.partition.prefix": "hourly", RUNS: 2},
     "a source failing every attempt": {
         "source.synthetic.fail.attempts": 9, "source.synthetic.fail.after.records": 5,
         "source.synthetic.fail.datasets": "ds.1"},
@@ -151,6 +158,9 @@ class Observed:
     err_file: list[tuple[Any, ...]]
     warnings: list[str]
     """What the task-level policies logged (any level)."""
+    layout: list[tuple[str, str, int | None]]
+    """Each published file as DatasetPublished lists it: its path below the publish folder, its time partition and
+    its records."""
 
 
 def run_on(engine: str, case: dict[str, object], base: Path, spark: SparkSession,
@@ -158,7 +168,8 @@ def run_on(engine: str, case: dict[str, object], base: Path, spark: SparkSession
     """The case's job on one engine, in a folder of its own."""
     base.mkdir()
     url = f"sqlite:///{base / 'events.db'}"
-    job = write_job(base, url, "full", None, **{**SMALL, **case, "task.engine": engine,
+    keys = {k: v for k, v in case.items() if k != RUNS}
+    job = write_job(base, url, "full", None, **{**SMALL, **keys, "task.engine": engine,
                                                 "qualitychecker.row.err.file": str(base / "err")})
     if case.get("source.class", SYNTHETIC) != SYNTHETIC:  # the synthetic source's keys are unknown to another
         keys = yaml.safe_load(job.read_text())
@@ -166,13 +177,15 @@ def run_on(engine: str, case: dict[str, object], base: Path, spark: SparkSession
     config = load_job_config(job)
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="spark_pipeline"), open_log(url) as log:
-        if engine == "records":
-            in_process = InProcessTaskEngine(log.writer, slots=1, sleep=lambda _: None)
-            launcher = JobLauncher(config, log=log, engine=in_process)
-        else:
-            launcher = JobLauncher(config, spark=spark, log=log)
-        result = launcher.run()
+        for _ in range(int(str(case.get(RUNS, 1)))):
+            if engine == "records":
+                in_process = InProcessTaskEngine(log.writer, slots=1, sleep=lambda _: None)
+                launcher = JobLauncher(config, log=log, engine=in_process)
+            else:
+                launcher = JobLauncher(config, spark=spark, log=log)
+            result = launcher.run()
         task_events = [e.event for e in log.read() if isinstance(e.event, TaskEvent)]
+        published = [f for e in log.read() if isinstance(e.event, DatasetPublished) for f in e.event.files]
     warnings = sorted({r.getMessage() for r in caplog.records if "task-level policy" in r.getMessage()})
     succeeded = [e for e in task_events if isinstance(e, TaskSucceeded)]
     return Observed(
@@ -185,7 +198,9 @@ def run_on(engine: str, case: dict[str, object], base: Path, spark: SparkSession
         errors=[e.error.splitlines()[0] for e in task_events if isinstance(e, TaskFailed)],
         err_file=sorted(tuple(sorted(json.loads(line).items())) for path in sorted((base / "err").rglob("*.jsonl"))
                         for line in path.read_text().splitlines()),
-        warnings=warnings)
+        warnings=warnings,
+        layout=sorted((Path(f.path).relative_to(base / "published").as_posix(), f.partition, f.records)
+                      for f in published))
 
 
 def any_partition(message: str) -> str:
@@ -205,6 +220,9 @@ def test_both_engines_publish_and_record_the_same(name: str, tmp_path: Path, spa
     assert frames.attempts == records.attempts
     assert frames.err_file == records.err_file
     assert frames.warnings == records.warnings
+    assert frames.layout == records.layout
+    assert sorted(p.relative_to(tmp_path / "dataframe" / "published").as_posix()
+                  for p in (tmp_path / "dataframe" / "published").rglob("*.avro")) == [f for f, _, _ in frames.layout]
     assert len(frames.errors) == len(records.errors)
     for by_frames, by_records in zip(frames.errors, records.errors):
         assert re.search(any_partition(by_records.split(": ", 1)[1]), by_frames), (by_frames, by_records)
@@ -228,5 +246,11 @@ def test_the_cases_show_what_they_are_about(tmp_path: Path, spark: SparkSession,
     with open_log(f"sqlite:///{tmp_path / 'own' / 'events.db'}") as log:
         started = [e.event for e in log.read() if isinstance(e.event, JobRunStarted)]
     assert started[0].properties[ENGINE_PROPERTY] == "dataframe"
+    hours = run_on("records", CASES["time-partitioned output, and a late record for an hour already published"],
+                   tmp_path / "hours", spark, caplog)
+    assert [(path, hour, n) for path, hour, n in hours.layout if path.startswith("ds.0/") and "ds.0%3A0_" in path] == [
+        ("ds.0/hourly/1970/01/01/00/ds.0%3A0_0-40.avro", "hourly/1970/01/01/00", 40),
+        ("ds.0/hourly/1970/01/01/00/ds.0%3A0_40-80.avro", "hourly/1970/01/01/00", 20),  # late: a file of its own
+        ("ds.0/hourly/1970/01/01/01/ds.0%3A0_40-80.avro", "hourly/1970/01/01/01", 20)]
     rows = run_on("records", CASES["row policies of every type"], tmp_path / "rows", spark, caplog)
     assert rows.err_file and rows.published and len(rows.err_file) + len(rows.published) == 2 * 2 * 40

@@ -22,7 +22,7 @@ from events.published import (
     WatermarkRange,
     published_events,
 )
-from replay.subscriptions import follow
+from replay.subscriptions import event_summary, follow
 
 SEQUENCE: SequenceFields = {"job": "orders", "run_id": "r1", "dataset_urn": "orders.eu", "sequence_id": "r1"}
 MAX_EVENT_BYTES = 256 * 1024
@@ -82,3 +82,20 @@ def test_follow_delivers_dataset_published_to_a_subscriber_of_that_type(tmp_path
     (delivered,) = seen
     assert isinstance(delivered.event, DatasetPublished) and delivered.event == published[0]
     assert [f.path for f in delivered.event.files] == ["/final/00000000.avro", "/final/00000001.avro"]
+
+
+def test_a_partitioned_plan_lists_its_files_per_time_partition_through_the_codec() -> None:
+    hours = ["hourly/2026/11/26/03", "hourly/2026/11/26/04", "hourly/2026/11/26/03"]
+    steps = [FsRenameStep(src=f"/out/{i}.avro", dst=f"/final/orders.eu/{hour}/orders.eu%3A{i}_0-7.avro", size=10,
+                          checksum=f"{i:064x}", records=3, partition=hour) for i, hour in enumerate(hours)]
+    codec = EventCodec()
+    planned = CommitSequencePlanned(**SEQUENCE, steps=tuple(steps))
+    assert codec.decode(codec.encode_value(planned), "t", 0, 0, planned.key.encode()) == planned
+    (event,) = published_events(SEQUENCE, steps)
+    assert codec.decode(codec.encode_value(event), "t", 0, 0, event.key.encode()) == event
+    assert {hour: [f.path.rsplit("/", 1)[1] for f in files] for hour, files in event.by_partition.items()} == {
+        "hourly/2026/11/26/03": ["orders.eu%3A0_0-7.avro", "orders.eu%3A2_0-7.avro"],
+        "hourly/2026/11/26/04": ["orders.eu%3A1_0-7.avro"]}
+    assert "3 file(s), 9 records, 30 bytes in 2 time partition(s) → " in event_summary(event)  # oncelog follow
+    unpartitioned = published_events(SEQUENCE, plan(files=2))[0]
+    assert unpartitioned.by_partition.keys() == {""} and "partition" not in event_summary(unpartitioned)

@@ -87,12 +87,22 @@ def test_a_process_killed_at_a_point_then_a_rerun_publishes_exactly_once(point: 
     rerun_publishes_exactly_once(job, point, policy, commit, event_log, tmp_path, spark)
 
 
+PARTITIONED: dict[str, object] = {
+    "writer.partitioner.class": "org.apache.gobblin.writer.partitioner.TimeBasedAvroWriterPartitioner",
+    "writer.partition.columns": "offset", "writer.partition.timeUnit": "MINUTES", "writer.partition.timezone": "UTC",
+    "writer.partition.prefix": "hourly"}
+"""Time-partitioned output (each offset a minute: a run's records over four hours, a rerun's late ones in an hour a
+run already published), for the modes that commit on the driver: each engine and policy publishes partition folders
+through every crash point too."""
+
+
 def matrix_job(base: Path, log: EventLog, policy: str, engine: str, commit: str) -> Path:
-    """The matrix's job file: with `partial`, dataset ds.1 fails after FAIL_AFTER records on every attempt."""
+    """The matrix's job file: with `partial`, dataset ds.1 fails after FAIL_AFTER records on every attempt; the
+    driver's commits publish time-partitioned output."""
     failing: dict[str, object] = {
         "source.synthetic.fail.attempts": 99, "source.synthetic.fail.after.records": FAIL_AFTER,
         "source.synthetic.fail.datasets": "ds.1"} if policy == "partial" else {}
-    return write_job(base, log.url, policy, None, **failing,
+    return write_job(base, log.url, policy, None, **failing, **(PARTITIONED if commit == "driver" else {}),
                      **{"task.engine": engine, "job.commit.on.executors": commit == "shards"})
 
 
@@ -106,6 +116,9 @@ def rerun_publishes_exactly_once(job: Path, point: str, policy: str, commit: str
         assert again.error is not None and "commit" not in again.error and "shard" not in again.error, again.error
 
     watermarks = assert_exactly_once(log.url, base)
+    if commit == "driver":  # time-partitioned: every published file in its hour's folder (PARTITIONED)
+        files = [p.relative_to(base / "published").parts for p in (base / "published").rglob("*.avro")]
+        assert files and all(parts[1:5] == ("hourly", "1970", "01", "01") for parts in files), files[:3]
     planned = planned_datasets(log, again.run_id)
     if point == "after-task-output" or commit == "driver":
         # Before planning nothing was planned; the driver plans every dataset in one batch, before any later point.

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
 
 from events.job import WorkUnitSpec
 from events.log import open_log
@@ -34,6 +35,7 @@ from spark_pipeline.engines.base import SparkTaskEngine, job_group
 from spark_pipeline.engines.choice import EngineChoice
 from spark_pipeline.engines.dataframe import stages
 from spark_pipeline.engines.dataframe.errfile import write_diverted
+from spark_pipeline.engines.dataframe.partitions import with_partition
 from spark_pipeline.engines.dataframe.record_stages import Attempt
 from spark_pipeline.engines.dataframe.results import (
     StagedFile,
@@ -63,6 +65,7 @@ from spark_pipeline.jobfile.config import (
     JobConfig,
     TaskEngineKind,
 )
+from spark_pipeline.jobfile.partitions import TimePartitioning, partitioning_of
 from spark_pipeline.jobfile.plugins import make_construct
 from spark_pipeline.writers import attempt_output_dir, path_segment
 
@@ -82,6 +85,8 @@ class TaskPlan:
     config: JobConfig
     run_id: str
     writers: tuple[WriterSettings, ...]
+    partitioning: TimePartitioning | None = None
+    """The job's time partitioner (writer.partitioner.class), if it has one."""
 
 
 class DataFrameTaskEngine(SparkTaskEngine):
@@ -114,7 +119,8 @@ class DataFrameTaskEngine(SparkTaskEngine):
     def run(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], progress: TaskProgress
             ) -> list[TaskOutcome]:
         units = [u for mwu in mwus for u in mwu.work_units]
-        plan = TaskPlan(config, run_id, branch_writers(config, writer_schema(config, units)))
+        plan = TaskPlan(config, run_id, branch_writers(config, writer_schema(config, units)),
+                        partitioning_of(config.properties))
         check_stages(self.spark, config, mwus)
         lock = threading.Lock()
         done = [0, 0]
@@ -175,6 +181,9 @@ def run_attempt(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, attempt
     staged = stages.transform(config, frame, Attempt(plan.run_id, mwu.multi_work_unit_id, attempt, units))
     wrote = Observation() if staged.drops else None
     records_frame = staged.written if wrote is None else staged.written.observe(wrote, *unit_counts(units))
+    if plan.partitioning is not None:
+        records_frame = with_partition(records_frame, plan.partitioning, stages.where(records_frame),
+                                       one_dataset(units))
     forked = len(plan.writers) > 1
     if forked:
         records_frame = records_frame.persist(StorageLevel.MEMORY_AND_DISK)
@@ -211,9 +220,10 @@ def write_branch(plan: TaskPlan, mwu: MultiWorkUnit, folder: str, output: str, f
                  ) -> list[StagedFile]:
     """One branch's write into its attempt folder, and where each of its files goes in the attempt's own task-output
     folder of the branch (`output`: the record engine's folders and names)."""
-    config = plan.config
-    write_attempt(frame, plan.writers[index], folder)
-    return staged_files(FileSystems.of(config.properties), folder, mwu.work_units, output)
+    config, settings = plan.config, plan.writers[index]
+    write_attempt(frame, settings, folder)
+    counted = settings.output_format if settings.partitioned else None
+    return staged_files(FileSystems.of(config.properties), folder, mwu.work_units, output, counted)
 
 
 def merge_branches(per_branch: Sequence[tuple[WorkUnitResult, ...]]) -> tuple[WorkUnitResult, ...]:
@@ -264,9 +274,22 @@ def judge_units(config: JobConfig, units: Sequence[WorkUnitSpec], read: list[int
 
 
 def check_stages(spark: SparkSession, config: JobConfig, mwus: Sequence[MultiWorkUnit]) -> None:
-    """The job's SQL stages analysed over the source's columns before any task starts (a ConfigError naming the key:
-    Spark analyses without reading a record)."""
+    """The job's SQL stages analysed over the source's columns, and its partition columns looked up in the columns
+    written, before any task starts (a ConfigError naming the key: Spark analyses without reading a record)."""
     units = [u for mwu in mwus for u in mwu.work_units if u.expected_high_watermark > u.low_watermark][:1]
-    frame = read_units(spark, config, units, 1) if units and stages.has_stages(config) else None
+    partitioning = partitioning_of(config.properties)
+    needed = stages.has_stages(config) or partitioning is not None
+    frame = read_units(spark, config, units, 1) if units and needed else None
     if frame is not None:
-        stages.transform(config, frame, Attempt("planning", "planning", 1, tuple(units))).release()
+        staged = stages.transform(config, frame, Attempt("planning", "planning", 1, tuple(units)))
+        try:
+            if partitioning is not None:  # the partition columns, against the columns written
+                with_partition(staged.written, partitioning, F.lit(""), one_dataset(units))
+        finally:
+            staged.release()
+
+
+def one_dataset(units: Sequence[WorkUnitSpec]) -> str:
+    """The dataset of the work units, for an error, when they are of one ("" when of several)."""
+    datasets = {u.dataset_urn for u in units}
+    return datasets.pop() if len(datasets) == 1 else ""

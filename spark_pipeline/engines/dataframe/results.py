@@ -5,10 +5,15 @@ over the data).
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from urllib.parse import unquote
 
+import fastavro
+import pyarrow.orc as orc
+import pyarrow.parquet as pq
 from pyspark.sql import Column, Observation, SparkSession
 from pyspark.sql import functions as F
 
@@ -18,14 +23,17 @@ from filesystems import urls
 from filesystems.base import FileSystem, FileSystemError
 from filesystems.router import FileSystems
 from spark_pipeline.constructs import UNIT_COLUMN, SourceError
-from spark_pipeline.writers import move_to_task_output, path_segment
+from spark_pipeline.engines.dataframe.partitions import PARTITION_COLUMN
+from spark_pipeline.jobfile.config import WriterOutputFormat
+from spark_pipeline.writers import move_to_task_output, unit_file_name
 
 MOVE_TASKS_PER_CORE = 2
 """Move tasks per core of the cluster: enough to spread large files, few enough that a thousand small ones do not pay
 a thousand task starts (200 files, one task each: 6.8 s on 2 cores)."""
-_STAGED = re.compile(rf"/{UNIT_COLUMN}=(\d+)/(part-[^/.]+)(?:\.c\d+)?(\.[^/]*)?$")
-"""A file Spark wrote (`part-00000-<uuid>.c000.snappy.parquet`): its work unit's folder, its name, and its extension
-after the file counter (`.snappy.parquet`, `.json.gz`)."""
+_STAGED = re.compile(rf"/{UNIT_COLUMN}=(\d+)/(?:{PARTITION_COLUMN}=([^/]*)/)?(part-[^/.]+)(?:\.c\d+)?(\.[^/]*)?$")
+"""A file Spark wrote (`part-00000-<uuid>.c000.snappy.parquet`): its work unit's folder, its time partition's (Spark
+escapes the value's `/` and `=` as %2F, %3D), its name, and its extension after the file counter (`.snappy.parquet`,
+`.json.gz`)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +43,11 @@ class StagedFile:
     src: str
     unit: int
     dst: str
+    partition: str = ""
+    """The file's time partition ("" without a partitioner)."""
+    counted: WriterOutputFormat | None = None
+    """The format whose records the move counts (a work unit's records are counted by Spark per work unit, not per
+    time partition); None: not counted."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +58,9 @@ class MovedFile:
     path: str
     size: int
     checksum: str
+    partition: str = ""
+    records: int | None = None
+    """The records the file holds, when the move counted them (StagedFile.counted)."""
 
 
 def unit_metrics(units: Sequence[WorkUnitSpec], offset: str | None) -> list[Column]:
@@ -83,26 +99,29 @@ def output_extension(spark_extension: str) -> str:
     return ".avro" if spark_extension.endswith(".avro") else spark_extension
 
 
-def staged_files(fs: FileSystem, folder: str, units: Sequence[WorkUnitSpec], output_root: str) -> list[StagedFile]:
+def staged_files(fs: FileSystem, folder: str, units: Sequence[WorkUnitSpec], output_root: str,
+                 counted: WriterOutputFormat | None = None) -> list[StagedFile]:
     """The files of a committed attempt folder, each with its name in the attempt's task output `output_root` (one
-    per work unit)."""
-    found: dict[int, list[tuple[str, str]]] = {}
+    per work unit, or per work unit and time partition); `counted`: the format of files whose records the move
+    counts (a partitioned job's)."""
+    found: dict[tuple[int, str], list[tuple[str, str]]] = {}
     for info in fs.list_files(folder):
         match = _STAGED.search(info.path)
         if match is None:
             continue  # Spark's _SUCCESS and checksum files
-        found.setdefault(int(match.group(1)), []).append((info.path, match.group(3) or ""))
+        key = (int(match.group(1)), unquote(match.group(2) or ""))
+        found.setdefault(key, []).append((info.path, match.group(4) or ""))
     staged = []
-    for index, files in sorted(found.items()):
+    for (index, partition), files in sorted(found.items()):
         if index >= len(units) or len(files) != 1:
-            raise FileSystemError(f"{folder}: work unit folder {UNIT_COLUMN}={index} holds {len(files)} files; the "
-                                  f"task planned {len(units)} work units, one file each (a DataFrameReader puts "
-                                  f"each work unit's rows in one Spark partition)")
+            where = f"/{PARTITION_COLUMN}={partition}" if partition else ""
+            raise FileSystemError(f"{folder}: work unit folder {UNIT_COLUMN}={index}{where} holds {len(files)} "
+                                  f"files; the task planned {len(units)} work units, one file each (a "
+                                  f"DataFrameReader puts each work unit's rows in one Spark partition)")
         unit = units[index]
         (src, extension), = files
-        name = (f"{path_segment(unit.dataset_urn)}/{path_segment(unit.partition)}_{unit.low_watermark}-"
-                f"{unit.expected_high_watermark}{output_extension(extension)}")
-        staged.append(StagedFile(src, index, urls.join(output_root, name)))
+        name = unit_file_name(unit, partition, unit.expected_high_watermark, output_extension(extension))
+        staged.append(StagedFile(src, index, urls.join(output_root, name), partition, counted))
     return staged
 
 
@@ -128,8 +147,22 @@ def measure_and_move(fs: FileSystem, file: StagedFile) -> MovedFile:
     if size is None:
         raise FileSystemError(f"{file.src}: the file Spark committed is gone")
     checksum = fs.checksum(file.src)
+    records = None if file.counted is None else file_records(fs, file.src, file.counted)
     move_to_task_output(fs, file.src, file.dst, size, checksum)
-    return MovedFile(file.unit, file.dst, size, checksum)
+    return MovedFile(file.unit, file.dst, size, checksum, file.partition, records)
+
+
+def file_records(fs: FileSystem, path: str, output_format: WriterOutputFormat) -> int:
+    """The records a file Spark wrote holds, from its blocks' headers (Avro) or its footer (Parquet, ORC)."""
+    with fs.open_read(path) as stream:
+        if output_format is WriterOutputFormat.AVRO:
+            return sum(block.num_records for block in fastavro.block_reader(stream))
+        data = io.BytesIO(stream.read())
+    if output_format is WriterOutputFormat.PARQUET:
+        return int(pq.ParquetFile(data).metadata.num_rows)
+    if output_format is WriterOutputFormat.ORC:
+        return int(orc.ORCFile(data).nrows)
+    raise FileSystemError(f"{path}: the records of a {output_format.value} file are not counted")
 
 
 def unit_results(units: Sequence[WorkUnitSpec], records: Sequence[int], last_offsets: Sequence[int | None],
@@ -139,7 +172,9 @@ def unit_results(units: Sequence[WorkUnitSpec], records: Sequence[int], last_off
     task-output `folder` (writers.attempt_output_dir). Its whole range was read
     (exact ending offsets, failOnDataLoss), so the actual high watermark is the expected high, whatever a row policy
     dropped: past any trailing transaction marker, as the record engine sets it."""
-    by_unit = {m.unit: m for m in moved}
+    by_unit: dict[int, list[MovedFile]] = {}
+    for m in sorted(moved, key=lambda m: (m.unit, m.partition)):
+        by_unit.setdefault(m.unit, []).append(m)
     written = records if written is None else written
     results = []
     for index, unit in enumerate(units):
@@ -147,12 +182,16 @@ def unit_results(units: Sequence[WorkUnitSpec], records: Sequence[int], last_off
         if last is not None and not unit.low_watermark <= last < unit.expected_high_watermark:
             raise SourceError(f"work unit {unit.work_unit_id}: offset {last} written, outside its range "
                                      f"[{unit.low_watermark}, {unit.expected_high_watermark})")
-        file = by_unit.get(index)
-        if (file is None) != (written[index] == 0):
+        mine = by_unit.get(index, [])
+        if (not mine) != (written[index] == 0):
             raise SourceError(f"work unit {unit.work_unit_id}: {written[index]} records written but "
-                              f"{'no file' if file is None else 'a file'} committed")
-        files = () if file is None else (OutputFile(path=file.path, size=file.size, checksum=file.checksum,
-                                                    records=written[index], branch=branch, folder=folder),)
+                              f"{'no file' if not mine else 'a file'} committed")
+        counts = [written[index]] if len(mine) == 1 and mine[0].records is None else [m.records or 0 for m in mine]
+        if mine and sum(counts) != written[index]:
+            raise SourceError(f"work unit {unit.work_unit_id}: {written[index]} records written but its files "
+                              f"hold {sum(counts)}")
+        files = tuple(OutputFile(path=m.path, size=m.size, checksum=m.checksum, records=n, branch=branch,
+                                 folder=folder, partition=m.partition) for m, n in zip(mine, counts))
         results.append(WorkUnitResult(
             work_unit_id=unit.work_unit_id, dataset_urn=unit.dataset_urn, partition=unit.partition,
             low_watermark=unit.low_watermark, expected_high_watermark=unit.expected_high_watermark,

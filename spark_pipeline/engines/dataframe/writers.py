@@ -1,7 +1,8 @@
 """Spark's file writers for a task attempt: one write of the task's DataFrame, through Spark's commit protocol.
 
 The attempt's folder gets one `_wu=<index>` folder per work unit (Spark's `partitionBy`), whose files appear only
-when Spark commits the job: a failed attempt leaves nothing there. results.py then moves each file to the attempt's own
+when Spark commits the job: a failed attempt leaves nothing there (with a time partitioner, one `_tp=<partition>`
+folder per time partition inside it). results.py then moves each file to the attempt's own
 task-output folder as `<dataset>/<partition>_<low>-<high>.<ext>`, the record engine's name for a watermark range.
 """
 
@@ -14,7 +15,9 @@ from pyspark.sql import DataFrame
 from events.errors import ConfigError
 from filesystems import urls
 from spark_pipeline.constructs import UNIT_COLUMN
+from spark_pipeline.engines.dataframe.partitions import PARTITION_COLUMN
 from spark_pipeline.jobfile.config import JobConfig, WriterOutputFormat
+from spark_pipeline.jobfile.partitions import PARTITIONER_KEY
 
 CODEC_KEY = "writer.codec.type"
 CODECS: dict[WriterOutputFormat, dict[str, str]] = {
@@ -40,6 +43,8 @@ class WriterSettings:
     compression: str
     avro_schema: str | None
     """The records' Avro schema; None when SQL stages or DataFrame functions make the columns (Spark derives it)."""
+    partitioned: bool = False
+    """Whether the records carry their time partition (partitions.PARTITION_COLUMN): a folder level of its own."""
 
     @classmethod
     def of(cls, config: JobConfig, schema: str | None, branch: int = 0) -> WriterSettings:
@@ -58,7 +63,8 @@ class WriterSettings:
             raise ConfigError(f"{key}={given!r} is not a codec of {output_format.value} output (one of "
                               f"{', '.join(codecs)})")
         converted = config.converter_sql_select is not None or bool(config.converter_dataframe_functions)
-        return cls(output_format, codecs[codec], None if converted else schema)
+        partitioned = bool(config.properties.get(PARTITIONER_KEY, "").strip())
+        return cls(output_format, codecs[codec], None if converted else schema, partitioned)
 
 
 def codec_key(config: JobConfig, branch: int) -> str:
@@ -69,9 +75,11 @@ def codec_key(config: JobConfig, branch: int) -> str:
 
 
 def write_attempt(frame: DataFrame, settings: WriterSettings, folder: str) -> None:
-    """Write the attempt's records under `folder`, one `_wu=<index>` folder per work unit (Spark's commit protocol)."""
+    """Write the attempt's records under `folder`, one `_wu=<index>` folder per work unit, and in it one `_tp=<time
+    partition>` folder per time partition when the job has a partitioner (Spark's commit protocol)."""
+    columns = (UNIT_COLUMN, PARTITION_COLUMN) if settings.partitioned else (UNIT_COLUMN,)
     writer = (frame.write.format(SPARK_FORMATS[settings.output_format]).mode("errorifexists")
-              .option("compression", settings.compression).partitionBy(UNIT_COLUMN))
+              .option("compression", settings.compression).partitionBy(*columns))
     if settings.output_format is WriterOutputFormat.AVRO and settings.avro_schema is not None:
         writer = writer.option("avroSchema", settings.avro_schema)
     writer.save(urls.hadoop_uri(folder))

@@ -36,8 +36,9 @@ from spark_pipeline.jobfile.config import (
     BranchConfig,
     JobConfig,
 )
+from spark_pipeline.jobfile.partitions import TimePartitioning, partitioning_of
 from spark_pipeline.jobfile.plugins import make_construct
-from spark_pipeline.writers import attempt_output_dir, path_segment
+from spark_pipeline.writers import PartitionedDataWriter, attempt_output_dir, path_segment
 
 
 @dataclass
@@ -63,6 +64,8 @@ class Constructs:
     branches: list[BranchConstructs]
     fs: FileSystem
     """The file systems the writers write to (one client per task, reused by its work units)."""
+    partitioning: TimePartitioning | None = None
+    """The time partitioner (writer.partitioner.class) splitting each branch's output, if the job has one."""
 
 
 def build_constructs(config: JobConfig) -> Constructs:
@@ -89,6 +92,7 @@ def build_constructs(config: JobConfig) -> Constructs:
         fork,
         branches,
         FileSystems.of(config.properties),
+        partitioning_of(config.properties),
     )
 
 
@@ -163,8 +167,7 @@ class WorkUnitFlow:
         for index, branch in enumerate(self.c.branches):
             final, schemas = chain_schema(branch.converters, schema, self.state)
             branch_schemas.append(schemas)
-            self.writers.append(branch.writer_builder.build(self._destination(branch.config, final))
-                                if takes_schema[index] else None)
+            self.writers.append(self._writer(branch, final) if takes_schema[index] else None)
         direct = self._direct_writer()
         if direct is not None:
             self._copy_records(direct)
@@ -277,6 +280,13 @@ class WorkUnitFlow:
         for writer in self.writers:
             if writer is not None:
                 writer.abort()
+
+    def _writer(self, branch: BranchConstructs, schema: Schema) -> DataWriter:
+        """A branch's writer for the work unit: one per time partition when the job has a partitioner."""
+        destination = self._destination(branch.config, schema)
+        if self.c.partitioning is None:
+            return branch.writer_builder.build(destination)
+        return PartitionedDataWriter(branch.writer_builder, destination, self.c.partitioning)
 
     def _destination(self, branch: BranchConfig, schema: Schema) -> WriterDestination:
         state = self.state

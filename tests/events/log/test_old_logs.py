@@ -71,17 +71,31 @@ def without_new_fields(model: type[BaseModel], read: dict[str, Any], written: di
     for key, value in read.items():
         if key not in written:
             continue
-        inner, was = nested_model(model.model_fields[key].annotation), written[key]
-        if inner is not None and isinstance(value, dict) and isinstance(was, dict):
-            value = without_new_fields(inner, value, was)
-        elif inner is not None and isinstance(value, list) and isinstance(was, list) and len(value) == len(was):
-            value = [without_new_fields(inner, v, w) if isinstance(v, dict) and isinstance(w, dict) else v
+        models, was = nested_models(model.model_fields[key].annotation), written[key]
+        if models and isinstance(value, dict) and isinstance(was, dict):
+            value = without_new_fields(chosen(models, was), value, was)
+        elif models and isinstance(value, list) and isinstance(was, list) and len(value) == len(was):
+            value = [without_new_fields(chosen(models, w), v, w) if isinstance(v, dict) and isinstance(w, dict) else v
                      for v, w in zip(value, was)]
         kept[key] = value
     return kept
 
 
-def nested_model(annotation: Any) -> type[BaseModel] | None:
-    """The one model a field holds (itself, or as the items of a tuple); None for none, or a union of several."""
-    models = [t for t in (annotation, *typing.get_args(annotation)) if isinstance(t, type) and issubclass(t, BaseModel)]
-    return models[0] if len(models) == 1 else None
+def nested_models(annotation: Any) -> list[type[BaseModel]]:
+    """The models a field holds (itself, the items of a tuple, or the members of a union such as the commit steps)."""
+    found: list[type[BaseModel]] = []
+    pending = [annotation]
+    while pending:
+        current = pending.pop(0)
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            found.append(current)
+        else:
+            pending += list(typing.get_args(current))
+    return found
+
+
+def chosen(models: list[type[BaseModel]], written: dict[str, Any]) -> type[BaseModel]:
+    """The model a written value is: the only one, or the union member its `kind` names."""
+    if len(models) == 1:
+        return models[0]
+    return next(m for m in models if m.model_fields["kind"].default == written.get("kind"))

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from spark_pipeline.jobfile.config import JobConfigError
+from spark_pipeline.jobfile.partitions import partitioning_of
 from spark_pipeline.jobfile.validation import MigrationReport, Verdict
 from spark_pipeline.jobs import (
     load_job,
@@ -68,15 +69,18 @@ def problems_of(path: Path, **environ: str) -> list[str]:
 def test_wikipedia_pull_reports_what_carries_over_and_only_the_true_problems() -> None:
     report = migration_report(FIXTURES / "wikipedia.pull", environ={})
     assert report.job_name == "PullFromWikipedia" and report.verdict is Verdict.WILL_NOT_RUN
-    assert [i.key for i in report.ignored] == ["extract.namespace", "writer.destination.type",
-                                               "writer.partitioner.class"]
+    assert [i.key for i in report.ignored] == ["extract.namespace", "writer.destination.type"]
     assert [(m.key, m.value) for m in report.mapped] == [
         ("data.publisher.type", "spark_pipeline.publisher.BaseDataPublisher")]
-    # what is left: Gobblin's Java constructs, and the folders Gobblin takes from its work dir
+    # what is left: Gobblin's Java constructs (its own partitioner too: not a time-based one oncelog applies), and
+    # the folders Gobblin takes from its work dir
     assert sorted(p.key or p.message.split("'")[1] for p in report.problems) == [
-        "converter.classes", "data.publisher.final.dir", "source.class", "writer.output.dir", "writer.staging.dir"]
-    assert all("Gobblin Java class" in p.message for p in report.problems if p.key)
-    assert report.summary.endswith("will not run — 5 problems, 3 Gobblin keys ignored, 1 mapped")
+        "converter.classes", "data.publisher.final.dir", "source.class", "writer.output.dir",
+        "writer.partitioner.class", "writer.staging.dir"]
+    assert all("Gobblin Java class" in p.message for p in report.problems
+               if p.key and p.key != "writer.partitioner.class")
+    assert any("WikipediaPartitioner' is not a partitioner oncelog applies" in p.message for p in report.problems)
+    assert report.summary.endswith("will not run — 6 problems, 2 Gobblin keys ignored, 1 mapped")
 
 
 def test_kafka_hdfs_pull_maps_task_data_root_and_writer_fs_uri() -> None:
@@ -121,17 +125,20 @@ def test_the_one_warning_lists_every_ignored_key_with_its_reason() -> None:
 
 
 def test_a_typical_gobblin_pull_keeps_only_its_true_problem(tmp_path: Path) -> None:
-    # before issue 13 these 16 keys were 16 problems; now they are one warning and two mappings, and the typo stays
+    # before issue 13 these 16 keys were 16 problems; now they are one warning and two mappings, and the typo stays;
+    # the time-based partitioner is applied (issue 24): not ignored
     path = write_pull(tmp_path, "orders.pull", {**PORTED, **TYPICAL_GOBBLIN_KEYS, "job.comit.policy": "full"})
     assert problems_of(path) == [f"{path}:22: unknown key 'job.comit.policy' (did you mean 'job.commit.policy'?)"]
     path = write_pull(tmp_path, "orders.pull", {**PORTED, **TYPICAL_GOBBLIN_KEYS})
     loaded = load_job(path, environ={})
     assert loaded.report.verdict is Verdict.WILL_RUN
-    assert len(loaded.report.ignored) == 14
+    assert len(loaded.report.ignored) == 13
+    partitioning = partitioning_of(loaded.config.properties)
+    assert partitioning is not None and partitioning.zone == "America/Los_Angeles"  # Gobblin's defaults: hourly, PST
     assert {m.key for m in loaded.report.mapped} == {"writer.fs.uri", "data.publisher.fs.uri"}
     assert loaded.config.writer_output_dir == "/gobblin/task-output"  # file:/// keeps folders local
     (warning,) = [w for w in loaded.warnings if "ignored" in w]
-    assert "14 Gobblin keys" in warning and "bootstrap.with.offset" in warning
+    assert "13 Gobblin keys" in warning and "bootstrap.with.offset" in warning
 
 
 def test_a_construct_that_reads_a_gobblin_key_gives_it_its_meaning(tmp_path: Path) -> None:

@@ -51,6 +51,10 @@ from spark_pipeline.commit.steps import (
 SYNC_CHUNK = 16
 """Folders per sync_folders call when the renames of many sequences are made durable together."""
 
+UNDOABLE = {"HighWatermark": "its watermarks moved", "DatasetState": "its watermarks moved",
+            "TableCommit": "its files were committed to the table (a snapshot carries its id)"}
+"""What a step that took effect did, for the refusal to roll back a sequence that applied it."""
+
 Record = Callable[[Sequence[Event]], None]
 """Where a sequence records its events: the sink (at once), or a list the committer appends in one batch."""
 
@@ -269,8 +273,8 @@ class Committer:
                 if recorded:
                     raise CommitStepError(
                         f"sequence {sequence.sequence_id} of {sequence.dataset_urn!r} applied step {index} "
-                        f"({spec.kind}) before it was abandoned: its watermarks moved, it cannot be rolled back; run "
-                        f"`oncelog verify`")
+                        f"({spec.kind}) before it was abandoned: {UNDOABLE.get(spec.kind, 'it took effect')}, it "
+                        f"cannot be rolled back; run `oncelog verify`")
                 continue
             moved = FsRenameCommitStep(spec, self.fs).roll_back(recorded)
             if moved or recorded:

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import sqlalchemy.exc
 from pyiceberg import exceptions as iceberg_errors
 from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
@@ -140,6 +141,10 @@ def append(ref: TableRef, files: Sequence[str], commit_id: str, summary: dict[st
 def _append_once(ref: TableRef, table: Table, files: Sequence[str], properties: dict[str, str]) -> None:
     """One transaction: the schema evolved by the files' new columns, then the files added, as one table commit."""
     schema = files_schema(files)
+    mismatched = _mismatched(table, schema)
+    if mismatched:
+        raise TableError(f"{ref.describe()} cannot take the data of {len(files)} file(s) (the first {files[0]}): "
+                         f"{'; '.join(mismatched)}; nothing was committed")
     try:
         with table.transaction() as transaction:
             if not _has_all(table, schema):
@@ -151,6 +156,30 @@ def _append_once(ref: TableRef, table: Table, files: Sequence[str], properties: 
     except LIBRARY_ERRORS as e:
         raise TableError(f"{ref.describe()} cannot take the data of {len(files)} file(s) (the first {files[0]}): "
                          f"{_first_line(e)}") from e
+
+
+def _mismatched(table: Table, schema: pa.Schema) -> list[str]:
+    """The data's columns whose type the table's column of that name cannot take (integers widen, floats too)."""
+    columns = schema_to_pyarrow(table.schema())
+    found = []
+    for field in schema:
+        index = columns.get_field_index(field.name)
+        if index < 0:
+            continue  # a new column: the schema evolves
+        theirs = columns.field(index).type
+        if not _fits(field.type, theirs):
+            found.append(f"column {field.name!r} is {theirs} in the table, {field.type} in the data")
+    return found
+
+
+def _fits(data: pa.DataType, table: pa.DataType) -> bool:
+    """Whether a column of type `table` takes values of type `data`."""
+    kinds = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string, pa.types.is_large_string,
+             pa.types.is_timestamp, pa.types.is_binary, pa.types.is_boolean, pa.types.is_date)
+    if data == table or (pa.types.is_string(data) or pa.types.is_large_string(data)) and (
+            pa.types.is_string(table) or pa.types.is_large_string(table)):
+        return True
+    return any(kind(data) and kind(table) for kind in kinds) and not pa.types.is_timestamp(data)
 
 
 def _has_all(table: Table, schema: pa.Schema) -> bool:

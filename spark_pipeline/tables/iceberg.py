@@ -173,13 +173,11 @@ def _mismatched(table: Table, schema: pa.Schema) -> list[str]:
 
 
 def _fits(data: pa.DataType, table: pa.DataType) -> bool:
-    """Whether a column of type `table` takes values of type `data`."""
-    kinds = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string, pa.types.is_large_string,
-             pa.types.is_timestamp, pa.types.is_binary, pa.types.is_boolean, pa.types.is_date)
-    if data == table or (pa.types.is_string(data) or pa.types.is_large_string(data)) and (
-            pa.types.is_string(table) or pa.types.is_large_string(table)):
-        return True
-    return any(kind(data) and kind(table) for kind in kinds) and not pa.types.is_timestamp(data)
+    """Whether a column of type `table` takes values of type `data`: the same type, or of one family that widens
+    (integers, floats, strings)."""
+    families = (pa.types.is_integer, pa.types.is_floating,
+                lambda t: pa.types.is_string(t) or pa.types.is_large_string(t))
+    return data == table or any(family(data) and family(table) for family in families)
 
 
 def _has_all(table: Table, schema: pa.Schema) -> bool:

@@ -174,9 +174,10 @@ def _mismatched(table: Table, schema: pa.Schema) -> list[str]:
 
 def _fits(data: pa.DataType, table: pa.DataType) -> bool:
     """Whether a column of type `table` takes values of type `data`: the same type, or of one family that widens
-    (integers, floats, strings)."""
+    (integers, floats, strings, binaries: Iceberg reads its strings and binaries back as Arrow's large ones)."""
     families = (pa.types.is_integer, pa.types.is_floating,
-                lambda t: pa.types.is_string(t) or pa.types.is_large_string(t))
+                lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+                lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t))
     return data == table or any(family(data) and family(table) for family in families)
 
 

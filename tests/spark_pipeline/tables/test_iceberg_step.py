@@ -24,10 +24,12 @@ def table_step(warehouse: Path, commit_id: str, catalog: str | None = None) -> T
 
 
 def parquet(path: Path, first: int, **extra: pa.Array) -> str:
-    """A Parquet file of three records, offsets first..first+2, with `extra` columns."""
+    """A Parquet file of three records, offsets first..first+2, a binary column (as Kafka's value: the table reads
+    it back as large_binary, and must take it again), with `extra` columns."""
     path.parent.mkdir(parents=True, exist_ok=True)
     offsets = list(range(first, first + 3))
-    columns = {"dataset": pa.array(["ds"] * 3), "offset": pa.array(offsets, pa.int64()), **extra}
+    columns = {"dataset": pa.array(["ds"] * 3), "offset": pa.array(offsets, pa.int64()),
+               "value": pa.array([b"v"] * 3, pa.binary()), **extra}
     pq.write_table(pa.table(columns), path)
     return str(path)
 

@@ -23,7 +23,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from events.commit import TableCommitStep
-from events.errors import OncelogError
+from spark_pipeline.tables.errors import TableError
 
 COMMIT_ID = "oncelog.commit-id"
 """The snapshot summary property naming the sequence that made the snapshot (`job/dataset/sequence`)."""
@@ -38,10 +38,6 @@ LIBRARY_ERRORS: tuple[type[Exception], ...] = (
 )
 """What pyiceberg, SQLAlchemy and Arrow raise for a catalog that cannot be reached or a table that cannot take the
 data (pyiceberg's errors share no base class)."""
-
-
-class TableError(OncelogError):
-    """A table cannot be reached, read or appended to; the message names the table and the catalog."""
 
 
 @dataclass(frozen=True)

@@ -42,14 +42,36 @@ class DatasetStateStep(Frozen):
     properties: dict[str, str] = Field(default_factory=dict)
 
 
-CommitStepSpec = Annotated[FsRenameStep | HighWatermarkStep | DatasetStateStep, Field(discriminator="kind")]
+class TableCommitStep(Frozen):
+    """Append the files the sequence's FsRename steps published to an Iceberg table, in one snapshot whose summary
+    carries `commit_id` (and `summary`): done when the table's history holds a snapshot with that id."""
+
+    kind: Literal["TableCommit"] = "TableCommit"
+    catalog_uri: str
+    """The catalog's URL (pyiceberg's SQL catalog on SQLite by default; http(s):// a REST catalog)."""
+    catalog_name: Name
+    warehouse: str
+    """Where the catalog creates tables (the job's data.publisher.final.dir)."""
+    table: str
+    """The table's identifier, `namespace.name`."""
+    location: str
+    """The table's location, if oncelog creates it: the published files lie under its `data/` folder."""
+    commit_id: str
+    """`job/dataset/sequence`: the snapshot summary property `oncelog.commit-id` that verify() looks for."""
+    summary: dict[str, str] = Field(default_factory=dict)
+    """The other snapshot summary properties: run, dataset, sequence and each partition's watermark range."""
+
+
+CommitStepSpec = Annotated[FsRenameStep | HighWatermarkStep | DatasetStateStep | TableCommitStep,
+                           Field(discriminator="kind")]
 
 
 class CommitSequencePlanned(DatasetEvent, Parted):
     """The steps that publish one dataset's output of a run, recorded before any of them runs.
 
     v2: in parts when the steps are many (one FsRename per file); each part holds the next steps in order, and a
-    sequence is applied only once every part of its plan is folded. v3: each FsRename names its file's time partition.
+    sequence is applied only once every part of its plan is folded. v3: each FsRename names its file's time partition,
+    and a step may be a TableCommit.
     """
 
     SCHEMA_VERSION: ClassVar[int] = 3

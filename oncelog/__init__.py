@@ -85,7 +85,7 @@ _ERRORS: tuple[str, ...] = (
     "OncelogError", "ConfigError", "JobConfigError", "LogUnavailableError", "LogWriteError", "FencedError",
     "LogNotStableError", "EventDecodeError", "UnknownEventTypeError", "CorruptEventError", "SnapshotFormatError",
     "ProjectionStopped", "IncompleteHistoryError", "JobLockedError", "RunCancelled", "SourceError", "TaskQualityError",
-    "CommitStepError", "UnsafeCommitStepError", "FileSystemError", "RunNotFoundError", "JobNotFoundError",
+    "CommitStepError", "UnsafeCommitStepError", "TableError", "FileSystemError", "RunNotFoundError", "JobNotFoundError",
     "KafkaProvisioningError", "HdfsProvisioningError", "S3ProvisioningError", "SparkClusterError",
     "SparkConnectorError",
     "EventTooLargeError", "KafkaSecurityError", "DamagedHistoryError", "ShardLostError", "ShardFailedError",

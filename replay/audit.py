@@ -23,6 +23,7 @@ from events.commit import (
     DatasetStateStep,
     FsRenameStep,
     HighWatermarkStep,
+    TableCommitStep,
 )
 from events.dataset import WatermarkAdvanced
 from events.errors import OncelogError
@@ -506,6 +507,8 @@ def describe_step(step: CommitStepSpec) -> str:
             return f"{step.partition}: {step.low_watermark} → {step.value}"
         case DatasetStateStep():
             return f"{step.records_published} records, {step.files_published} files"
+        case TableCommitStep():
+            return f"commit {step.table} ({step.commit_id})"
     return repr(step)
 
 

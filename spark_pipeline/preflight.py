@@ -56,6 +56,7 @@ from spark_pipeline.sources.directory_settings import (
     DirectorySettings,
 )
 from spark_pipeline.sources.kafka_topic import KafkaSourceSettings, SourceCluster, select_topics
+from spark_pipeline.tables.publisher import CATALOG_URI_KEY, IcebergSettings, IcebergTablePublisher, catalog_problem
 
 QUIET = logging.getLogger("oncelog.preflight.kafka")
 """Where the Kafka probe's client logs: nowhere (its failures are the probe's findings)."""
@@ -314,6 +315,22 @@ def _source_of(config: JobConfig, model: type[Any]) -> type | None:
     return cls if found is not None and issubclass(found, model) else None
 
 
-CHECKS: tuple[Check, ...] = (sql_problems, move_problems, folder_problems, kafka_problems)
+def table_problems(config: JobConfig, probe: Probe) -> list[Finding]:
+    """An Iceberg publisher's catalog can be reached (spark_pipeline/tables)."""
+    try:
+        publisher = import_class(config.publisher_type)
+    except ValueError:
+        return []  # the job file's own checks report it
+    if not issubclass(publisher, IcebergTablePublisher):
+        return []
+    settings = config.construct_settings(publisher, 0)
+    assert isinstance(settings, IcebergSettings)
+    warehouse = urls.resolve_folder(str(config.branch(0).publisher_final_dir))
+    problem = catalog_problem(settings, warehouse, probe.timeout_s)
+    key = CATALOG_URI_KEY if settings.catalog_uri else "data.publisher.final.dir"
+    return [Finding(key, f"{key!r}: the catalog of Iceberg table {settings.table!r}: {problem}")] if problem else []
+
+
+CHECKS: tuple[Check, ...] = (sql_problems, move_problems, folder_problems, kafka_problems, table_problems)
 """The checks, cheapest first."""
 

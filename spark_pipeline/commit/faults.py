@@ -28,6 +28,10 @@ class FaultPoint(StrEnum):
     AFTER_WATERMARK = "after-watermark"
     BEFORE_COMPLETION = "before-completion"
     DURING_CLEANUP = "during-cleanup"
+    BEFORE_TABLE_COMMIT = "before-table-commit"
+    """A table publisher's sequence: its files moved into the table's data folder, the table not committed."""
+    AFTER_TABLE_COMMIT = "after-table-commit"
+    """The table's snapshot committed, nothing of it recorded in the log (verify() must find the snapshot)."""
 
     @classmethod
     def parse(cls, name: str) -> FaultPoint:
@@ -35,7 +39,7 @@ class FaultPoint(StrEnum):
         try:
             return cls(name)
         except ValueError as e:
-            raise ValueError(f"{CRASH_ENV}: unknown crash point {name!r}; known: {', '.join(POINTS)}") from e
+            raise ValueError(f"{CRASH_ENV}: unknown crash point {name!r}; known: {', '.join(FaultPoint)}") from e
 
     @property
     def in_commit_shard(self) -> bool:
@@ -43,8 +47,16 @@ class FaultPoint(StrEnum):
         return self not in (FaultPoint.AFTER_TASK_OUTPUT, FaultPoint.DURING_CLEANUP)
 
 
-POINTS: tuple[FaultPoint, ...] = tuple(FaultPoint)
-"""Every point, in protocol order (the crash matrix's parameters)."""
+    @property
+    def table_only(self) -> bool:
+        """Whether only a table publisher's sequence reaches this point (a folder job never does)."""
+        return self in (FaultPoint.BEFORE_TABLE_COMMIT, FaultPoint.AFTER_TABLE_COMMIT)
+
+
+POINTS: tuple[FaultPoint, ...] = tuple(p for p in FaultPoint if not p.table_only)
+"""Every point a folder job reaches, in protocol order (the crash matrix's parameters)."""
+TABLE_POINTS: tuple[FaultPoint, ...] = tuple(p for p in FaultPoint if p.table_only)
+"""The points only a table publisher's sequence reaches (the table crash matrix adds them)."""
 
 
 class FaultInjector:

@@ -29,6 +29,7 @@ from events.commit import (
     CommitStepRolledBack,
     FsRenameStep,
     HighWatermarkStep,
+    TableCommitStep,
 )
 from events.dataset import DatasetReleased
 from events.model import Event
@@ -49,6 +50,10 @@ from spark_pipeline.commit.steps import (
 
 SYNC_CHUNK = 16
 """Folders per sync_folders call when the renames of many sequences are made durable together."""
+
+UNDOABLE = {"HighWatermark": "its watermarks moved", "DatasetState": "its watermarks moved",
+            "TableCommit": "its files were committed to the table (a snapshot carries its id)"}
+"""What a step that took effect did, for the refusal to roll back a sequence that applied it."""
 
 Record = Callable[[Sequence[Event]], None]
 """Where a sequence records its events: the sink (at once), or a list the committer appends in one batch."""
@@ -115,12 +120,14 @@ class CommitSequence:
                 continue
             if isinstance(spec, HighWatermarkStep):
                 self.faults.reached(FaultPoint.BEFORE_WATERMARK)
-            step = step_for(spec, self.ref, self.sink.state, self.fs)
+            if isinstance(spec, TableCommitStep):
+                self.faults.reached(FaultPoint.BEFORE_TABLE_COMMIT)
+            step = step_for(spec, self.ref, self.sink.state, self.fs, self.view.steps)
             step_started = time.perf_counter()
             try:
                 done = step.verify()
-                if not done and isinstance(spec, FsRenameStep):
-                    self.sink.check_fenced()  # a superseded writer must move nothing (FencedError, not caught)
+                if not done and isinstance(spec, FsRenameStep | TableCommitStep):
+                    self.sink.check_fenced()  # a superseded writer must move or commit nothing (FencedError)
                 effects: list[Event] = [] if done else step.execute()
             except (OSError, FileSystemError, CommitStepError) as e:
                 record([*effects_so_far, *applied, *self._failure(index, f"step {index} ({spec.kind}): {e}")])
@@ -137,6 +144,8 @@ class CommitSequence:
                 self.faults.reached(FaultPoint.AFTER_RENAME)
             elif isinstance(spec, HighWatermarkStep):
                 self.faults.reached(FaultPoint.AFTER_WATERMARK)
+            elif isinstance(spec, TableCommitStep):
+                self.faults.reached(FaultPoint.AFTER_TABLE_COMMIT)
         self.faults.reached(FaultPoint.BEFORE_COMPLETION)
         completed = CommitSequenceCompleted.trusted(
             **fields, duration_ms=(time.perf_counter() - started) * 1000, steps_applied=len(self.view.steps),
@@ -257,12 +266,15 @@ class Committer:
             spec, recorded = sequence.steps[index], index in sequence.applied
             if index in sequence.rolled_back:
                 continue
+            if isinstance(spec, TableCommitStep) and not recorded and step_for(spec, ref, self.sink.state, self.fs,
+                                                                                sequence.steps).verify():
+                recorded = True  # committed to the table before a crash: its files are the table's now
             if not isinstance(spec, FsRenameStep):
                 if recorded:
                     raise CommitStepError(
                         f"sequence {sequence.sequence_id} of {sequence.dataset_urn!r} applied step {index} "
-                        f"({spec.kind}) before it was abandoned: its watermarks moved, it cannot be rolled back; run "
-                        f"`oncelog verify`")
+                        f"({spec.kind}) before it was abandoned: {UNDOABLE.get(spec.kind, 'it took effect')}, it "
+                        f"cannot be rolled back; run `oncelog verify`")
                 continue
             moved = FsRenameCommitStep(spec, self.fs).roll_back(recorded)
             if moved or recorded:

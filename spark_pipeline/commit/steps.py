@@ -18,6 +18,7 @@ from events.commit import (
     DatasetStateStep,
     FsRenameStep,
     HighWatermarkStep,
+    TableCommitStep,
 )
 from events.dataset import DatasetStateCommitted, WatermarkAdvanced
 from events.errors import OncelogError
@@ -199,9 +200,41 @@ class DatasetStateCommitStep(StateStep[DatasetStateStep]):
                                               properties=self.spec.properties)]
 
 
-def step_for(spec: CommitStepSpec, sequence: SequenceRef, state: State, fs: FileSystem) -> CommitStep:
-    """The runnable step of a recorded step spec."""
+class TableCommitCommitStep(CommitStep):
+    """Append the files the sequence published to an Iceberg table, as one snapshot named by the sequence.
+
+    Done when the table's history holds a snapshot whose summary carries the step's commit id: a crash after the
+    table commit and before its record never commits twice. pyiceberg is loaded here, on first use only.
+    """
+
+    def __init__(self, spec: TableCommitStep, files: Sequence[str]) -> None:
+        self.spec = spec
+        self.files = tuple(files)
+
+    def verify(self) -> bool:
+        from spark_pipeline.tables import iceberg
+
+        try:
+            return iceberg.committed(iceberg.TableRef.of(self.spec), self.spec.commit_id)
+        except iceberg.TableError as e:
+            raise CommitStepError(str(e)) from e
+
+    def execute(self) -> list[Event]:
+        from spark_pipeline.tables import iceberg
+
+        try:
+            iceberg.append(iceberg.TableRef.of(self.spec), self.files, self.spec.commit_id, self.spec.summary)
+        except iceberg.TableError as e:
+            raise CommitStepError(str(e)) from e
+        return []
+
+
+def step_for(spec: CommitStepSpec, sequence: SequenceRef, state: State, fs: FileSystem,
+             plan: Sequence[CommitStepSpec] = ()) -> CommitStep:
+    """The runnable step of a recorded step spec (`plan`: its sequence's steps, whose files a table commit adds)."""
     match spec:
+        case TableCommitStep():
+            return TableCommitCommitStep(spec, [s.dst for s in plan if isinstance(s, FsRenameStep)])
         case FsRenameStep():
             return FsRenameCommitStep(spec, fs)
         case HighWatermarkStep():

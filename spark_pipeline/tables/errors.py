@@ -1,0 +1,9 @@
+"""The tables' error, apart from pyiceberg's calls: `oncelog.errors` exports it without loading pyiceberg."""
+
+from __future__ import annotations
+
+from events.errors import OncelogError
+
+
+class TableError(OncelogError):
+    """A table cannot be reached, read or appended to; the message names the table and the catalog."""

@@ -1,0 +1,222 @@
+"""Iceberg tables through pyiceberg: the catalog, the snapshot a sequence made, and the one append that makes it.
+
+Imported only where a table is touched (the TableCommit step, the table's pre-flight check, tests): `import oncelog`
+and the commands that publish no table never load pyiceberg. Every library error becomes a `TableError` naming the
+table (and the catalog), so a step's failure says where it failed.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import sqlalchemy.exc
+from pyiceberg import exceptions as iceberg_errors
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+
+from events.commit import TableCommitStep
+from spark_pipeline.tables.errors import TableError
+
+COMMIT_ID = "oncelog.commit-id"
+"""The snapshot summary property naming the sequence that made the snapshot (`job/dataset/sequence`)."""
+COMMIT_ATTEMPTS = 5
+"""How often an append is tried when another writer commits to the table in between (optimistic concurrency)."""
+
+LIBRARY_ERRORS: tuple[type[Exception], ...] = (
+    ValueError, TypeError, KeyError, OSError, pa.ArrowException, sqlalchemy.exc.SQLAlchemyError,
+    iceberg_errors.NoSuchTableError, iceberg_errors.NoSuchNamespaceError, iceberg_errors.ValidationError,
+    iceberg_errors.ResolveError, iceberg_errors.RESTError, iceberg_errors.NotInstalledError,
+    iceberg_errors.ValidationException, iceberg_errors.CommitFailedException,
+)
+"""What pyiceberg, SQLAlchemy and Arrow raise for a catalog that cannot be reached or a table that cannot take the
+data (pyiceberg's errors share no base class)."""
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """Where a table is: its catalog (name, URL, warehouse), identifier and location (if oncelog creates it)."""
+
+    catalog_name: str
+    catalog_uri: str
+    warehouse: str
+    table: str
+    location: str
+
+    @classmethod
+    def of(cls, step: TableCommitStep) -> TableRef:
+        return cls(step.catalog_name, step.catalog_uri, step.warehouse, step.table, step.location)
+
+    @property
+    def namespace(self) -> str:
+        return self.table.rpartition(".")[0]
+
+    def describe(self) -> str:
+        return f"Iceberg table {self.table!r} (catalog {self.catalog_uri})"
+
+
+_catalog_lock = threading.Lock()
+_table_locks: dict[TableRef, threading.Lock] = {}
+
+
+@functools.lru_cache(maxsize=16)
+def _catalog(name: str, uri: str, warehouse: str) -> Catalog:
+    return load_catalog(name, uri=uri, warehouse=warehouse)
+
+
+def catalog_of(ref: TableRef) -> Catalog:
+    """The table's catalog, opened once per process (its tables created on first use, for the SQL catalog)."""
+    try:
+        with _catalog_lock:
+            return _catalog(ref.catalog_name, ref.catalog_uri, ref.warehouse)
+    except LIBRARY_ERRORS as e:
+        raise TableError(f"cannot open the catalog {ref.catalog_uri} of {ref.describe()}: {_first_line(e)}") from e
+
+
+def list_namespaces(name: str, uri: str, warehouse: str) -> list[str]:
+    """The catalog's namespaces (what a pre-flight check asks, to see the catalog answer)."""
+    try:
+        return [".".join(n) for n in _catalog(name, uri, warehouse).list_namespaces()]
+    except LIBRARY_ERRORS as e:
+        raise TableError(f"the catalog {uri} does not answer: {_first_line(e)}") from e
+
+
+def load_table(ref: TableRef) -> Table | None:
+    """The table, or None when it does not exist yet."""
+    try:
+        return catalog_of(ref).load_table(ref.table)
+    except (iceberg_errors.NoSuchTableError, iceberg_errors.NoSuchNamespaceError):
+        return None
+    except LIBRARY_ERRORS as e:
+        raise TableError(f"cannot load {ref.describe()}: {_first_line(e)}") from e
+
+
+def snapshot_of(table: Table, commit_id: str) -> Snapshot | None:
+    """The snapshot in the table's history whose summary names `commit_id` (what a TableCommit step made)."""
+    for snapshot in table.metadata.snapshots:
+        summary = snapshot.summary
+        if summary is not None and summary.additional_properties.get(COMMIT_ID) == commit_id:
+            return snapshot
+    return None
+
+
+def committed(ref: TableRef, commit_id: str) -> bool:
+    """Whether the table holds the snapshot of `commit_id` (a table not yet created holds none)."""
+    table = load_table(ref)
+    return table is not None and snapshot_of(table, commit_id) is not None
+
+
+def append(ref: TableRef, files: Sequence[str], commit_id: str, summary: dict[str, str]) -> Snapshot:
+    """Append `files` (Parquet) to the table in one snapshot carrying `commit_id` and `summary`, the table created
+    from the first file's schema if it does not exist and its schema evolved by the files' new columns in the same
+    commit. Looks for the snapshot first, and again after another writer's commit came in between: never twice."""
+    with _table_locks.setdefault(ref, threading.Lock()):
+        for _ in range(COMMIT_ATTEMPTS):
+            table = load_table(ref) or _create(ref, files)
+            if (done := snapshot_of(table, commit_id)) is not None:
+                return done
+            try:
+                _append_once(ref, table, files, {**summary, COMMIT_ID: commit_id})
+            except iceberg_errors.CommitFailedException:
+                continue  # another writer's snapshot came in between: look again, then try on top of it
+            made = load_table(ref)
+            found = snapshot_of(made, commit_id) if made is not None else None
+            if found is None:
+                raise TableError(f"{ref.describe()}: the append of {commit_id} returned, yet no snapshot carries it")
+            return found
+    raise TableError(f"{ref.describe()}: {COMMIT_ATTEMPTS} appends of {commit_id} lost to other writers' commits")
+
+
+def _append_once(ref: TableRef, table: Table, files: Sequence[str], properties: dict[str, str]) -> None:
+    """One transaction: the schema evolved by the files' new columns, then the files added, as one table commit."""
+    schema = files_schema(files)
+    mismatched = _mismatched(table, schema)
+    if mismatched:
+        raise TableError(f"{ref.describe()} cannot take the data of {len(files)} file(s) (the first {files[0]}): "
+                         f"{'; '.join(mismatched)}; nothing was committed")
+    try:
+        with table.transaction() as transaction:
+            if not _has_all(table, schema):
+                with transaction.update_schema() as update:
+                    update.union_by_name(schema)
+            transaction.add_files(list(files), snapshot_properties=properties)
+    except iceberg_errors.CommitFailedException:
+        raise
+    except LIBRARY_ERRORS as e:
+        raise TableError(f"{ref.describe()} cannot take the data of {len(files)} file(s) (the first {files[0]}): "
+                         f"{_first_line(e)}") from e
+
+
+def _mismatched(table: Table, schema: pa.Schema) -> list[str]:
+    """The data's columns whose type the table's column of that name cannot take (integers widen, floats too)."""
+    columns = schema_to_pyarrow(table.schema())
+    found = []
+    for field in schema:
+        index = columns.get_field_index(field.name)
+        if index < 0:
+            continue  # a new column: the schema evolves
+        theirs = columns.field(index).type
+        if not _fits(field.type, theirs):
+            found.append(f"column {field.name!r} is {theirs} in the table, {field.type} in the data")
+    return found
+
+
+def _fits(data: pa.DataType, table: pa.DataType) -> bool:
+    """Whether a column of type `table` takes values of type `data`: the same type, or of one family that widens
+    (integers, floats, strings, binaries: Iceberg reads its strings and binaries back as Arrow's large ones)."""
+    families = (pa.types.is_integer, pa.types.is_floating,
+                lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+                lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t))
+    return data == table or any(family(data) and family(table) for family in families)
+
+
+def _has_all(table: Table, schema: pa.Schema) -> bool:
+    """Whether every column of the data is a column of the table."""
+    return all(_field(table, name) for name in schema.names)
+
+
+def _field(table: Table, name: str) -> bool:
+    try:
+        table.schema().find_field(name, case_sensitive=True)
+    except ValueError:
+        return False
+    return True
+
+
+def files_schema(files: Sequence[str]) -> pa.Schema:
+    """The Arrow schema of the data: every file's columns, in order of first appearance."""
+    try:
+        schemas = [pq.read_schema(_local(path)) for path in files]
+        return pa.unify_schemas(schemas, promote_options="permissive")
+    except LIBRARY_ERRORS as e:
+        raise TableError(f"cannot read the Parquet schema of the data files (the first {files[0]}): "
+                         f"{_first_line(e)}") from e
+
+
+def _create(ref: TableRef, files: Sequence[str]) -> Table:
+    """The table, created at its location with the data's schema (and its namespace, if missing)."""
+    schema = files_schema(files)
+    catalog = catalog_of(ref)
+    try:
+        if ref.namespace:
+            catalog.create_namespace_if_not_exists(ref.namespace)
+        return catalog.create_table_if_not_exists(ref.table, schema=schema, location=ref.location)
+    except LIBRARY_ERRORS as e:
+        raise TableError(f"cannot create {ref.describe()} at {ref.location}: {_first_line(e)}") from e
+
+
+def _local(path: str) -> str:
+    """A data file's path as Arrow opens it (file:// URLs as plain paths)."""
+    return str(Path(path.removeprefix("file://"))) if path.startswith(("file://", "/")) else path
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"

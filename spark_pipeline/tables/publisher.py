@@ -1,0 +1,160 @@
+"""The Iceberg table publisher (`data.publisher.type: spark_pipeline.tables.IcebergTablePublisher`).
+
+Per dataset, the sequence: an FsRename per Parquet file its tasks wrote (from the attempt's task-output folder into
+the table's `data/` folder under the file's watermark-range name), then one TableCommit (a pyiceberg append of those
+files: one snapshot whose summary carries the sequence's id and each partition's watermark range), then the
+HighWatermark and DatasetState steps as the folder publisher plans them. pyiceberg itself is loaded only by the
+TableCommit step and the table's pre-flight check (spark_pipeline/tables/iceberg.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+from events.commit import CommitSequencePlanned, FsRenameStep, TableCommitStep
+from filesystems import urls
+from projections.views import DatasetView
+from spark_pipeline.constructs import DatasetOutput
+from spark_pipeline.jobfile.config import WriterOutputFormat
+from spark_pipeline.publisher import BaseDataPublisher
+
+TABLE_KEY = "iceberg.table"
+CATALOG_URI_KEY = "iceberg.catalog.uri"
+CATALOG_NAME_KEY = "iceberg.catalog.name"
+FINAL_DIR_KEY = "data.publisher.final.dir"
+FORMAT_KEY = "writer.output.format"
+DEFAULT_CATALOG_FILE = "iceberg-catalog.db"
+"""The SQLite file of the default SQL catalog, in the warehouse (data.publisher.final.dir)."""
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+CATALOG_SCHEMES = ("sqlite:", "postgresql", "http://", "https://", "thrift://")
+
+
+def _identifier(value: str) -> str:
+    if not IDENTIFIER.match(value):
+        raise ValueError(f"{value!r} is no table identifier: `namespace.name` (letters, digits, '_'; the namespace "
+                         f"may have several levels)")
+    return value
+
+
+def _catalog_uri(value: str) -> str:
+    if not value.startswith(CATALOG_SCHEMES):
+        raise ValueError(f"{value!r} is no catalog URL oncelog can use: sqlite:///<file> or postgresql://… "
+                         f"(pyiceberg's SQL catalog), http(s)://… (a REST catalog), thrift://… (a Hive metastore)")
+    return value
+
+
+class IcebergSettings(BaseModel):
+    """The keys the Iceberg publisher reads; the warehouse is the job's data.publisher.final.dir."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
+
+    table: Annotated[str, AfterValidator(_identifier)] = Field(alias="iceberg.table")
+    catalog_uri: Annotated[str, AfterValidator(_catalog_uri)] | None = Field(default=None, alias="iceberg.catalog.uri")
+    """None: pyiceberg's SQL catalog on `<warehouse>/iceberg-catalog.db`."""
+    catalog_name: str = Field(default="oncelog", min_length=1, alias="iceberg.catalog.name")
+    warehouse: str = Field(alias="data.publisher.final.dir")
+    output_format: str = Field(alias="writer.output.format")
+    """Required here (the job's default is AVRO): Parquet only."""
+
+    @field_validator("warehouse")
+    @classmethod
+    def _local_warehouse(cls, value: str) -> str:
+        if urls.has_scheme(value) and not value.startswith("file:"):
+            raise ValueError(f"{value!r}: the Iceberg publisher's warehouse is on local disk for now (HDFS and S3 "
+                             f"warehouses are not supported yet)")
+        return value
+
+    @field_validator("output_format")
+    @classmethod
+    def _parquet(cls, value: str) -> str:
+        if value.strip().upper() != WriterOutputFormat.PARQUET.value:
+            raise ValueError(f"the Iceberg publisher publishes Parquet data files: set {FORMAT_KEY}: PARQUET "
+                             f"(the DataFrame engine writes them)")
+        return value
+
+    def catalog(self, warehouse: str) -> str:
+        """The catalog's URL for a warehouse made absolute."""
+        return self.catalog_uri or f"sqlite:///{urls.join(warehouse, DEFAULT_CATALOG_FILE)}"
+
+
+class IcebergTablePublisher(BaseDataPublisher):
+    """Publishes each dataset's Parquet files into one Iceberg table: files moved under the table's data folder,
+    then one table commit per dataset sequence, then the watermarks and the dataset state."""
+
+    CONFIG_MODEL = IcebergSettings
+
+    def plan(self, run_id: str, outputs: list[DatasetOutput], dataset_states: Mapping[str, DatasetView]
+             ) -> list[CommitSequencePlanned]:
+        settings: IcebergSettings = self.settings(0)
+        warehouse = str(self.config.branch(0).publisher_final_dir)
+        location = urls.join(warehouse, *settings.table.split("."))
+        planned = []
+        for sequence in super().plan(run_id, outputs, dataset_states):
+            renames = [s for s in sequence.steps if isinstance(s, FsRenameStep)]
+            if not renames:
+                planned.append(sequence)  # only watermarks moved: no table commit
+                continue
+            moved = [s.model_copy(update={"dst": urls.join(location, "data", urls.relative_to(s.dst, warehouse))})
+                     for s in renames]
+            others = [s for s in sequence.steps if not isinstance(s, FsRenameStep)]
+            output = next(o for o in outputs if o.dataset_urn == sequence.dataset_urn)
+            commit = TableCommitStep(
+                catalog_uri=settings.catalog(warehouse), catalog_name=settings.catalog_name, warehouse=warehouse,
+                table=settings.table, location=location,
+                commit_id=commit_id(sequence.job, sequence.dataset_urn, sequence.sequence_id),
+                summary=snapshot_summary(sequence, output))
+            planned.append(sequence.model_copy(update={"steps": (*moved, commit, *others)}))
+        return planned
+
+
+def commit_id(job: str, dataset_urn: str, sequence_id: str) -> str:
+    """What names a sequence's snapshot in the table's history: unique per job, dataset and sequence."""
+    return f"{job}/{dataset_urn}/{sequence_id}"
+
+
+def snapshot_summary(sequence: CommitSequencePlanned, output: DatasetOutput) -> dict[str, str]:
+    """The snapshot summary properties beside the commit id: the sequence's identity, records, and each source
+    partition's watermark range (`{"partition": [low, high], …}`)."""
+    ranges = {r.partition: [r.low_watermark, r.actual_high_watermark] for r in output.results}
+    return {"oncelog.job": sequence.job, "oncelog.run-id": sequence.run_id, "oncelog.dataset": sequence.dataset_urn,
+            "oncelog.sequence-id": sequence.sequence_id,
+            "oncelog.records": str(sum(r.records_written for r in output.results)),
+            "oncelog.watermarks": json.dumps(ranges, sort_keys=True, separators=(",", ":"))}
+
+
+def catalog_problem(settings: IcebergSettings, warehouse: str, timeout_s: float) -> str | None:
+    """Why the table's catalog cannot be reached, or None; writes nothing. A SQLite catalog's file must be a catalog
+    oncelog can open (or not exist yet, in a folder that exists or that the run creates: the warehouse); another
+    catalog must answer a listing of its namespaces (pyiceberg loaded for it alone)."""
+    uri = settings.catalog(warehouse)
+    if uri.startswith("sqlite:"):
+        return _sqlite_problem(Path(uri.removeprefix("sqlite:///")), warehouse, timeout_s)
+    from spark_pipeline.tables import iceberg
+
+    try:
+        iceberg.list_namespaces(settings.catalog_name, uri, warehouse)
+    except iceberg.TableError as e:
+        return str(e)
+    return None
+
+
+def _sqlite_problem(path: Path, warehouse: str, timeout_s: float) -> str | None:
+    """A SQLite catalog file: readable as SQLite if it exists, else its folder exists or lies in the warehouse."""
+    if path.exists():
+        try:
+            with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout_s) as db:
+                db.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
+        except sqlite3.Error as e:
+            return f"the catalog file {path} cannot be read as SQLite: {e}"
+        return None
+    folder = path.parent
+    if folder.is_dir() or urls.is_within(str(folder), urls.resolve_folder(warehouse)):
+        return None
+    return f"the catalog file {path} cannot be created: its folder {folder} does not exist"

@@ -1,0 +1,109 @@
+"""The crash matrix of the Iceberg table publisher: the driver killed before, inside and after the table commit, then
+the job run again; read back through pyiceberg's scan, every record up to the watermarks is in the table exactly once.
+
+Points (spark_pipeline/commit/faults.py): `before-table-commit` (the files moved into the table's data folder, no
+snapshot), `after-table-commit` (the snapshot committed, nothing of it in the log: the rerun's recovery must find
+the snapshot by its id, not append again) and `during-cleanup` (the sequences recorded as completed). The driver dies
+in this process (tests/fault/in_process_crash.py) on the SQLite log, the DataFrame engine (the Parquet writer) and
+the driver's commit; one canary kills a real `oncelog run` process inside the table commit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from events.commit import CommitSequenceCompleted
+from events.log import open_log
+from projections.projector import Projector
+from projections.views import RunStatus
+from replay.verify import verify
+from spark_pipeline.commit.faults import CRASH_EXIT_CODE, FaultPoint
+from spark_pipeline.jobs import load_job_config
+from spark_pipeline.launcher import JobLauncher
+from spark_pipeline.tables import iceberg
+from spark_pipeline.tables.publisher import commit_id
+from tests.fault.in_process_crash import driver_killed_in_process
+from tests.fault.pipeline_checks import DATASETS, PARTITIONS, RECORDS, run_cli, write_job
+
+TABLE = "lake.events"
+POINTS = [FaultPoint.BEFORE_TABLE_COMMIT, FaultPoint.AFTER_TABLE_COMMIT, FaultPoint.DURING_CLEANUP]
+"""Before, inside (committed to the table, not yet recorded) and after the table commit."""
+
+
+def table_job(base: Path) -> Path:
+    """The matrix's synthetic job (two datasets of two partitions), published into one Iceberg table."""
+    return write_job(base, f"sqlite:///{base / 'log.db'}", "full", None, **{
+        "data.publisher.type": "spark_pipeline.tables.publisher.IcebergTablePublisher", "iceberg.table": TABLE,
+        "writer.output.format": "PARQUET", "task.engine": "dataframe", "job.commit.on.executors": False})
+
+
+@pytest.mark.parametrize("point", POINTS, ids=[str(p) for p in POINTS])
+def test_a_crash_around_the_table_commit_then_a_rerun_publishes_exactly_once(point: FaultPoint, tmp_path: Path,
+                                                                             spark: SparkSession) -> None:
+    job = table_job(tmp_path)
+    with driver_killed_in_process(job, point, spark) as death:
+        assert death.cause is not None and f"injected crash at {point}" in death.cause, death.cause
+        again = JobLauncher(load_job_config(job), spark=spark).run()
+        assert again.status is RunStatus.COMMITTED, again.error
+        if point is not FaultPoint.DURING_CLEANUP:
+            assert len(again.recovered) == DATASETS, again.recovered
+    table_holds_exactly_once(tmp_path, runs=2)
+
+
+def test_a_process_killed_inside_the_table_commit_then_a_rerun_publishes_exactly_once(tmp_path: Path,
+                                                                                      spark: SparkSession) -> None:
+    job = table_job(tmp_path)
+    crashed = run_cli(job, crash_at=str(FaultPoint.AFTER_TABLE_COMMIT))
+    assert crashed.returncode == CRASH_EXIT_CODE, f"exit {crashed.returncode}\n{crashed.stderr[-3000:]}"
+    assert f"injected crash at {FaultPoint.AFTER_TABLE_COMMIT}" in crashed.stderr
+    table = iceberg.load_table(table_ref(tmp_path))
+    assert table is not None and len(table.metadata.snapshots) == 1, "the crash came right after the first commit"
+    again = JobLauncher(load_job_config(job), spark=spark).run()
+    assert again.status is RunStatus.COMMITTED, again.error
+    table_holds_exactly_once(tmp_path, runs=2)
+
+
+def table_ref(base: Path) -> iceberg.TableRef:
+    warehouse = str((base / "published").resolve())
+    return iceberg.TableRef("oncelog", f"sqlite:///{warehouse}/iceberg-catalog.db", warehouse, TABLE,
+                            f"{warehouse}/lake/events")
+
+
+def table_holds_exactly_once(base: Path, runs: int) -> None:
+    """Read back through pyiceberg: every record up to each committed watermark once, and nothing else; every
+    snapshot is one completed sequence's (its id, its watermark ranges), no data file added twice; verify passes."""
+    table = iceberg.load_table(table_ref(base))
+    assert table is not None
+    rows = table.scan(selected_fields=("dataset", "partition", "offset")).to_arrow()
+    seen = Counter(zip(rows["dataset"].to_pylist(), rows["partition"].to_pylist(), rows["offset"].to_pylist(),
+                       strict=True))
+    twice = {k: n for k, n in seen.items() if n > 1}
+    assert not twice, f"in the table more than once: {sorted(twice)[:5]}"
+    with open_log(f"sqlite:///{base / 'log.db'}") as log:
+        state, _ = Projector(log).rebuild(use_snapshot=False)
+        report = verify(log)
+        completed = [commit_id(e.event.job, e.event.dataset_urn, e.event.sequence_id) for e in log.read()
+                     if isinstance(e.event, CommitSequenceCompleted)]
+    assert report.ok, "\n".join(str(v) for v in report.violations)
+    assert state.pending_sequences("crashy") == []
+    watermarks = {(urn, p): v for (_, urn), d in state.datasets.items() for p, v in d.watermarks.items()}
+    assert watermarks == {(f"ds.{d}", f"ds.{d}:{p}"): RECORDS * runs for d in range(DATASETS)
+                          for p in range(PARTITIONS)}
+    expected = {(urn, int(p.rsplit(":", 1)[1]), o) for (urn, p), w in watermarks.items() for o in range(w)}
+    assert set(seen) == expected, f"{len(seen)} records in the table, the watermarks say {len(expected)}"
+
+    ids = [s.summary.additional_properties.get(iceberg.COMMIT_ID, "") for s in table.metadata.snapshots if s.summary]
+    assert sorted(ids) == sorted(completed), "each snapshot is exactly one completed sequence's"
+    added = sum(int(s.summary.additional_properties["added-data-files"]) for s in table.metadata.snapshots
+                if s.summary)
+    files = table.inspect.files()["file_path"].to_pylist()
+    assert len(files) == len(set(files)) == added, "a data file in two snapshots"
+    for snapshot in table.metadata.snapshots:
+        assert snapshot.summary is not None
+        ranges = json.loads(snapshot.summary.additional_properties["oncelog.watermarks"])
+        assert {high - low for low, high in ranges.values()} == {RECORDS}, ranges

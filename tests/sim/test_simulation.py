@@ -1,8 +1,8 @@
 """The seeded fault simulation in `make test`: 2,000 scenarios on SQLite and 50 on a real Kafka log (issue 21's floor;
 every mutant of tests/sim/mutants/ dies within seeds 0-25), a few whose runs extract with the DataFrame engine on a
-real Spark session. Alone on 2 cores, 2,000 on SQLite took 215 s and 50 on Kafka 85 s (a Kafka scenario: 1.7 s of
-wall time with 3 workers, 2.8 s before its clients stopped waiting out librdkafka's reconnect backoff and its reads
-their consume() timeout).
+real Spark session. Under the heavy lock on 2 cores, 2,000 on SQLite took 213-215 s and 50 on Kafka 85-112 s (two
+runs; a Kafka scenario took 2.8 s of wall time with 3 workers before its clients stopped waiting out librdkafka's
+reconnect backoff and its reads their consume() timeout).
 
 Scenario counts come from $ONCELOG_SIM_SQLITE / $ONCELOG_SIM_KAFKA / $ONCELOG_SIM_DATAFRAME (defaults below);
 `make simulate` runs more.

@@ -51,6 +51,7 @@ from filesystems import urls
 from filesystems.base import FileSystem
 from filesystems.local import LOCAL
 from projections.projector import Projector
+from projections.state import State
 from projections.views import SequenceView
 from replay.verify import verify
 from spark_pipeline.commit.engine import InProcessCommitEngine, job_publisher
@@ -179,9 +180,17 @@ def sqlite_log(base: Path) -> EventLog:
     return open_log(f"sqlite:///{base / 'events.db'}?partitions=2")
 
 
+KAFKA_CLIENT_SETTINGS = "reconnect.backoff.ms=20"
+"""librdkafka settings of the scenarios' clients. A new client's first metadata request moves from the bootstrap
+connection to the broker it learns of, and librdkafka holds that move back by half of reconnect.backoff.ms (100 ms
+by default): 50 ms of each writer's start, and a scenario starts about 70 writers (fenced shard writers, leases).
+The broker never goes away in a scenario, so the backoff is pure waiting here: 20 ms makes the move take ~11 ms."""
+
+
 def kafka_log_at(bootstrap: str) -> OpenLog:
     """Scenario logs on a Kafka broker: a fresh two-partition topic each."""
-    return lambda base: open_log(f"kafka://{bootstrap}?topic=oncelog.sim.{uuid.uuid4().hex[:10]}&partitions=2")
+    return lambda base: open_log(f"kafka://{bootstrap}?topic=oncelog.sim.{uuid.uuid4().hex[:10]}&partitions=2"
+                                 f"&{KAFKA_CLIENT_SETTINGS}")
 
 
 def write_job(base: Path, name: str, url: str, rng: random.Random) -> JobConfig:
@@ -227,9 +236,13 @@ class Scenario:
         self.late_shards: list[Assignment] = []
         """Shard tasks in flight when their driver was killed: they may run after it."""
         self.changed: dict[str, tuple[OutputChange, str | None]] = {}
+        """Task-output files the simulation changed after their task recorded them: the change, the new SHA-256."""
         self.zombie_writes: dict[str, str] = {}
         """The SHA-256 of each file a zombie attempt wrote late -> its path: content nobody may publish."""
-        """Task-output files the simulation changed after their task recorded them: the change, the new SHA-256."""
+        self.checked = State()
+        """The log as folded by the last check: between two checks the log only grows (a record the simulation
+        damages or removes within a step is restored or gone before the step's check), so each check folds only
+        what was appended since, not the whole history again."""
 
     def play(self) -> Outcome:
         """Faulty steps, then settling runs without faults; checks after each."""
@@ -341,8 +354,8 @@ class Scenario:
             self._run(config)
         finally:
             self.plan.failing = frozenset()
-        state, _ = Projector(self.inner).rebuild(use_snapshot=False)
-        if state.unsettled_datasets(config.job_name):
+        Projector(self.inner).catch_up(self.checked)
+        if self.checked.unsettled_datasets(config.job_name):
             self.plan.injected["cleanup:while-unsettled"] += 1
 
     def _recover(self, config: JobConfig, release: bool) -> None:
@@ -484,8 +497,8 @@ class Scenario:
     def _check_needed_output_kept(self) -> None:
         """The task output of every pending sequence is on disk (or already published): a clean-up must never delete
         what a sequence still has to publish (files the simulation itself deleted excepted)."""
-        state, _ = Projector(self.inner).rebuild(use_snapshot=False)
-        for sequence in state.sequences.values():
+        Projector(self.inner).catch_up(self.checked)
+        for sequence in self.checked.sequences.values():
             if not sequence.pending or not sequence.plan_complete:
                 continue
             for index, step in enumerate(sequence.steps):

@@ -492,7 +492,7 @@ class Scenario:
 
     def _refused(self, config: JobConfig, log: EventLog, refusal: type[OncelogError], what: str) -> None:
         """A fault-free run of `config` on `log` must refuse it with `refusal`, publishing nothing."""
-        before = self._published(config.job_name, settled=False)
+        before = self._published_files(config.job_name)
         self.plan.armed = False
         engine = SimTaskEngine(log, [], lambda *_: None)
         try:
@@ -501,8 +501,14 @@ class Scenario:
             pass
         else:
             self._fail(f"a run planned from a log where {what}")
-        if self._published(config.job_name, settled=False) != before:
+        if self._published_files(config.job_name) != before:
             self._fail(f"a run that could not read the whole log ({what}) published something")
+
+    def _published_files(self, name: str) -> set[tuple[str, int, int]]:
+        """Each file under a job's publish folder, with its size and modification time: what any publish changes
+        (cheaper than reading their records, `_published`)."""
+        return {(str(path), stat.st_size, stat.st_mtime_ns) for path in (self.base / name / "published").rglob("*")
+                if path.is_file() and (stat := path.stat())}
 
     def _newer_event(self, config: JobConfig) -> None:
         """A newer oncelog appends an event this one cannot read: the next run must stop before extracting."""

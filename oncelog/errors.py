@@ -15,7 +15,8 @@
 - MissingRecordsError: records are gone from the log that nothing of oncelog deleted; names the offsets.
 - SnapshotFormatError: a snapshot's bytes are not a snapshot this oncelog can read.
 - ProjectionStopped: a fold with stop_on_error met a record it could not use.
-- DamagedHistoryError: the log lacks part of an event appended in parts (one atomic batch): it was damaged.
+- DamagedHistoryError: the log lacks part of an event appended in parts (one atomic batch), or the end of a commit
+  sequence its dataset planned past: it was damaged.
 - IncompleteHistoryError: the history could not be read completely, so the run refuses to plan from it.
 - JobLockedError: another run of the job holds its lock.
 - RunCancelled: the run was cancelled (SIGINT / SIGTERM) before anything was published.

@@ -94,6 +94,7 @@ class Projector:
 
     def catch_up(self, state: State, until: Mapping[int, int] | None = None, progress: Progress | None = None) -> int:
         """Fold everything after the state's offsets (up to until); returns how many events were folded.
+        DamagedHistoryError if a commit sequence's end is gone from what was folded (`State.check_ends`).
 
         Records are decoded and folded here, as `EventLog.read` would hand them over (tombstones skipped, a bad
         record to the error handling) but without a `LoggedEvent` for each: the record says where the event lies.
@@ -116,6 +117,7 @@ class Projector:
                     progress(folded)
         if progress is not None:
             progress(folded)
+        state.check_ends()  # a sequence's lost end shows only once the fold is over (a later plan of its dataset)
         return folded
 
     def _undecodable(self, state: State, error: EventDecodeError) -> None:

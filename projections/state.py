@@ -110,6 +110,8 @@ class State:
     detail_runs: int = DETAIL_RUNS
     lean: bool = False
     """Keep only what planning a run reads (see `for_planning`)."""
+    open_plans: OpenPlans | None = field(default=None, compare=False, repr=False)
+    """Which sequences are pending per dataset: derived from `sequences` on first use (snapshots do not store it)."""
 
     @classmethod
     def for_planning(cls) -> State:
@@ -195,15 +197,74 @@ class State:
     def pending_sequences(self, job: str | None = None) -> list[SequenceView]:
         """Commit sequences planned and neither completed nor abandoned, oldest first.
 
-        DamagedHistoryError if one of them has parts of its plan missing: it must not be applied, and the log that
-        lost them (a plan's parts are appended in one atomic batch) must be looked at first."""
+        DamagedHistoryError if one of them has parts of its plan missing, or has lost its end (`ends_missing`): it
+        must not be applied, and the log that lost them must be looked at first."""
         pending = [s for s in self.sequences.values() if s.pending and (job is None or s.job == job)]
-        damaged = [s for s in pending if not s.plan_complete]
+        damaged = [s for s in pending if not s.plan_complete or s.followed_by is not None]
         if damaged:
             raise DamagedHistoryError("; ".join(
                 f"commit sequence {s.sequence_id!r} of {s.dataset_urn!r} ({s.job}): its {missing_plan_parts(s)}"
-                for s in damaged[:5]) + f" ({len(damaged)} sequence(s)); none of them is applied")
+                if not s.plan_complete else missing_end(s) for s in damaged[:5])
+                + f" ({len(damaged)} sequence(s)); none of them is applied")
         return sorted(pending, key=lambda s: (s.planned_at is None, s.planned_at, s.dataset_urn))
+
+    def ends_missing(self) -> list[SequenceView]:
+        """Sequences whose end is gone from the log: still pending, although a later sequence of their dataset was
+        planned after them, which a run does only once the dataset's last sequence ended (completed, or abandoned).
+        Nothing else looks like this: gc never deletes a sequence's events, `recover --release` frees only an
+        abandoned sequence's dataset, and a dataset's events are one partition's, in order. On Kafka, where records
+        can vanish (compaction after a wrong tombstone, retention, deleted records), this is how a lost end shows."""
+        plans = self._open_plans()
+        return [self.sequences[key] for key in sorted(plans.unended)]
+
+    def check_ends(self) -> None:
+        """DamagedHistoryError naming each sequence whose end is gone from the log (`ends_missing`): planning from
+        such a history, or showing it, would take the sequence for pending and the dataset for unsettled."""
+        if self.open_plans is not None and not self.open_plans.unended:
+            return  # the common case, once the index exists: O(1)
+        lost = self.ends_missing()
+        if lost:
+            raise DamagedHistoryError(
+                f"the log is damaged: {'; '.join(missing_end(s) for s in lost[:5])}"
+                + (f" (and {len(lost) - 5} more)" if len(lost) > 5 else "")
+                + ". Restore the log from a replica or a backup; `oncelog verify` lists every damaged sequence")
+
+    def _open_plans(self) -> OpenPlans:
+        """The index of pending sequences by dataset, built from `sequences` the first time it is needed."""
+        if self.open_plans is None:
+            plans = self.open_plans = OpenPlans()
+            for key, sequence in self.sequences.items():
+                if not sequence.pending:
+                    continue
+                if sequence.followed_by is not None:
+                    plans.unended.add(key)
+                else:
+                    plans.latest[(sequence.job, sequence.dataset_urn)] = (sequence.sequence_id,
+                                                                          sequence.plan_position)
+        return self.open_plans
+
+    def note_planned(self, planned: SequenceView, position: Where | None) -> None:
+        """A new sequence is planned: a sequence of its dataset still pending has lost its end (`ends_missing`)."""
+        plans = self._open_plans()
+        dataset = (planned.job, planned.dataset_urn)
+        at = None if position is None else (position.partition, position.offset)
+        earlier_id, earlier_at = plans.latest.get(dataset, (None, None))
+        plans.latest[dataset] = (planned.sequence_id, at)
+        key = (planned.job, planned.dataset_urn, earlier_id or "")
+        earlier = self.sequences.get(key) if earlier_id is not None else None
+        if earlier is None or not earlier.pending or earlier.followed_by is not None:
+            return
+        self.sequences[key] = evolve(earlier, followed_by=planned.sequence_id, followed_at=at,
+                                     plan_position=earlier.plan_position or earlier_at)
+        plans.unended.add(key)
+
+    def note_ended(self, ended: SequenceView) -> None:
+        """A sequence completed or was abandoned: no longer its dataset's pending one, nor one whose end is lost."""
+        plans = self._open_plans()
+        key = (ended.job, ended.dataset_urn, ended.sequence_id)
+        plans.unended.discard(key)
+        if plans.latest.get(key[:2], (None, None))[0] == ended.sequence_id:
+            del plans.latest[key[:2]]
 
     def unsettled_datasets(self, job: str) -> dict[str, SequenceView]:
         """A job's datasets whose history is not settled, with the sequence that keeps it so: one pending, or one
@@ -241,8 +302,30 @@ class State:
 Handler = Callable[[State, Event, Where | None], None]
 
 
+@dataclass
+class OpenPlans:
+    """Per dataset, its latest sequence while pending; and the pending sequences a later plan of their dataset
+    followed (their end is gone: `State.ends_missing`)."""
+
+    latest: dict[DatasetKey, tuple[str, tuple[int, int] | None]] = field(default_factory=dict)
+    """Per dataset: its latest sequence while pending, and where its plan lies (when read from the log)."""
+    unended: set[SequenceKey] = field(default_factory=set)
+
+
 class DamagedHistoryError(OncelogError):
-    """The log lacks part of an event appended in parts (they go in one atomic batch): it was damaged."""
+    """The log lacks part of an event appended in parts (they go in one atomic batch), or the end of a commit sequence
+    its dataset planned past: it was damaged."""
+
+
+def missing_end(sequence: SequenceView) -> str:
+    """What shows a sequence's end is gone: where it was planned, and the later sequence of its dataset."""
+    planned = (f"by run {sequence.run_id!r}" if sequence.plan_position is None
+               else "at [{}]@{}".format(*sequence.plan_position))
+    later = "" if sequence.followed_at is None else " at [{}]@{}".format(*sequence.followed_at)
+    return (f"commit sequence {sequence.sequence_id!r} of {sequence.dataset_urn!r} ({sequence.job}), planned "
+            f"{planned}, has no completion or abandonment in the log, yet sequence {sequence.followed_by!r} of its "
+            f"dataset was planned after it{later}, which a run does only once the earlier one ended: its end is gone "
+            f"from the log")
 
 
 def missing_plan_parts(sequence: SequenceView) -> str:
@@ -374,8 +457,12 @@ def _dataset_event(state: State, event: Event, position: Where | None) -> None:
             state.report(position, "incomplete-plan", f"part {event.part} of {event.parts} of the plan of commit "
                          f"sequence {event.sequence_id!r} of {event.dataset_urn!r}, whose first part is not in the log")
         return  # unchanged
-    if sequence is None and position is not None and updated.plan_parts > 1:
-        updated = evolve(updated, plan_position=(position.partition, position.offset))
+    if sequence is None:
+        if position is not None and updated.plan_parts > 1:
+            updated = evolve(updated, plan_position=(position.partition, position.offset))
+        state.note_planned(updated, position)
+    elif sequence.pending and not updated.pending:
+        state.note_ended(updated)
     if updated.status == SequenceStatus.COMPLETED:
         state.sequences.pop(sequence_key, None)
         state.completed.setdefault(dataset_key, set()).add(event.sequence_id)

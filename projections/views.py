@@ -224,7 +224,13 @@ class SequenceView:
     """The parts its plan came in, and how many of them are folded: steps are all known only when all are."""
     plan_parts_folded: int = 0
     plan_position: tuple[int, int] | None = None
-    """(partition, offset) of its plan's first part, when the plan is in parts and was read from the log."""
+    """(partition, offset) of its plan's first part, when read from the log and the plan is in parts (or its end was
+    found gone: `followed_by`)."""
+    followed_by: str | None = None
+    """The first sequence of its dataset planned while this one was pending. A run plans a dataset only once its last
+    sequence ended, so one still pending once the fold is over has lost its end (`State.ends_missing`)."""
+    followed_at: tuple[int, int] | None = None
+    """(partition, offset) of that later sequence's plan, when read from the log."""
 
     @property
     def plan_complete(self) -> bool:

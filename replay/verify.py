@@ -1,7 +1,8 @@
 """`oncelog verify`: the invariants of exactly-once publishing, checked over the whole history of a log.
 
 - every planned sequence is completed, abandoned or pending — and only a completed one has all its steps applied;
-  an abandoned one keeps no file published (its applied renames were rolled back);
+  an abandoned one keeps no file published (its applied renames were rolled back); a pending one was not followed
+  by a later sequence of its dataset (its end is gone: found by the fold every command uses, `State.ends_missing`);
 - every watermark move and every dataset state committed is the one its sequence planned (same partition, low
   watermark and value; same watermarks and counts): a damaged or forged transition is named by its offset;
 - a completed sequence moved every watermark it planned, and committed the state it planned;
@@ -42,7 +43,7 @@ from events.model import Event, LoggedEvent, Position
 from filesystems import urls
 from filesystems.base import FileSystem
 from filesystems.router import FileSystems
-from projections.state import State
+from projections.state import State, missing_end
 from replay.content import UNSHOWN, ContentCheck, ContentProgress, FilesChecked, PublishedFile, check_files
 
 Progress = Callable[[int], None]
@@ -152,8 +153,6 @@ class _Checker:
         """Per (job, dataset, partition): the committed watermark, read from the state's own fold, so that verify
         and `state` never tell two watermarks (a WatermarkAdvanced, or a DatasetStateCommitted, sets it)."""
         self.seen_advances: set[str] = set()
-        self.plans: dict[tuple[str, str], list[_Sequence]] = {}
-        """Per (job, dataset): its sequences in the order they were planned."""
         self.identities: dict[int, int] = {}
         """Per key (its hash): the hash of the value first stored under it. Small: one entry per key of the log."""
         self.reused: list[_KeyReuse] = []
@@ -208,7 +207,6 @@ class _Checker:
             if known is None:
                 if event.part == 0:
                     self.sequences[key] = _Sequence(event, where)
-                    self.plans.setdefault((event.job, event.dataset_urn), []).append(self.sequences[key])
             elif event.parts > 1:
                 known.add_part(event)
             elif not known.applied and len(event.steps) > len(known.planned.steps):
@@ -345,15 +343,11 @@ class _Checker:
                              reuse.where)
 
     def _check_ends(self) -> None:
-        """A sequence planned after another of its dataset means that one had ended (a run plans a dataset only once
-        its last sequence is settled): one neither completed nor abandoned has lost its end (its records are gone,
-        e.g. removed from a Kafka topic, where compaction leaves gaps in the offsets)."""
-        for sequences in self.plans.values():
-            for earlier, later in zip(sequences, sequences[1:]):
-                if not earlier.completed and not earlier.abandoned:
-                    self.violate("sequence-end-missing", f"{earlier.describe()} has no completion or abandonment in "
-                                 f"the log, but {later.describe()} was planned after it (at {later.at}), which only "
-                                 f"happens once it ended: its end is gone from the log", earlier.at)
+        """A sequence whose end is gone from the log, as every fold finds it (`State.ends_missing`: `run`, `state`,
+        `serve` and `rebuild` refuse such a log), named where its plan lies."""
+        for lost in self.state.ends_missing():
+            found = self.sequences.get((lost.job, lost.dataset_urn, lost.sequence_id))
+            self.violate("sequence-end-missing", missing_end(lost), found.at if found is not None else "")
 
     def _check_sequences(self) -> None:
         for (job, urn, sequence_id), s in self.sequences.items():

@@ -155,6 +155,7 @@ class LiveView:
                     close()
         if not stop.is_set():
             with self.lock:
+                self.state.check_ends()  # as every fold does: a sequence whose end is gone stops the view
                 offsets = self.state.offsets
                 self.read_from = {p: max(offsets.get(p, 0), start.get(p, 0), end) for p, end in target.items()}
         return folded

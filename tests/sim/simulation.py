@@ -51,7 +51,7 @@ from filesystems import urls
 from filesystems.base import FileSystem
 from filesystems.local import LOCAL
 from projections.projector import Projector
-from projections.state import State
+from projections.state import DamagedHistoryError, State
 from projections.views import SequenceView
 from replay.verify import verify
 from spark_pipeline.commit.engine import InProcessCommitEngine, job_publisher
@@ -93,6 +93,8 @@ OUTPUT_CHANGE_RATE = 0.25
 """Of the faulty runs whose tasks wrote output: how many then see one task-output file changed before the commit."""
 ZOMBIE_RATE = 0.15
 """Of the faulty runs whose tasks wrote output: how many leave a zombie attempt writing one of a task's files late."""
+LOSE_END_RATE = 0.05
+"""Of the steps: how many are followed by a sequence's end lost from the log (then restored)."""
 PUBLISH_CALLS = frozenset({"rename", "copy"})
 """The file calls that publish: a `stuck-publish` step fails every one of them for a whole run."""
 
@@ -235,6 +237,8 @@ class Scenario:
         self.outcome.steps["object-store" if self.object_store else "rename-store"] += 1
         self.late_shards: list[Assignment] = []
         """Shard tasks in flight when their driver was killed: they may run after it."""
+        self.end_rng = random.Random(seed * 104_729 + 3)
+        """Decides when a sequence's end is lost (`_maybe_lose_end`)."""
         self.changed: dict[str, tuple[OutputChange, str | None]] = {}
         """Task-output files the simulation changed after their task recorded them: the change, the new SHA-256."""
         self.zombie_writes: dict[str, str] = {}
@@ -249,6 +253,7 @@ class Scenario:
         try:
             for _ in range(STEPS):
                 self._step()
+                self._maybe_lose_end()
                 self._check_step()
             self.plan.armed = False
             try:
@@ -267,7 +272,7 @@ class Scenario:
         late = 3 if self.late_shards else 0
         action = self.rng.choices(["run", "recover", "release", "newer-event", "late-shard", "damage-record",
                                    "stuck-publish"],
-                                  weights=[10, 2, 2, sqlite, late, sqlite, 2])[0]
+                                  weights=[10, 2, 2, sqlite, late, 1, 2])[0]
         config = self.configs[self.rng.choice(JOBS)]
         self.plan.armed = True
         self.fs.scope = str(self.base / config.job_name)
@@ -282,7 +287,7 @@ class Scenario:
             elif action == "late-shard":
                 self._late_shard()
             elif action == "damage-record":
-                self._damage_record(config)
+                self._damage_record(config) if sqlite else self._damage_replica(config)
             elif action == "stuck-publish":
                 self._stuck_publish(config)
             else:
@@ -412,6 +417,110 @@ class Scenario:
                     conn.execute("UPDATE oncelog_records SET value = ? WHERE seq = ?", (value, seq))
         if self._published(config.job_name, settled=False) != before:
             self._fail(f"a run that could not read the whole log (offset {seq}: {damage}) published something")
+
+    def _damage_replica(self, config: JobConfig) -> None:
+        """Kafka: a record is damaged (a flipped bit, a torn write). A client cannot change a record in the topic, so
+        a replica of it is written with that record produced with the damaged value in its place; a run on the
+        replica must refuse it, publishing nothing, and the scenario goes on with the intact topic (the operator
+        restores the damaged one from it)."""
+        damage = self.rng.choice([RecordDamage.BIT_FLIP, RecordDamage.TORN_WRITE])
+        records = list(self.inner.read_records())
+        values = [i for i, r in enumerate(records) if r.value]
+        if not values:
+            return
+        index = self.rng.choice(values)
+        value = records[index].value
+        assert value is not None
+        damaged = [Record(r.partition, r.key, damaged_value(value, damage, self.rng) if i == index else r.value,
+                          r.timestamp_ms) for i, r in enumerate(records)]
+        self.plan.injected[f"record-damaged:{damage}"] += 1
+        self._refused_replica(config, damaged, IncompleteHistoryError, f"record {index} is damaged ({damage})")
+
+    def _maybe_lose_end(self) -> None:
+        """Now and then, after a step, the end of a sequence is lost (`_lose_end`); decided by a generator of its own,
+        so that the scenario's other steps and faults stay what they were without it."""
+        if self.end_rng.random() < LOSE_END_RATE:
+            config = self.configs[self.end_rng.choice(JOBS)]
+            self.fs.scope = str(self.base / config.job_name)
+            self.outcome.steps["lose-end"] += 1
+            self._lose_end(config)
+
+    def _lose_end(self, config: JobConfig) -> None:
+        """The end of a commit sequence after which its dataset planned another is gone: on Kafka as compaction after
+        a wrong tombstone leaves the topic (a replica without it, as in `_damage_replica`), on SQLite deleted with the
+        chain of predecessors relinked, as retention's own deletions are (nothing but the fold can tell). The next run
+        must refuse the log (DamagedHistoryError), publishing nothing; then the record is back."""
+        records = list(self.inner.read_records())
+        ends: dict[tuple[str, ...], list[int]] = {}
+        plans: dict[tuple[str, ...], list[tuple[int, str]]] = {}
+        for i, record in enumerate(records):  # by key (commit/<job>/<dataset>/<sequence>/<what>): nothing to decode
+            parts = record.key.decode(errors="replace").split("/")
+            if record.value is None or len(parts) < 5 or parts[0] != "commit":
+                continue
+            if parts[4] in ("COMPLETED", "ABANDONED"):
+                ends.setdefault(tuple(parts[1:4]), []).append(i)
+            elif parts[4] == "PLANNED":
+                plans.setdefault(tuple(parts[1:3]), []).append((i, parts[3]))
+        lost = [found[0] for (job, urn, sequence_id), found in ends.items() if len(found) == 1 and any(
+            i > found[0] and other != sequence_id for i, other in plans.get((job, urn), ()))]
+        if not lost:
+            return
+        index = self.end_rng.choice(sorted(lost))
+        self.plan.injected["record-damaged:end-lost"] += 1
+        what = f"the end of a commit sequence (record {index}) is gone"
+        if not isinstance(self.inner, SqliteLog):
+            self._refused_replica(config, [Record(r.partition, r.key, r.value, r.timestamp_ms)
+                                           for i, r in enumerate(records) if i != index], DamagedHistoryError, what)
+            return
+        seq, partition, topic = records[index].offset, records[index].partition, self.inner.topic
+        with sqlite3.connect(self.inner.path) as conn:
+            saved = conn.execute("SELECT * FROM oncelog_records WHERE seq = ?", (seq,)).fetchone()
+            (prev,) = conn.execute("SELECT prev FROM oncelog_records WHERE seq = ?", (seq,)).fetchone()
+            conn.execute("DELETE FROM oncelog_records WHERE seq = ?", (seq,))
+            conn.execute("UPDATE oncelog_records SET prev = ? WHERE prev = ?", (prev, seq))
+            conn.execute("UPDATE oncelog_heads SET last_seq = ? WHERE topic = ? AND last_seq = ?", (prev, topic, seq))
+        try:
+            self._refused(config, self.log, DamagedHistoryError, what)
+        finally:
+            with sqlite3.connect(self.inner.path) as conn:
+                conn.execute(f"INSERT INTO oncelog_records VALUES ({', '.join('?' * len(saved))})", saved)
+                conn.execute("UPDATE oncelog_records SET prev = ? WHERE topic = ? AND partition = ? AND prev = ? "
+                             "AND seq > ?", (seq, topic, partition, prev, seq))
+                conn.execute("UPDATE oncelog_heads SET last_seq = ? WHERE topic = ? AND partition = ? AND "
+                             "last_seq = ?", (seq, topic, partition, prev))
+
+    def _refused_replica(self, config: JobConfig, records: list[Record], refusal: type[OncelogError],
+                         what: str) -> None:
+        """A replica of the (Kafka) log holding `records` in its own topic: a run on it must refuse it."""
+        replica = open_log(self.inner.url.replace(f"topic={self.inner.topic}", f"topic={self.inner.topic}.replica-"
+                                                  f"{uuid.uuid4().hex[:6]}"))
+        try:
+            replica.ensure_topic()
+            with replica.writer("sim-replica") as writer:
+                writer.append_records(records)
+            self._refused(config, FaultyEventLog(replica, self.plan), refusal, what)
+        finally:
+            replica.close()
+
+    def _refused(self, config: JobConfig, log: EventLog, refusal: type[OncelogError], what: str) -> None:
+        """A fault-free run of `config` on `log` must refuse it with `refusal`, publishing nothing."""
+        before = self._published_files(config.job_name)
+        self.plan.armed = False
+        engine = SimTaskEngine(log, [], lambda *_: None)
+        try:
+            JobLauncher(config, engine=engine, fs=self.fs, log=log).run()
+        except refusal:
+            pass
+        else:
+            self._fail(f"a run planned from a log where {what}")
+        if self._published_files(config.job_name) != before:
+            self._fail(f"a run that could not read the whole log ({what}) published something")
+
+    def _published_files(self, name: str) -> set[tuple[str, int, int]]:
+        """Each file under a job's publish folder, with its size and modification time: what any publish changes
+        (cheaper than reading their records, `_published`)."""
+        return {(str(path), stat.st_size, stat.st_mtime_ns) for path in (self.base / name / "published").rglob("*")
+                if path.is_file() and (stat := path.stat())}
 
     def _newer_event(self, config: JobConfig) -> None:
         """A newer oncelog appends an event this one cannot read: the next run must stop before extracting."""

@@ -87,7 +87,8 @@ def test_seeded_scenarios_on_sqlite_publish_exactly_once() -> None:
     assert not failures, f"{len(failures)} of {len(seeds)} scenarios failed:\n" + "\n".join(failures[:10])
     assert totals["driver-killed"] > len(seeds) // 2 and totals["rename:io-error"] > 0  # the faults did happen
     damage = ("output-changed:bit-flip", "output-changed:truncated", "output-changed:deleted",
-              "record-damaged:bit-flip", "record-damaged:torn-write", "cleanup:while-unsettled")
+              "record-damaged:bit-flip", "record-damaged:torn-write", "record-damaged:end-lost",
+              "cleanup:while-unsettled")
     assert all(totals[kind] > 0 for kind in damage), {kind: totals[kind] for kind in damage}
 
 
@@ -115,6 +116,7 @@ def test_seeded_scenarios_on_kafka_publish_exactly_once(kafka_bootstrap: str, tm
     failures = [f.replace("--seed", f"--store kafka --bootstrap {kafka_bootstrap} --seed") for f in failures]
     _report("kafka simulation", KAFKA_SCENARIOS, totals, records)
     assert not failures, f"{len(failures)} of {KAFKA_SCENARIOS} scenarios failed:\n" + "\n".join(failures[:10])
+    assert any(totals[f"record-damaged:{kind}"] for kind in ("bit-flip", "torn-write", "end-lost")), totals
 
 
 @pytest.mark.spark

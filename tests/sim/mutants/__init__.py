@@ -60,6 +60,9 @@ MUTANTS = (
            "5ef0fe4: a task-output folder per attempt (writers.attempt_output_dir)", 0, 40),
     Mutant("reads-ignore-gaps", "a SQLite read folds a log with a deleted row or a cut-off tail as if nothing were "
            "missing", "2778c43: the SQLite log's chain of predecessors and heads", 0, 40),
+    Mutant("lost-ends-unnoticed", "the fold takes a commit sequence whose end is gone (its dataset planned another "
+           "after it) for pending, and runs plan from that log", "b529560: every fold refuses a lost sequence end",
+           0, 40),
 )
 
 

@@ -24,10 +24,10 @@ FIXTURE_MARKERS = {
 PARAMETER_MARKERS = {"kafka": "kafka", "kafka4": "kafka", "hdfs": "hdfs", "s3": "s3"}
 """A parameter value naming a store -> the marker of its server (fixtures that ask for it at run time)."""
 SLOWEST_MODULES = (
-    "tests/fault/test_crash_matrix.py", "tests/fault/test_concurrent_runs.py", "tests/sim/test_simulation.py",
-    "tests/fault/test_soak.py", "tests/spark_pipeline/test_pipeline.py",
-    "tests/spark_pipeline/engines/test_isolation.py", "tests/fault/test_mytopic_remote.py",
-    "tests/fault/test_crash_matrix_remote.py",
+    "tests/sim/test_simulation.py", "tests/fault/test_soak.py", "tests/fault/test_concurrent_runs.py",
+    "tests/fault/test_crash_matrix.py", "tests/spark_pipeline/test_pipeline.py",
+    "tests/spark_pipeline/engines/test_isolation.py", "tests/fault/test_crash_matrix_remote.py",
+    "tests/fault/test_mytopic_remote.py", "tests/fault/test_table_crash_matrix.py",
     "tests/fault/test_standalone_cluster.py", "tests/oncelog/cli/test_run_cli.py",
 )
 """The modules taking the most worker time in CI's runs, longest first. `make test` hands whole modules to its two

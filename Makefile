@@ -50,11 +50,10 @@ check: $(STAMP)
 	$(BIN)/mypy events projections replay spark_pipeline oncelog filesystems localservers tests benchmarks
 	$(BIN)/lint-imports
 
-# Three pytest workers, each taking one test module at a time (module fixtures start once): most tests wait on JVMs,
-# brokers and child processes, and with two the whole run used 23 of its 55 core-minutes on two cores (CI=true, 26
-# November). Modules go out in collection order, the slowest first (tests/conftest.py: SLOWEST_MODULES), so no long
-# one starts last.
-TEST_WORKERS ?= 3
+# Two pytest workers, each taking one test module at a time (module fixtures start once): most tests wait on JVMs,
+# brokers and child processes, so two overlap on two cores (README, Tests: the times measured). Modules go out in
+# collection order, the slowest first (tests/conftest.py: SLOWEST_MODULES), so no long one starts last.
+TEST_WORKERS ?= 2
 test: $(STAMP) check kafka-jars spark-jars hdfs-jars s3-build
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 

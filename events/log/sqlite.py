@@ -17,7 +17,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 from events.codec import EventCodec, Record
@@ -65,6 +65,9 @@ INSERT OR REPLACE INTO oncelog_heads (topic, partition, last_seq)
 """
 
 READ_BATCH = 10_000
+IDLE_CONNECTIONS = 4
+"""Connections a log keeps open for its next reads and writers (a run opens a writer per commit shard to fence it and
+reads the log several times: opening a connection, with its WAL set-up, cost more than most of those reads)."""
 FOLLOW_POLL_S = 0.05
 SYNCHRONOUS_MODES = ("full", "extra", "normal")
 """SQLite's `PRAGMA synchronous` levels a log may use (docs/log.md says what `normal` risks); `off` is not one."""
@@ -109,6 +112,11 @@ class SqliteLog(EventLog):
         self.busy_timeout_s = busy_timeout_s
         self.synchronous = synchronous
         self._requested_partitions = partitions
+        self._partitions: int | None = None
+        """The topic's partition count once it is in the file (it never changes after)."""
+        self._idle: list[sqlite3.Connection] = []
+        self._idle_lock = threading.Lock()
+        self._closed = False
         self._conn = self.connect()
         self._conn.executescript(SCHEMA)
         self._link_existing()
@@ -168,11 +176,30 @@ class SqliteLog(EventLog):
             raise LogUnavailableError(f"cannot open the SQLite log {self.path}: {e}") from e
         return conn
 
+    def _borrow(self) -> sqlite3.Connection:
+        """An idle connection of this log, else a new one."""
+        with self._idle_lock:
+            if self._idle:
+                return self._idle.pop()
+        return self.connect()
+
+    def _give_back(self, conn: sqlite3.Connection) -> None:
+        """Keep a connection for the next read or writer; closed instead if it is inside a transaction (a statement
+        failed half-way), the log is closed, or enough are idle."""
+        with self._idle_lock:
+            if not self._closed and not conn.in_transaction and len(self._idle) < IDLE_CONNECTIONS:
+                self._idle.append(conn)
+                return
+        conn.close()
+
     @property
     def partitions(self) -> int:
+        if self._partitions is not None:
+            return self._partitions
         row = self._conn.execute("SELECT partitions FROM oncelog_topics WHERE topic = ?", (self.topic,)).fetchone()
         if row is not None:
-            return int(row[0])
+            self._partitions = int(row[0])
+            return self._partitions
         return self._requested_partitions or 1
 
     def ensure_topic(self) -> None:
@@ -195,7 +222,7 @@ class SqliteLog(EventLog):
         return FileJobLock(self.path.parent / f"{self.path.name}.locks" / f"{job}.lock", job)
 
     def writer(self, name: str) -> SqliteWriter:
-        conn = self.connect()
+        conn = self._borrow()
         try:
             conn.execute("BEGIN IMMEDIATE")
             (epoch,) = conn.execute(
@@ -207,7 +234,7 @@ class SqliteLog(EventLog):
         except sqlite3.Error as e:
             conn.close()
             raise LogUnavailableError(f"cannot register writer {name!r} in {self.path}: {e}") from e
-        return SqliteWriter(name, self.codec, self.partitions, conn, self.topic, epoch)
+        return SqliteWriter(name, self.codec, self.partitions, conn, self.topic, epoch, self._give_back)
 
     def read_records(
         self, start: Mapping[int, int] | None = None, until: Mapping[int, int] | None = None, follow: bool = False
@@ -217,11 +244,11 @@ class SqliteLog(EventLog):
         if until is None and not follow:
             until = self.end_offsets()
         last = None if until is None else {p: until.get(p, 0) for p in range(partitions)}
-        conn = self.connect()
+        conn = self._borrow()
         try:
             yield from self._scan(conn, first, last, follow)
         finally:
-            conn.close()
+            self._give_back(conn)
 
     def _scan(
         self, conn: sqlite3.Connection, first: dict[int, int], last: dict[int, int] | None, follow: bool
@@ -337,6 +364,11 @@ class SqliteLog(EventLog):
 
     def close(self) -> None:
         super().close()
+        with self._idle_lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
         self._conn.close()
 
 
@@ -344,18 +376,28 @@ class SqliteWriter(LogWriter):
     """Appends a batch in one IMMEDIATE transaction, after checking that no newer writer took its name."""
 
     def __init__(
-        self, name: str, codec: EventCodec, partitions: int, conn: sqlite3.Connection, topic: str, epoch: int
+        self, name: str, codec: EventCodec, partitions: int, conn: sqlite3.Connection, topic: str, epoch: int,
+        release: Callable[[sqlite3.Connection], None],
     ) -> None:
         super().__init__(name, codec, partitions)
         self._conn = conn
         self._topic = topic
         self._epoch = epoch
+        self._release = release
+        """Takes the connection back when the writer closes (its log keeps it for the next reader or writer)."""
+        self._closed = False
         self._lock = threading.Lock()
         """One statement at a time on the connection: appends and fence checks may come from different threads."""
 
     def append_records(self, records: Iterable[Record]) -> int:
         with self._lock:
+            self._check_open()
             return self._append(records)
+
+    def _check_open(self) -> None:
+        """A closed writer's connection may serve another writer now: it must not be used."""
+        if self._closed:
+            raise LogWriteError(f"writer {self.name!r} of the SQLite log is closed")
 
     def _append(self, records: Iterable[Record]) -> int:
         conn = self._conn
@@ -409,6 +451,7 @@ class SqliteWriter(LogWriter):
     def check_fenced(self) -> None:
         """One read of the writer's epoch (microseconds): FencedError once a newer writer took the name."""
         with self._lock:
+            self._check_open()
             try:
                 self._check_epoch()
             except sqlite3.Error as e:
@@ -463,7 +506,11 @@ class SqliteWriter(LogWriter):
         )
 
     def close(self) -> None:
-        self._conn.close()
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._release(self._conn)
 
 
 class SqliteSubscription(Subscription):

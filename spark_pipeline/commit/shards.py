@@ -115,7 +115,7 @@ def commit_shard(work: ShardWork, log: EventLog, fs: FileSystem, settings: Commi
             if newer is not None:
                 return ShardSummary(work.shard, error=f"run {newer} of job {work.job} started after run "
                                     f"{work.run_id} assigned this shard: it publishes nothing", fenced=True)
-            sink = EventSink(writer, state)
+            sink = EventSink(writer, state, gather_checks=settings.parallelism > 1)
             try:
                 results = _commit(work, Committer(sink, settings, fs), publisher)
             finally:

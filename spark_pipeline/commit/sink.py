@@ -38,9 +38,12 @@ class EventSink:
     No thread of its own: the first emitter to find none committing leads, committing groups of what is queued until
     its own request is in; the others wait for their outcome (or to lead next)."""
 
-    def __init__(self, writer: LogWriter, state: State) -> None:
+    def __init__(self, writer: LogWriter, state: State, gather_checks: bool = True) -> None:
         self.writer = writer
         self.state = state
+        self.gather_checks = gather_checks
+        """Whether a lone fence check waits CHECK_GATHER_S for others: not when one thread commits (parallelism 1),
+        where no other check can come and each wait would add to every rename."""
         self.state_lock = threading.Lock()
         self._queue: list[_Request] = []
         self._cv = threading.Condition()
@@ -87,7 +90,7 @@ class EventSink:
         """When only fence checks wait, give the other committing threads a moment to queue theirs (each is answered
         by a probe that begins after it was asked, so they can share one); an append ends the wait at once."""
         deadline = time.monotonic() + CHECK_GATHER_S
-        while (not self._closed and len(self._queue) < CHECK_GATHER_MAX
+        while (self.gather_checks and not self._closed and len(self._queue) < CHECK_GATHER_MAX
                and not any(request.events for request in self._queue)):
             remaining = deadline - time.monotonic()
             if remaining <= 0:

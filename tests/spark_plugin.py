@@ -11,7 +11,6 @@ from pyspark.sql import SparkSession
 from spark_pipeline.engines.spark import spark_session
 from spark_pipeline.jobs import config_from_properties
 
-
 SHORT_LIVED_DRIVER = '--driver-java-options "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC" pyspark-shell'
 """How the tests' child processes (`oncelog run` and other commands) start their Spark driver JVM: one that lives
 seconds starts markedly faster with C1 alone and the serial collector (an `oncelog run` of the fault tests' job took

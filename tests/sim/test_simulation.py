@@ -2,7 +2,12 @@
 every mutant of tests/sim/mutants/ dies within seeds 0-25), a few whose runs extract with the DataFrame engine on a
 real Spark session. Under the heavy lock on 2 cores, 2,000 on SQLite took 213-215 s and 50 on Kafka 85-112 s (two
 runs; a Kafka scenario took 2.8 s of wall time with 3 workers before its clients stopped waiting out librdkafka's
-reconnect backoff and its reads their consume() timeout).
+reconnect backoff and its reads their consume() timeout). Since the SQLite log reuses its connections and a commit at
+parallelism 1 no longer waits to gather fence checks, a SQLite scenario costs a fifth less CPU (seeds 0-149 in one
+process: 20.5 s of CPU and 23.7 s of wall time before, 16.0 s and 16.7 s after); beside the soak under `pytest -n 2`,
+2,000 on SQLite took 374 s and 50 on Kafka 107 s (CI measured 496 s and 116 s before). More Kafka workers do not pay:
+a Kafka scenario is CPU-bound too (its clients and the broker), 6 workers took 72 s against 89 s for 3 alone, with
+the same CPU time.
 
 Scenario counts come from $ONCELOG_SIM_SQLITE / $ONCELOG_SIM_KAFKA / $ONCELOG_SIM_DATAFRAME (defaults below);
 `make simulate` runs more.

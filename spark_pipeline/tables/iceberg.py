@@ -22,11 +22,9 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from events.commit import TableCommitStep
+from events.commit import TABLE_COMMIT_ID, TableCommitStep
 from spark_pipeline.tables.errors import TableError
 
-COMMIT_ID = "oncelog.commit-id"
-"""The snapshot summary property naming the sequence that made the snapshot (`job/dataset/sequence`)."""
 COMMIT_ATTEMPTS = 5
 """How often an append is tried when another writer commits to the table in between (optimistic concurrency)."""
 
@@ -102,7 +100,7 @@ def snapshot_of(table: Table, commit_id: str) -> Snapshot | None:
     """The snapshot in the table's history whose summary names `commit_id` (what a TableCommit step made)."""
     for snapshot in table.metadata.snapshots:
         summary = snapshot.summary
-        if summary is not None and summary.additional_properties.get(COMMIT_ID) == commit_id:
+        if summary is not None and summary.additional_properties.get(TABLE_COMMIT_ID) == commit_id:
             return snapshot
     return None
 
@@ -123,7 +121,7 @@ def append(ref: TableRef, files: Sequence[str], commit_id: str, summary: dict[st
             if (done := snapshot_of(table, commit_id)) is not None:
                 return done
             try:
-                _append_once(ref, table, files, {**summary, COMMIT_ID: commit_id})
+                _append_once(ref, table, files, {**summary, TABLE_COMMIT_ID: commit_id})
             except iceberg_errors.CommitFailedException:
                 continue  # another writer's snapshot came in between: look again, then try on top of it
             made = load_table(ref)

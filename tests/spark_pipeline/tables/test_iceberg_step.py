@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from events.commit import TableCommitStep
+from events.commit import TABLE_COMMIT_ID, TableCommitStep
 from spark_pipeline.commit.steps import CommitStepError, TableCommitCommitStep
 from spark_pipeline.tables import iceberg
 from spark_pipeline.tables.publisher import IcebergSettings, catalog_problem
@@ -44,7 +44,7 @@ def snapshots(step: TableCommitStep) -> list[str]:
     """The commit ids of the table's snapshots, in order."""
     table = iceberg.load_table(iceberg.TableRef.of(step))
     assert table is not None
-    return [s.summary.additional_properties.get(iceberg.COMMIT_ID, "") for s in table.metadata.snapshots
+    return [s.summary.additional_properties.get(TABLE_COMMIT_ID, "") for s in table.metadata.snapshots
             if s.summary is not None]
 
 

@@ -37,8 +37,13 @@ ARROW_TYPES = {"string": pa.string(), "int": pa.int32(), "long": pa.int64(), "do
                "boolean": pa.bool_(), "bytes": pa.binary()}
 FOREIGN = "foreign"
 """The dataset of the records another writer commits to a table (not ours: every check leaves them out)."""
-CONCURRENT_RATE = 0.15
+CONCURRENT_RATE = 0.25
 """Of our table commits while faults are armed: how many another writer's commit comes in between."""
+COMMIT_FAULTS = {Fault.CRASH_BEFORE: 0.05, Fault.CRASH_AFTER: 0.1, Fault.IO_ERROR: 0.05,
+                 Fault.APPEND_DURABLE_THEN_ERROR: 0.1}
+"""The faults of a table commit while armed, and how often each (more often than those of a file call: a scenario
+makes few table commits while faults are on, most runs end before their commit). APPEND_DURABLE_THEN_ERROR: the
+commit is made, but its answer is lost (the step raises)."""
 
 
 def arrow_schema(schema: dict[str, Any]) -> pa.Schema:
@@ -111,20 +116,31 @@ class FaultyTables:
         def faulty(ref: iceberg.TableRef, table: Any, files: Sequence[str], properties: dict[str, str]) -> None:
             if self.plan.armed and self.plan.rng.random() < CONCURRENT_RATE:
                 self._foreign_commit(ref)
-            fault = self.plan.decide("table-commit")
+            fault = self._decide()
             if fault is Fault.CRASH_BEFORE:
                 raise SimulatedCrash(f"table commit to {ref.table}")
-            lost = fault is Fault.IO_ERROR and self.plan.rng.random() < 0.5
-            if fault is Fault.IO_ERROR and not lost:
+            if fault is Fault.IO_ERROR:
                 raise iceberg.TableError(f"simulated: the commit to {ref.describe()} failed; nothing committed")
             append_once(ref, table, files, properties)
             if fault is Fault.CRASH_AFTER:
                 raise SimulatedCrash(f"after the table commit to {ref.table}")
-            if lost:
-                self.plan.injected["table-commit:answer-lost"] += 1
+            if fault is Fault.APPEND_DURABLE_THEN_ERROR:
                 raise iceberg.TableError(f"simulated: the commit to {ref.describe()} is made, but its answer was lost")
 
         return faulty
+
+    def _decide(self) -> Fault | None:
+        """The fault of one table commit (none while disarmed), counted as `table-commit:<fault>`."""
+        self.plan.calls += 1
+        if not self.plan.armed:
+            return None
+        roll = self.plan.rng.random()
+        for fault, rate in COMMIT_FAULTS.items():
+            if roll < rate:
+                self.plan.injected[f"table-commit:{fault}"] += 1
+                return fault
+            roll -= rate
+        return None
 
     def _wrap_read(self, committed: Callable[[iceberg.TableRef, str], bool]) -> Callable[[iceberg.TableRef, str], bool]:
         def faulty(ref: iceberg.TableRef, commit_id: str) -> bool:
@@ -148,16 +164,8 @@ class FaultyTables:
         theirs.add_files([str(path)], snapshot_properties={"writer": "someone else"})
 
 
-def data_records(data_dir: Path) -> Counter[tuple[str, int, int]]:
-    """(dataset, partition, offset) of every record in the Parquet files under a table's data folder; a ValueError
-    naming the file if one is no whole Parquet file (half a copy)."""
-    seen: Counter[tuple[str, int, int]] = Counter()
-    for path in sorted(data_dir.rglob("*.parquet")):
-        seen.update(parquet_records(path))
-    return seen
-
-
 def parquet_records(path: Path) -> Counter[tuple[str, int, int]]:
+    """(dataset, partition, offset) of every record in one Parquet file; a ValueError if it is no whole one."""
     try:
         rows = pq.read_table(path, columns=["dataset", "partition", "offset"])
     except (pa.ArrowException, OSError) as e:

@@ -15,10 +15,14 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from events.commit import TABLE_COMMIT_ID, TABLE_WATERMARKS, TableCommitStep
 from filesystems import urls
+
+SQLITE_PREFIX = "sqlite:///"
+"""The URL prefix of a SQL catalog on a SQLite file (its path follows)."""
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -209,10 +213,13 @@ def _library_errors() -> tuple[type[Exception], ...]:
 
 
 def _load(name: str, uri: str, warehouse: str, identifier: str) -> Table | None:
-    """The table, or None when it does not exist (pyiceberg loaded here, on first use)."""
+    """The table, or None when it does not exist, nor its SQLite catalog's file (a check creates none); pyiceberg is
+    loaded here, on first use."""
     from pyiceberg.catalog import load_catalog
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
+    if uri.startswith(SQLITE_PREFIX) and not Path(uri.removeprefix(SQLITE_PREFIX)).exists():
+        return None
     try:
         return load_catalog(name, uri=uri, warehouse=warehouse).load_table(identifier)
     except (NoSuchTableError, NoSuchNamespaceError):

@@ -90,3 +90,4 @@ def test_a_foreign_writer_is_left_alone_and_a_lost_table_is_found(two_runs: iceb
     found = violations(tmp_path)
     assert [kind for kind, _ in found] == ["table-missing"]
     assert "'lake.events'" in found[0][1] and "4 sequence(s) committed to it" in found[0][1]
+    assert not catalog.exists()  # the check created no catalog

@@ -42,6 +42,12 @@ class DatasetStateStep(Frozen):
     properties: dict[str, str] = Field(default_factory=dict)
 
 
+TABLE_COMMIT_ID = "oncelog.commit-id"
+"""The snapshot summary property naming the sequence that made the snapshot (`job/dataset/sequence`)."""
+TABLE_WATERMARKS = "oncelog.watermarks"
+"""The snapshot summary property holding each source partition's published range (`{"partition": [low, high]}`)."""
+
+
 class TableCommitStep(Frozen):
     """Append the files the sequence's FsRename steps published to an Iceberg table, in one snapshot whose summary
     carries `commit_id` (and `summary`): done when the table's history holds a snapshot with that id."""

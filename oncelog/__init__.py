@@ -89,7 +89,7 @@ _ERRORS: tuple[str, ...] = (
     "KafkaProvisioningError", "HdfsProvisioningError", "S3ProvisioningError", "SparkClusterError",
     "SparkConnectorError",
     "EventTooLargeError", "KafkaSecurityError", "DamagedHistoryError", "ShardLostError", "ShardFailedError",
-    "LineageError", "MissingRecordsError", "TasksAborted",
+    "LineageError", "MissingRecordsError", "TasksAborted", "UnsettledCommitStepError",
 )
 """The names of `oncelog.errors` (imported from there on first use, like the rest)."""
 

@@ -26,6 +26,8 @@
 - TaskQualityError: a MANDATORY task-level quality policy failed; the branch's output is not committed.
 - CommitStepError: a commit step cannot be done; its sequence records the failure and retries later.
 - UnsafeCommitStepError: a commit step would touch a path outside the job's roots; refused before anything moves.
+- UnsettledCommitStepError: a commit step failed without telling whether it took effect (a table commit whose table
+  could not be read); its sequence stays pending, never abandoned.
 - ShardLostError: a commit shard's task died (worker or executor lost); what it appended stands.
 - ShardFailedError: a commit shard's task stopped on an error; the run fails and the next one recovers.
 - LineageError: an OpenLineage event could not be sent.
@@ -75,7 +77,7 @@ from replay.audit import RunNotFoundError
 from replay.history_html import JobNotFoundError
 from spark_pipeline.commit.session import IncompleteHistoryError
 from spark_pipeline.commit.shards import ShardFailedError, ShardLostError
-from spark_pipeline.commit.steps import CommitStepError, UnsafeCommitStepError
+from spark_pipeline.commit.steps import CommitStepError, UnsafeCommitStepError, UnsettledCommitStepError
 from spark_pipeline.connectors import SparkConnectorError
 from spark_pipeline.constructs import SourceError
 from spark_pipeline.engines.policies import TaskQualityError
@@ -124,6 +126,7 @@ __all__ = [
     "TasksAborted",
     "UnknownEventTypeError",
     "UnsafeCommitStepError",
+    "UnsettledCommitStepError",
 ]
 
 _HEAVY: dict[str, str] = {"RunCancelled": "spark_pipeline.launcher", "TasksAborted": "spark_pipeline.engines.spark",

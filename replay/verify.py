@@ -15,7 +15,10 @@
   content check (`ContentCheck`) the SHA-256 it recorded too (`replay.content`);
 - any event key identifies one payload, forever: a record's key is its event's key, and two records with one key
   hold the same event (their emitted_at aside);
-- every record decodes, and every run or sequence event belongs to a run or sequence that exists.
+- every record decodes, and every run or sequence event belongs to a run or sequence that exists;
+- every Iceberg table a TableCommit step names holds exactly one snapshot per completed table commit, in its current
+  history, adding the sequence's files; no snapshot of ours without its sequence, no data file added twice, no source
+  offset in two snapshots (`replay.tables`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from events.commit import (
     DatasetStateStep,
     FsRenameStep,
     HighWatermarkStep,
+    TableCommitStep,
 )
 from events.dataset import DatasetStateCommitted, WatermarkAdvanced
 from events.errors import EventDecodeError
@@ -45,6 +49,7 @@ from filesystems.base import FileSystem
 from filesystems.router import FileSystems
 from projections.state import State, missing_end
 from replay.content import UNSHOWN, ContentCheck, ContentProgress, FilesChecked, PublishedFile, check_files
+from replay.tables import SequenceStatus, TableCommitPlanned, check_tables
 
 Progress = Callable[[int], None]
 E = TypeVar("E", WatermarkAdvanced, DatasetStateCommitted)
@@ -313,6 +318,7 @@ class _Checker:
             self._check_against_plan(sequence)
         self._check_pending_plans()
         published = self._published_files()
+        self._check_tables()
         if publish_dir is not None:
             self._check_publish_dir(publish_dir, published, fs, content, content_progress)
         self.report.sequences = len(self.sequences)
@@ -434,6 +440,16 @@ class _Checker:
                     published[step.dst] = PublishedFile(step.dst, step.size, step.checksum, s.describe(), s.at)
         return published
 
+    def _check_tables(self) -> None:
+        """The Iceberg tables the log's TableCommit steps name hold each completed commit once (`replay.tables`)."""
+        commits = [TableCommitPlanned(step, s.describe(), s.at, _status(s),
+                                      tuple(f.dst for f in s.planned.steps if isinstance(f, FsRenameStep)))
+                   for s in self.sequences.values() for step in s.planned.steps if isinstance(step, TableCommitStep)]
+        if not commits:
+            return
+        for finding in check_tables(commits, {job for job, _, _ in self.sequences}):
+            self.violate(finding.kind, finding.message, finding.position)
+
     def _moving(self) -> set[str]:
         """Destinations of sequences not settled yet: a file there belongs to a publication still under way."""
         return {step.dst for s in self.sequences.values() if not s.completed and not (s.abandoned and s.rolled_back)
@@ -455,6 +471,12 @@ class _Checker:
         findings, self.report.files = check_files(expected, on_disk, fs, content, content_progress)
         for finding in findings:
             self.violate(finding.problem.value, finding.message, finding.position)
+
+
+def _status(sequence: _Sequence) -> SequenceStatus:
+    if sequence.completed:
+        return SequenceStatus.COMPLETED
+    return SequenceStatus.ABANDONED if sequence.abandoned else SequenceStatus.PENDING
 
 
 def _canonical(location: str) -> str:

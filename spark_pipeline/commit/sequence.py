@@ -45,6 +45,7 @@ from spark_pipeline.commit.steps import (
     FsRenameCommitStep,
     SequenceRef,
     UnsafeCommitStepError,
+    UnsettledCommitStepError,
     step_for,
 )
 
@@ -130,8 +131,9 @@ class CommitSequence:
                     self.sink.check_fenced()  # a superseded writer must move or commit nothing (FencedError)
                 effects: list[Event] = [] if done else step.execute()
             except (OSError, FileSystemError, CommitStepError) as e:
-                record([*effects_so_far, *applied, *self._failure(index, f"step {index} ({spec.kind}): {e}")])
-                return self._result(self._after_failure(), f"step {index} ({spec.kind}): {e}")
+                abandon = not isinstance(e, UnsettledCommitStepError)
+                record([*effects_so_far, *applied, *self._failure(index, f"step {index} ({spec.kind}): {e}", abandon)])
+                return self._result(self._after_failure(abandon), f"step {index} ({spec.kind}): {e}")
             outcome: Literal["executed", "verified"] = "verified" if done else "executed"
             counts[outcome] += 1
             effects_so_far += effects
@@ -160,16 +162,18 @@ class CommitSequence:
         self.fs.sync_folders(self.renamed_into)
         self.sink.emit(events)
 
-    def _failure(self, index: int, error: str) -> list[Event]:
-        """The events of a failed attempt: the failure, and the abandonment once attempts run out."""
+    def _failure(self, index: int, error: str, abandon: bool) -> list[Event]:
+        """The events of a failed attempt: the failure, and the abandonment once attempts run out (never for a step
+        that may have taken effect: `abandon` False)."""
         attempt = self.view.attempts_failed + 1
         events: list[Event] = [CommitStepFailed(**self.ref.fields(), step_index=index, attempt=attempt, error=error)]
-        if attempt >= self.settings.max_attempts:
+        if abandon and attempt >= self.settings.max_attempts:
             events.append(CommitSequenceAbandoned(**self.ref.fields(), attempts=attempt, error=error))
         return events
 
-    def _after_failure(self) -> Outcome:
-        return Outcome.ABANDONED if self.view.attempts_failed + 1 >= self.settings.max_attempts else Outcome.FAILED
+    def _after_failure(self, abandon: bool) -> Outcome:
+        abandoned = abandon and self.view.attempts_failed + 1 >= self.settings.max_attempts
+        return Outcome.ABANDONED if abandoned else Outcome.FAILED
 
     def _result(self, outcome: Outcome, error: str | None = None, executed: int = 0, verified: int = 0) -> CommitResult:
         return CommitResult(self.view.job, self.view.dataset_urn, self.view.sequence_id, outcome, error, executed,

@@ -35,6 +35,11 @@ class CommitStepError(OncelogError):
     """A step cannot be done (the sequence records the failure and tries again later, up to its limit)."""
 
 
+class UnsettledCommitStepError(CommitStepError):
+    """A step failed without telling whether it took effect (a table commit whose answer, and the table's history, could
+    not be read): its sequence is never abandoned on it, since a release would roll back what the table may hold."""
+
+
 class UnsafeCommitStepError(CommitStepError):
     """A step would touch a path outside the job's configured roots: refused before anything moves."""
 
@@ -217,14 +222,17 @@ class TableCommitCommitStep(CommitStep):
         try:
             return iceberg.committed(iceberg.TableRef.of(self.spec), self.spec.commit_id)
         except iceberg.TableError as e:
-            raise CommitStepError(str(e)) from e
+            raise UnsettledCommitStepError(str(e)) from e
 
     def execute(self) -> list[Event]:
+        """Append; when the append fails, ask the table again: a commit made whose answer was lost is done."""
         from spark_pipeline.tables import iceberg
 
         try:
             iceberg.append(iceberg.TableRef.of(self.spec), self.files, self.spec.commit_id, self.spec.summary)
         except iceberg.TableError as e:
+            if self.verify():
+                return []
             raise CommitStepError(str(e)) from e
         return []
 

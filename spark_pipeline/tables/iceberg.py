@@ -22,13 +22,17 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from events.commit import TableCommitStep
+from events.commit import TABLE_COMMIT_ID, TableCommitStep
 from spark_pipeline.tables.errors import TableError
 
-COMMIT_ID = "oncelog.commit-id"
-"""The snapshot summary property naming the sequence that made the snapshot (`job/dataset/sequence`)."""
 COMMIT_ATTEMPTS = 5
 """How often an append is tried when another writer commits to the table in between (optimistic concurrency)."""
+SQLITE_PREFIX = "sqlite:///"
+"""The URL prefix of a SQL catalog on a SQLite file (its path follows)."""
+CREATED_PROPERTIES = {"commit.retry.num-retries": "0"}
+"""The properties of a table oncelog creates. pyiceberg retries a commit that lost a race on its own (4 times by
+default, after 100 ms and more), rebuilding the snapshot without asking whether the table already holds ours: oncelog's
+append does its retries itself, each after looking for its snapshot by commit id."""
 
 LIBRARY_ERRORS: tuple[type[Exception], ...] = (
     ValueError, TypeError, KeyError, OSError, pa.ArrowException, sqlalchemy.exc.SQLAlchemyError,
@@ -89,7 +93,9 @@ def list_namespaces(name: str, uri: str, warehouse: str) -> list[str]:
 
 
 def load_table(ref: TableRef) -> Table | None:
-    """The table, or None when it does not exist yet."""
+    """The table, or None when it does not exist yet (nor its SQLite catalog's file: a read creates none)."""
+    if ref.catalog_uri.startswith(SQLITE_PREFIX) and not Path(ref.catalog_uri.removeprefix(SQLITE_PREFIX)).exists():
+        return None
     try:
         return catalog_of(ref).load_table(ref.table)
     except (iceberg_errors.NoSuchTableError, iceberg_errors.NoSuchNamespaceError):
@@ -102,7 +108,7 @@ def snapshot_of(table: Table, commit_id: str) -> Snapshot | None:
     """The snapshot in the table's history whose summary names `commit_id` (what a TableCommit step made)."""
     for snapshot in table.metadata.snapshots:
         summary = snapshot.summary
-        if summary is not None and summary.additional_properties.get(COMMIT_ID) == commit_id:
+        if summary is not None and summary.additional_properties.get(TABLE_COMMIT_ID) == commit_id:
             return snapshot
     return None
 
@@ -123,7 +129,7 @@ def append(ref: TableRef, files: Sequence[str], commit_id: str, summary: dict[st
             if (done := snapshot_of(table, commit_id)) is not None:
                 return done
             try:
-                _append_once(ref, table, files, {**summary, COMMIT_ID: commit_id})
+                _append_once(ref, table, files, {**summary, TABLE_COMMIT_ID: commit_id})
             except iceberg_errors.CommitFailedException:
                 continue  # another writer's snapshot came in between: look again, then try on top of it
             made = load_table(ref)
@@ -207,7 +213,8 @@ def _create(ref: TableRef, files: Sequence[str]) -> Table:
     try:
         if ref.namespace:
             catalog.create_namespace_if_not_exists(ref.namespace)
-        return catalog.create_table_if_not_exists(ref.table, schema=schema, location=ref.location)
+        return catalog.create_table_if_not_exists(ref.table, schema=schema, location=ref.location,
+                                                  properties=CREATED_PROPERTIES)
     except LIBRARY_ERRORS as e:
         raise TableError(f"cannot create {ref.describe()} at {ref.location}: {_first_line(e)}") from e
 

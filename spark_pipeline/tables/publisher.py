@@ -18,7 +18,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from events.commit import CommitSequencePlanned, FsRenameStep, TableCommitStep
+from events.commit import TABLE_WATERMARKS, CommitSequencePlanned, FsRenameStep, TableCommitStep
 from filesystems import urls
 from projections.views import DatasetView
 from spark_pipeline.constructs import DatasetOutput
@@ -126,7 +126,7 @@ def snapshot_summary(sequence: CommitSequencePlanned, output: DatasetOutput) -> 
     return {"oncelog.job": sequence.job, "oncelog.run-id": sequence.run_id, "oncelog.dataset": sequence.dataset_urn,
             "oncelog.sequence-id": sequence.sequence_id,
             "oncelog.records": str(sum(r.records_written for r in output.results)),
-            "oncelog.watermarks": json.dumps(ranges, sort_keys=True, separators=(",", ":"))}
+            TABLE_WATERMARKS: json.dumps(ranges, sort_keys=True, separators=(",", ":"))}
 
 
 def catalog_problem(settings: IcebergSettings, warehouse: str, timeout_s: float) -> str | None:

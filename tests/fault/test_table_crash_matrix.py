@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from events.commit import CommitSequenceCompleted
+from events.commit import TABLE_COMMIT_ID, CommitSequenceCompleted
 from events.log import open_log
 from projections.projector import Projector
 from projections.views import RunStatus
@@ -97,7 +97,7 @@ def table_holds_exactly_once(base: Path, runs: int) -> None:
     expected = {(urn, int(p.rsplit(":", 1)[1]), o) for (urn, p), w in watermarks.items() for o in range(w)}
     assert set(seen) == expected, f"{len(seen)} records in the table, the watermarks say {len(expected)}"
 
-    ids = [s.summary.additional_properties.get(iceberg.COMMIT_ID, "") for s in table.metadata.snapshots if s.summary]
+    ids = [s.summary.additional_properties.get(TABLE_COMMIT_ID, "") for s in table.metadata.snapshots if s.summary]
     assert sorted(ids) == sorted(completed), "each snapshot is exactly one completed sequence's"
     added = sum(int(s.summary.additional_properties["added-data-files"]) for s in table.metadata.snapshots
                 if s.summary)

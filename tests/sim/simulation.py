@@ -81,6 +81,7 @@ from tests.sim.faults import (
     damaged_value,
     sha256_of,
 )
+from tests.sim.tables import FaultyTables, parquet_records, table_records
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -95,6 +96,9 @@ ZOMBIE_RATE = 0.15
 """Of the faulty runs whose tasks wrote output: how many leave a zombie attempt writing one of a task's files late."""
 LOSE_END_RATE = 0.05
 """Of the steps: how many are followed by a sequence's end lost from the log (then restored)."""
+TABLE_RATE = 0.1
+"""Of the scenarios: how many have their second job publish into an Iceberg table (Parquet on the records engine,
+a SQLite catalog of the scenario's own) instead of into folders."""
 PUBLISH_CALLS = frozenset({"rename", "copy"})
 """The file calls that publish: a `stuck-publish` step fails every one of them for a whole run."""
 
@@ -195,9 +199,9 @@ def kafka_log_at(bootstrap: str) -> OpenLog:
                                  f"&{KAFKA_CLIENT_SETTINGS}")
 
 
-def write_job(base: Path, name: str, url: str, rng: random.Random) -> JobConfig:
+def write_job(base: Path, name: str, url: str, rng: random.Random, table: str | None = None) -> JobConfig:
     """A synthetic job of two datasets of one to three partitions under base/<name>, with seeded retry, attempt and
-    commit-shard settings."""
+    commit-shard settings; with `table`, published into that Iceberg table (its warehouse: base/<name>/published)."""
     root = base / name
     job = {
         "job.name": name, "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",
@@ -211,6 +215,9 @@ def write_job(base: Path, name: str, url: str, rng: random.Random) -> JobConfig:
         # Half the jobs commit in shards (in-process shard tasks, each with its own fenced writer), one or two of them.
         "job.commit.on.executors": rng.random() < 0.5, "job.commit.shards": rng.randint(1, 2),
     }
+    if table is not None:
+        job |= {"data.publisher.type": "spark_pipeline.tables.publisher.IcebergTablePublisher", "iceberg.table": table,
+                "writer.output.format": "PARQUET", "writer.builder.class": "tests.sim.tables.ParquetDataWriterBuilder"}
     path = base / f"{name}.yaml"
     path.write_text(yaml.safe_dump(job))
     return load_job_config(path)
@@ -232,9 +239,15 @@ class Scenario:
         self.log = FaultyEventLog(self.inner, self.plan)
         self.object_store = random.Random(seed * 31 + 7).random() < 0.5  # publishing as on S3: copy, check, delete
         self.fs = FaultyFileSystem(LOCAL, self.plan, object_store=self.object_store)
-        self.configs = {name: write_job(base, name, self.inner.url, self.rng) for name in JOBS}
+        table_job = random.Random(seed * 9973 + 11).random() < TABLE_RATE
+        self.tables = {JOBS[1]: f"lake.{JOBS[1].lower()}"} if table_job else {}
+        """The jobs that publish into an Iceberg table, and their table."""
+        self.faulty_tables = FaultyTables(self.plan, base / "foreign")
+        self.configs = {name: write_job(base, name, self.inner.url, self.rng, self.tables.get(name)) for name in JOBS}
         self.outcome = Outcome(seed)
         self.outcome.steps["object-store" if self.object_store else "rename-store"] += 1
+        if self.tables:
+            self.outcome.steps["iceberg-table"] += 1
         self.late_shards: list[Assignment] = []
         """Shard tasks in flight when their driver was killed: they may run after it."""
         self.end_rng = random.Random(seed * 104_729 + 3)
@@ -250,6 +263,12 @@ class Scenario:
 
     def play(self) -> Outcome:
         """Faulty steps, then settling runs without faults; checks after each."""
+        if not self.tables:
+            return self._play()
+        with self.faulty_tables.installed():
+            return self._play()
+
+    def _play(self) -> Outcome:
         try:
             for _ in range(STEPS):
                 self._step()
@@ -565,12 +584,15 @@ class Scenario:
                 self._fail(f"{name} did not settle in {SETTLE_RUNS} fault-free runs")
 
     def _published(self, name: str, settled: bool) -> Counter[tuple[str, int, int]]:
-        """The records of a job's published files; a damaged file (half a copy) may exist only while unsettled."""
+        """The records of a job's published files (a table job's: the Parquet files in its table's data folder); a
+        damaged file (half a copy) may exist only while unsettled."""
         seen: Counter[tuple[str, int, int]] = Counter()
-        for path in sorted((self.base / name / "published").rglob("*")):
+        root, read = ((self.base / name / "published" / Path(*self.tables[name].split(".")) / "data", parquet_records)
+                      if name in self.tables else (self.base / name / "published", published_records_of))
+        for path in sorted(root.rglob("*")):
             if path.is_file():
                 try:
-                    seen.update(published_records_of(path))
+                    seen.update(read(path))
                 except ValueError as e:
                     if settled or not self.object_store:
                         self._fail(f"{name}: published file {path} is damaged ({e})")
@@ -629,6 +651,8 @@ class Scenario:
             if set(seen) != expected or any(n > 1 for n in seen.values()):
                 self._fail(f"{name}: published {len(seen)} records, watermarks say {len(expected)}; missing "
                            f"{sorted(expected - set(seen))[:5]}, extra {sorted(set(seen) - expected)[:5]}")
+            if name in self.tables:
+                self._check_table(name, seen)
             if state.unsettled_datasets(name):
                 self._fail(f"{name}: datasets still unsettled: {sorted(state.unsettled_datasets(name))}")
             for folder in ("staging", "task-output"):
@@ -636,6 +660,16 @@ class Scenario:
                 if left:
                     self._fail(f"{name}: {folder} still holds run folders {left}")
             self.outcome.records += len(seen)
+
+    def _check_table(self, name: str, published: Counter[tuple[str, int, int]]) -> None:
+        """A scan of the job's table reads exactly the records its data folder holds, each once (another writer's
+        records aside)."""
+        scanned = table_records(self.base / name / "published", self.tables[name])
+        if scanned != published:
+            self._fail(f"{name}: the table {self.tables[name]} reads {sum(scanned.values())} records, its data folder "
+                       f"holds {sum(published.values())}; twice {sorted(k for k, n in scanned.items() if n > 1)[:5]}, "
+                       f"not in the table {sorted(published - scanned)[:5]}, not in the folder "
+                       f"{sorted(scanned - published)[:5]}")
 
     def _fail(self, what: str) -> None:
         engine = "records" if self.spark is None else "dataframe"
@@ -673,7 +707,7 @@ def local_spark() -> SparkSession:
         "data.publisher.final.dir": "/tmp/unused-f", "spark.master": "local[2]", "spark.ui.enabled": "false"}))
 
 
-FAULT_KINDS = ("output-changed", "record-damaged", "cleanup", "zombie-attempt")
+FAULT_KINDS = ("output-changed", "record-damaged", "cleanup", "zombie-attempt", "table-commit")
 """Damage done beside the I/O calls, counted as `<kind>:<what>`; every other count is `<call>:<fault>`."""
 
 

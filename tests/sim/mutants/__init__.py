@@ -63,6 +63,9 @@ MUTANTS = (
     Mutant("lost-ends-unnoticed", "the fold takes a commit sequence whose end is gone (its dataset planned another "
            "after it) for pending, and runs plan from that log", "b529560: every fold refuses a lost sequence end",
            0, 40),
+    Mutant("table-commit-unverified", "the TableCommit step never finds its snapshot by its commit id, so a table "
+           "commit made before a crash, or whose answer was lost, is made again",
+           "the TableCommit step found done by the table's history (tables/iceberg.py: snapshot_of)", 0, 40),
 )
 
 

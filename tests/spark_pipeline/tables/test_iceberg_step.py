@@ -4,16 +4,20 @@ the data, or a catalog that cannot be reached, fails the step naming them, with 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from events.commit import TableCommitStep
-from spark_pipeline.commit.steps import CommitStepError, TableCommitCommitStep
+from events.commit import TABLE_COMMIT_ID, TableCommitStep
+from events.log import open_log
+from projections.projector import Projector
+from spark_pipeline.commit.steps import CommitStepError, TableCommitCommitStep, UnsettledCommitStepError
 from spark_pipeline.tables import iceberg
 from spark_pipeline.tables.publisher import IcebergSettings, catalog_problem
+from tests.spark_pipeline.tables.table_jobs import run_table_job
 
 
 def table_step(warehouse: Path, commit_id: str, catalog: str | None = None) -> TableCommitStep:
@@ -44,7 +48,7 @@ def snapshots(step: TableCommitStep) -> list[str]:
     """The commit ids of the table's snapshots, in order."""
     table = iceberg.load_table(iceberg.TableRef.of(step))
     assert table is not None
-    return [s.summary.additional_properties.get(iceberg.COMMIT_ID, "") for s in table.metadata.snapshots
+    return [s.summary.additional_properties.get(TABLE_COMMIT_ID, "") for s in table.metadata.snapshots
             if s.summary is not None]
 
 
@@ -101,8 +105,13 @@ def test_a_table_that_cannot_take_the_data_fails_the_step_naming_it_and_commits_
 def test_a_catalog_that_cannot_be_reached_fails_the_step_naming_it(tmp_path: Path) -> None:
     spec = table_step(tmp_path, "job/ds/run-1", catalog="sqlite:////nonexistent-oncelog/catalog.db")
     step = TableCommitCommitStep(spec, [parquet(tmp_path / "a.parquet", 0)])
+    assert not step.verify()  # a catalog file that does not exist holds no commit (and reading it creates none)
     with pytest.raises(CommitStepError, match="nonexistent-oncelog/catalog.db"):
-        step.verify()
+        step.execute()
+    (tmp_path / "not-sqlite.db").write_text("hello, this is no database file at all, it is text")
+    unreadable = table_step(tmp_path, "job/ds/run-1", catalog=f"sqlite:///{tmp_path / 'not-sqlite.db'}")
+    with pytest.raises(UnsettledCommitStepError, match="not-sqlite.db"):
+        TableCommitCommitStep(unreadable, []).verify()
 
 
 def test_the_catalog_probe_names_what_a_run_would_fail_on(tmp_path: Path) -> None:
@@ -117,3 +126,25 @@ def test_the_catalog_probe_names_what_a_run_would_fail_on(tmp_path: Path) -> Non
     (tmp_path / "not-sqlite.db").write_text("hello, this is no database file at all, it is text")
     assert "cannot be read as SQLite" in str(problem(f"sqlite:///{tmp_path / 'not-sqlite.db'}"))
     assert "does not answer" in str(problem("http://127.0.0.1:9/catalog"))
+
+
+def test_a_table_commit_that_cannot_tell_whether_it_took_effect_never_abandons_its_sequence(tmp_path: Path) -> None:
+    """With one attempt allowed, a table whose catalog cannot be read fails the run's sequences but leaves them
+    pending (a release would roll back files the table may reference); once the catalog answers, the next run
+    completes them: each record in the table once."""
+    catalog = tmp_path / "catalog.db"
+    catalog.write_text("this is no SQLite database: the catalog cannot be read")
+    keys: dict[str, str | int] = {"commit.sequence.max.attempts": 1, "iceberg.catalog.uri": f"sqlite:///{catalog}"}
+    with pytest.raises(AssertionError, match="catalog.db"):
+        run_table_job(tmp_path, runs=1, **keys)
+    with open_log(f"sqlite:///{tmp_path / 'log.db'}") as log:
+        state, _ = Projector(log).rebuild(use_snapshot=False)
+    sequences = list(state.sequences.values())
+    assert len(sequences) == 2 and all(s.pending for s in sequences), sequences
+    catalog.unlink()  # the catalog answers again (an empty one: the table is created on the first commit)
+    ref = run_table_job(tmp_path, runs=1, **keys)
+    table = iceberg.load_table(dataclasses.replace(ref, catalog_uri=f"sqlite:///{catalog}"))
+    assert table is not None
+    rows = table.scan().to_arrow()
+    assert sorted(zip(rows["dataset"].to_pylist(), rows["offset"].to_pylist(), strict=True)) == [
+        (f"ice.{d}", o) for d in range(2) for o in range(6)]

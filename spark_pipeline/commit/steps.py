@@ -148,15 +148,17 @@ class FsRenameCommitStep(CommitStep):
         return []
 
     def roll_back(self, recorded: bool = True) -> bool:
-        """Undo a published rename (the file goes back to the source); False if it was not published. A rename
-        `recorded` as applied must be found at one end or the other; one never recorded may have neither (its
-        source cleaned up with its run's task output: it was never published)."""
+        """Undo a published rename (the file goes back to the source); False if it was not published (any more). A
+        rename `recorded` as applied must be found at one end or the other, unless nothing is at its destination: then
+        it is unpublished whatever its source holds (moved back before a crash, then changed or removed there: the
+        range is extracted again). One never recorded may have neither (its source cleaned up with its run's task
+        output: it was never published)."""
         spec = self.spec
         if self.fs.holds(spec.dst, spec.size, spec.checksum):
             self.fs.move(spec.dst, spec.src, spec.size, spec.checksum)
             self.fs.sync_folders({urls.parent(spec.dst), urls.parent(spec.src)})
             return True
-        if self.fs.holds(spec.src, spec.size, spec.checksum) or not recorded:
+        if self.fs.holds(spec.src, spec.size, spec.checksum) or not recorded or not self.fs.exists(spec.dst):
             if not self.fs.renames_atomically(spec.dst) and self.fs.exists(spec.dst):
                 self.fs.delete(spec.dst)  # a copy cut short: never a publication, and not to be left behind
             return False

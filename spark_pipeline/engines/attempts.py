@@ -104,6 +104,11 @@ class AttemptPlan:
         return self.last - self.first
 
 
+class AttemptsCancelled(Exception):  # noqa: N818 (a signal, not an error: the launcher makes it RunCancelled)
+    """The run is cancelled: a task starts no further attempt (raised where a retry would pause, or by an attempt
+    its cancellation cut short, which is then recorded as stopped, not as a failure to retry). Internal."""
+
+
 class AttemptFailed(Exception):
     """An attempt failed, with what it got done (`results`: work units before, and a partial one).
 
@@ -185,6 +190,10 @@ def attempt_once(config: JobConfig, run_id: str, mwu: MultiWorkUnit, attempt: Ru
     emit(TaskStarted(**task, attempt=number, work_unit_ids=unit_ids, executor=executor_name()).in_parts())
     try:
         results = tuple(attempt(mwu, number, last))
+    except AttemptsCancelled as cancelled:  # the run's cancellation cut the attempt short: no retry follows
+        emit([TaskFailed(**task, attempt=number, error=f"attempt stopped: {cancelled}"[:ERROR_CHARS], results=(),
+                         duration_ms=_since(started))])
+        raise
     except Exception as e:
         failure = e if isinstance(e, AttemptFailed) else AttemptFailed(e, ())
         judged = classify(failure.error)

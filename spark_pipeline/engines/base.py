@@ -19,11 +19,10 @@ from events.log import EventLog, LogWriter
 from filesystems.base import FileSystem
 from spark_pipeline.commit.engine import CommitEngine, InProcessCommitEngine
 from spark_pipeline.constructs import MultiWorkUnit
-from spark_pipeline.engines.attempts import TaskOutcome
+from spark_pipeline.engines.attempts import AttemptsCancelled, TaskOutcome
 from spark_pipeline.engines.choice import EngineChoice
 from spark_pipeline.engines.records.task import run_task
 from spark_pipeline.engines.spark import (
-    AttemptsCancelled,
     SparkCommitEngine,
     TaskProgress,
     run_tasks,

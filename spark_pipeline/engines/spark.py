@@ -66,10 +66,6 @@ ABORT_REASON = re.compile(
 (executor 0 exited …) Reason: …`); its Java cause underneath is an EOFException that says nothing."""
 
 
-class AttemptsCancelled(Exception):  # noqa: N818 (a signal, not an error: the launcher makes it RunCancelled)
-    """The run is cancelled: a task starts no further attempt (raised where a retry would pause). Internal."""
-
-
 def spark_session(config: JobConfig) -> SparkSession:
     """The Spark session for a job: its spark.* settings over oncelog's defaults (spark-submit's win over both)."""
     # PySpark starts its Python workers with $PYSPARK_PYTHON (spark.pyspark.python is read by spark-submit only):

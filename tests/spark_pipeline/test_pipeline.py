@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from events.job import JobRunCancelled, JobRunStarted
 from events.log import open_log
-from events.task import TaskEvent, TaskRetried, TaskStarted, TaskSucceeded
+from events.task import TaskEvent, TaskFailed, TaskRetried, TaskStarted, TaskSucceeded
 from oncelog.cli import app
 from projections.projector import Projector
 from projections.views import RunStatus
@@ -144,13 +144,14 @@ def wait_for_task_started(url: str, timeout: float = 120) -> None:
     raise AssertionError("no task started")
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_signal_cancels_a_run_records_it_last_and_publishes_nothing(signum: int, tmp_path: Path,
+@pytest.mark.parametrize(("signum", "engine"), [(signal.SIGINT, "records"), (signal.SIGTERM, "dataframe")],
+                         ids=["SIGINT-records", "SIGTERM-dataframe"])
+def test_a_signal_cancels_a_run_records_it_last_and_publishes_nothing(signum: int, engine: str, tmp_path: Path,
                                                                       spark: SparkSession) -> None:
     url = f"sqlite:///{tmp_path / 'events.db'}"
     # Paced to about 8 s of tasks: the signal (1 s after the first TaskStarted) comes while they run; a run whose
     # tasks ended first would commit and fail the test.
-    job = write_job(tmp_path, url, "full", None, **{"source.synthetic.records.per.second": 50})
+    job = write_job(tmp_path, url, "full", None, **{"source.synthetic.records.per.second": 50, "task.engine": engine})
     process = subprocess.Popen([sys.executable, "-m", "oncelog", "run", str(job), "--json"], cwd=ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_task_started(url)
@@ -168,6 +169,9 @@ def test_a_signal_cancels_a_run_records_it_last_and_publishes_nothing(signum: in
     assert not [e for e in events if isinstance(e, TaskSucceeded)], "the tasks ran to their end: Spark's job was not " \
         "cancelled (a signal while it was being planned, before Spark ran it, was lost)"
     assert [r.status for r in state.runs.values()] == [RunStatus.CANCELLED]
+    assert not [e for e in events if isinstance(e, TaskRetried)], "a retry recorded for an attempt the signal stopped"
+    assert all("cancelled" in e.error for e in events if isinstance(e, TaskFailed)), \
+        [e.error[:200] for e in events if isinstance(e, TaskFailed)]
     assert published_records(tmp_path / "published") == {}
     if signum == signal.SIGTERM:  # the next run, unpaced, publishes everything once
         write_job(tmp_path, url, "full", None)

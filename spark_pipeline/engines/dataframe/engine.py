@@ -29,7 +29,7 @@ from events.task import (
 from filesystems import urls
 from filesystems.router import FileSystems
 from spark_pipeline.constructs import MultiWorkUnit, ReadCount, TaskLevelPolicy, TaskStats
-from spark_pipeline.engines.attempts import AttemptPlan, Emit, TaskOutcome
+from spark_pipeline.engines.attempts import AttemptPlan, AttemptsCancelled, Emit, TaskOutcome
 from spark_pipeline.engines.avro_types import converted_schema
 from spark_pipeline.engines.base import SparkTaskEngine, job_group
 from spark_pipeline.engines.choice import EngineChoice
@@ -55,7 +55,6 @@ from spark_pipeline.engines.dataframe.writers import WriterSettings, write_attem
 from spark_pipeline.engines.isolation import run_task_attempts
 from spark_pipeline.engines.policies import TaskQualityError, check_task
 from spark_pipeline.engines.spark import (
-    AttemptsCancelled,
     TaskProgress,
     TasksStopped,
     task_writer_name,
@@ -150,16 +149,23 @@ class DataFrameTaskEngine(SparkTaskEngine):
                                             f"{mwu.multi_work_unit_id}", interruptOnCancel=True)
         with open_log(config.log_url, config.log_settings) as log, \
                 log.writer(task_writer_name(config, run_id, mwu)) as writer:
-            return run_task(self.spark, plan, mwu, writer.append, self.pause)
+            return run_task(self.spark, plan, mwu, writer.append, self.pause, self.cancelled)
 
 
 def run_task(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, emit: Emit,
-             sleep: Callable[[float], None]) -> TaskOutcome:
+             sleep: Callable[[float], None], cancelled: threading.Event) -> TaskOutcome:
     """A task's attempts, each one Spark job (a failed attempt leaves no output, so no partial results); its failing
-    work units isolated (engines.isolation)."""
-    return run_task_attempts(plan.config, plan.run_id, mwu,
-                             lambda part, attempt, _last: run_attempt(spark, plan, part, attempt),
-                             AttemptPlan.of(plan.config), emit, sleep)
+    work units isolated (engines.isolation). An attempt that fails once the run is `cancelled` was stopped by it
+    (Spark cancels the run's jobs): recorded as stopped, with no retry."""
+    def attempt(part: MultiWorkUnit, number: int, _last: bool) -> tuple[WorkUnitResult, ...]:
+        try:
+            return run_attempt(spark, plan, part, number)
+        except Exception as e:
+            if cancelled.is_set():
+                raise AttemptsCancelled("the run was cancelled while it ran (Spark cancelled its job)") from e
+            raise
+
+    return run_task_attempts(plan.config, plan.run_id, mwu, attempt, AttemptPlan.of(plan.config), emit, sleep)
 
 
 def run_attempt(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, attempt: int

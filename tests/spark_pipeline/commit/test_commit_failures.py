@@ -145,3 +145,27 @@ def test_release_moves_back_a_rename_that_was_done_but_never_recorded(event_log:
     assert src.read_bytes() == b"data" and not dst.exists()
     rolled = [e.event for e in event_log.read() if isinstance(e.event, CommitStepRolledBack)]
     assert [(r.step_index, r.outcome) for r in rolled] == [(0, "moved_back")]
+
+
+def test_release_of_a_rename_moved_back_then_changed_at_its_source_completes(event_log: EventLog,
+                                                                            tmp_path: Path) -> None:
+    """Found by the simulation (seed 7046): a release moved a published file back and the driver died before
+    recording it; the file was then changed in the task output. Nothing is published at the destination, so the
+    release completes (the range is extracted again) instead of refusing for good."""
+    src, dst = tmp_path / "task-output" / "a.avro", tmp_path / "published" / "a.avro"
+    src.parent.mkdir(parents=True)
+    src.write_bytes(b"data")
+    steps = (FsRenameStep(src=str(src), dst=str(dst), size=4, checksum=file_checksum(src)),
+             FsRenameStep(src=str(tmp_path / "task-output" / "gone"), dst=str(tmp_path / "published" / "b.avro"),
+                          size=1, checksum="0" * 64))
+    with open_session(event_log, "job", settings(tmp_path, 1), LOCAL) as session:
+        session.sink.emit([planned("job", "ds", *steps)])
+        session.committer.recover("job")  # step 0 published and recorded, step 1 fails: abandoned
+        assert dst.exists() and session.state.datasets[("job", "ds")].blocked_by == "r1"
+        dst.rename(src)  # the release's move back, before the driver died
+        src.write_bytes(b"dat!")  # then changed in the task output
+        session.committer.release("job", "ds", "fixed the disk")
+        assert session.state.datasets[("job", "ds")].blocked_by is None
+    assert not dst.exists()
+    rolled = [e.event for e in event_log.read() if isinstance(e.event, CommitStepRolledBack)]
+    assert [(r.step_index, r.outcome) for r in rolled] == [(0, "already_back")]

@@ -68,7 +68,29 @@ class TableCommitStep(Frozen):
     """The other snapshot summary properties: run, dataset, sequence and each partition's watermark range."""
 
 
-CommitStepSpec = Annotated[FsRenameStep | HighWatermarkStep | DatasetStateStep | TableCommitStep,
+class PartitionBounds(Frozen):
+    """A time partition the Completeness step completes: its folder, its event times and its `_SUCCESS` markers."""
+
+    partition: Name
+    start_ms: int
+    end_ms: int
+    markers: tuple[str, ...] = ()
+
+
+class CompletenessStep(Frozen):
+    """Record where the sequence leaves the dataset's event time, and complete the time partitions it completes
+    (their `_SUCCESS` markers written first): done when the dataset's state holds this sequence's EventTimeAdvanced."""
+
+    kind: Literal["Completeness"] = "Completeness"
+    frontiers: dict[str, int] = Field(default_factory=dict)
+    horizon_ms: int | None = None
+    open_partitions: dict[str, int] = Field(default_factory=dict)
+    completes: tuple[PartitionBounds, ...] = ()
+    late_records: dict[str, Count] = Field(default_factory=dict)
+    late_files: dict[str, Count] = Field(default_factory=dict)
+
+
+CommitStepSpec = Annotated[FsRenameStep | HighWatermarkStep | DatasetStateStep | TableCommitStep | CompletenessStep,
                            Field(discriminator="kind")]
 
 
@@ -77,10 +99,10 @@ class CommitSequencePlanned(DatasetEvent, Parted):
 
     v2: in parts when the steps are many (one FsRename per file); each part holds the next steps in order, and a
     sequence is applied only once every part of its plan is folded. v3: each FsRename names its file's time partition,
-    and a step may be a TableCommit.
+    and a step may be a TableCommit. v4: a step may be a Completeness step (partition completeness).
     """
 
-    SCHEMA_VERSION: ClassVar[int] = 3
+    SCHEMA_VERSION: ClassVar[int] = 4
     PARTED_FIELDS: ClassVar[tuple[str, ...]] = ("steps",)
 
     steps: tuple[CommitStepSpec, ...]

@@ -10,6 +10,7 @@ from events.commit import (
     CommitStepFailed,
     CommitStepRolledBack,
 )
+from events.completeness import EventTimeAdvanced, PartitionCompleted
 from events.dataset import DatasetReleased, DatasetStateCommitted, WatermarkAdvanced
 from events.job import (
     DatasetSkipped,
@@ -50,6 +51,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     DatasetStateCommitted,
     DatasetReleased,
     DatasetPublished,
+    EventTimeAdvanced,
+    PartitionCompleted,
 )
 
 EVENT_TYPES_BY_NAME: dict[str, type[Event]] = {t.event_type(): t for t in EVENT_TYPES}

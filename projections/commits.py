@@ -10,8 +10,10 @@ from events.commit import (
     CommitStepFailed,
     CommitStepRolledBack,
 )
+from events.completeness import EventTimeAdvanced, PartitionCompleted
 from events.dataset import DatasetReleased, DatasetStateCommitted, WatermarkAdvanced
 from events.model import DatasetEvent
+from projections.completeness import advance
 from projections.views import DatasetView, SequenceStatus, SequenceView, evolve
 
 
@@ -95,4 +97,6 @@ def reduce_dataset(view: DatasetView | None, event: DatasetEvent, sequence: Sequ
             )
         case CommitSequenceAbandoned():
             return evolve(view, blocked_by=event.sequence_id, blocked_error=event.error)
+        case PartitionCompleted() | EventTimeAdvanced():
+            return evolve(view, completeness=advance(view.completeness, event))
     return view

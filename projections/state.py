@@ -20,6 +20,7 @@ from events.commit import (
     CommitStepFailed,
     CommitStepRolledBack,
 )
+from events.completeness import EventTimeAdvanced, PartitionCompleted
 from events.dataset import DatasetReleased, DatasetStateCommitted, WatermarkAdvanced
 from events.errors import OncelogError
 from events.job import (
@@ -470,7 +471,8 @@ def _dataset_event(state: State, event: Event, position: Where | None) -> None:
         state.sequences[sequence_key] = updated
 
 
-DATASET_STATE_EVENTS = frozenset({WatermarkAdvanced, DatasetStateCommitted, CommitSequenceAbandoned, DatasetReleased})
+DATASET_STATE_EVENTS = frozenset({WatermarkAdvanced, DatasetStateCommitted, CommitSequenceAbandoned, DatasetReleased,
+                                  PartitionCompleted, EventTimeAdvanced})
 """The dataset events that change the dataset's committed state (`reduce_dataset`), not only its sequence."""
 
 def _for_consumers(state: State, event: Event, position: Where | None) -> None:
@@ -484,6 +486,7 @@ HANDLERS: dict[type[Event], Handler] = {
     **{t: _task_event for t in (TaskStarted, TaskSucceeded, TaskFailed, TaskRetried)},
     **{t: _dataset_event for t in (CommitSequencePlanned, CommitStepApplied, CommitStepFailed, CommitStepRolledBack,
                                    CommitSequenceCompleted, CommitSequenceAbandoned, WatermarkAdvanced,
-                                   DatasetStateCommitted, DatasetReleased)},
+                                   DatasetStateCommitted, DatasetReleased, PartitionCompleted,
+                                   EventTimeAdvanced)},
 }
 

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from events.commit import CommitStepSpec
 from events.job import WorkUnitSpec
 from events.task import WorkUnitResult
+from projections.completeness import Completeness
 
 
 class Phase(StrEnum):
@@ -200,6 +201,8 @@ class DatasetView:
     blocked_by: str | None = None
     """The abandoned sequence that stops new runs from pulling this dataset until an operator retries it."""
     blocked_error: str | None = None
+    completeness: Completeness | None = None
+    """Its time partitions' completeness (None: no sequence of it has recorded an event time)."""
 
 
 @dataclass(frozen=True, slots=True)

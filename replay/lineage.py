@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import ClassVar, TypeVar
 from urllib.parse import urlsplit
 
@@ -36,6 +37,7 @@ from openlineage.client.facet_v2 import (
 )
 
 from events.commit import CommitSequenceCompleted, CommitSequencePlanned
+from events.completeness import PartitionCompleted
 from events.job import (
     JobRunCancelled,
     JobRunCommitted,
@@ -127,6 +129,32 @@ class OncelogRunFacet(RunFacet):
         return f"{FACET_SCHEMA}#oncelog_run"
 
 
+@attr.define
+class CompletedPartition:
+    """A time partition of a dataset the run completed: its event times [start, end) in ISO-8601 UTC."""
+
+    dataset: str
+    partition: str
+    start: str
+    end: str
+
+
+@attr.define
+class PartitionsCompletedRunFacet(RunFacet):
+    """`oncelog_partitions_completed`: the time partitions the run completed (its PartitionCompleted events)."""
+
+    partitions: list[CompletedPartition] = attr.field(factory=list)
+
+    @staticmethod
+    def _get_schema() -> str:
+        return f"{FACET_SCHEMA}#oncelog_partitions_completed"
+
+
+def iso_ms(millis: int) -> str:
+    """Epoch milliseconds as ISO-8601 UTC."""
+    return datetime.fromtimestamp(millis / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def lineage_run_id(job: str, run_id: str) -> str:
     """The OpenLineage run id (a UUID) of an oncelog run: the same every time it is computed."""
     return str(uuid.uuid5(RUN_ID_NAMESPACE, key_of("run", job, run_id)))
@@ -182,6 +210,11 @@ def _event(state: RunState, started: JobRunStarted, at: Event, events: Sequence[
     if error is not None:
         run_facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
             message=error, programmingLanguage="PYTHON", producer=settings.producer)
+    completed = [e for e in events if isinstance(e, PartitionCompleted)]
+    if completed:
+        run_facets["oncelog_partitions_completed"] = PartitionsCompletedRunFacet(
+            partitions=[CompletedPartition(e.dataset_urn, e.partition, iso_ms(e.start_ms), iso_ms(e.end_ms))
+                        for e in completed], producer=settings.producer)
     job_facets: dict[str, JobFacet] = {"jobType": job_type_job.JobTypeJobFacet(
         processingType="BATCH", integration="ONCELOG", jobType="JOB", producer=settings.producer)}
     return RunEvent(eventType=state, eventTime=at.emitted_at.isoformat(), producer=settings.producer,

@@ -65,7 +65,17 @@ def state_blocks(document: dict[str, Any]) -> list[Block]:
                                                  "last error"),
                     tuple((s["job"], s["dataset_urn"], s["sequence_id"], f"{len(s['applied'])}/{s['steps']}",
                            str(s["failed_attempts"]), s["last_error"] or "") for s in document["pending_sequences"]))
-    blocks: list[Block] = [datasets, pending if pending.rows else "No pending commit sequences."]
+    blocks: list[Block] = [datasets]
+    partitioned = [d for d in document["datasets"] if d.get("completeness")]
+    if partitioned:
+        blocks.append(Sheet("Time partitions (complete up to the horizon)",
+                            ("job", "dataset", "complete horizon", "completed", "open", "late records"),
+                            tuple((d["job"], d["dataset_urn"], d["completeness"]["horizon"] or "-",
+                                   str(d["completeness"]["partitions_completed"]),
+                                   ", ".join(d["completeness"]["open_partitions"]) or "-",
+                                   ", ".join(f"{p}={n}" for p, n in sorted(d["completeness"]["late_records"].items()))
+                                   or "0") for d in partitioned)))
+    blocks.append(pending if pending.rows else "No pending commit sequences.")
     locks = lock_sheet(document["jobs"])
     if locks.rows:
         blocks.append(locks)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection, Mapping
 from enum import StrEnum
 
 from events.commit import CommitSequenceAbandoned, CommitSequenceCompleted, CommitSequencePlanned
+from events.completeness import CompletenessEventKind, EventTimeAdvanced, PartitionCompleted
 from events.dataset import WatermarkAdvanced
 from events.errors import ConfigError, EventDecodeError
 from events.job import JobRunCancelled, JobRunCommitted, JobRunFailed, JobRunStarted, WorkUnitsPlanned
@@ -102,9 +103,10 @@ def hand_over_errors(errors: list[EventDecodeError], on_error: ErrorHandler, bef
         on_error(error)
 
 
-COMMIT_EVENTS = ("JobRunStarted", "DatasetPublished", "CommitSequenceAbandoned", "JobRunCommitted", "JobRunFailed",
-                 "JobRunCancelled")
-"""What `oncelog follow` shows by default: runs starting and ending, and each dataset published (or abandoned)."""
+COMMIT_EVENTS = ("JobRunStarted", "DatasetPublished", CompletenessEventKind.PARTITION_COMPLETED.value,
+                 "CommitSequenceAbandoned", "JobRunCommitted", "JobRunFailed", "JobRunCancelled")
+"""What `oncelog follow` shows by default: runs starting and ending, each dataset published (or abandoned), and each
+time partition completed."""
 FOLLOW_POLL_S = 0.5
 
 
@@ -126,6 +128,13 @@ def event_summary(event: Event) -> str:
                     f"{event.bytes_published:,} bytes{part}{spread}" + (f" → {where}{more}" if where else ""))
         case CommitSequenceCompleted() | CommitSequencePlanned():
             return f"{event.dataset_urn} sequence {event.sequence_id}"
+        case PartitionCompleted():
+            markers = f", {len(event.markers)} _SUCCESS marker(s)" if event.markers else ""
+            return f"{event.dataset_urn}: time partition {event.partition} complete{markers}"
+        case EventTimeAdvanced():
+            late = sum(event.late_records.values())
+            return (f"{event.dataset_urn}: {len(event.open_partitions):,} time partition(s) open"
+                    + (f", {late:,} late record(s)" if late else ""))
         case CommitSequenceAbandoned():
             return f"{event.dataset_urn} after {event.attempts} attempt(s): {first_line(event.error)}"
         case JobRunStarted():

@@ -35,11 +35,13 @@ from events.commit import (
     CommitSequencePlanned,
     CommitStepApplied,
     CommitStepRolledBack,
+    CompletenessStep,
     DatasetStateStep,
     FsRenameStep,
     HighWatermarkStep,
     TableCommitStep,
 )
+from events.completeness import PartitionCompleted
 from events.dataset import DatasetStateCommitted, WatermarkAdvanced
 from events.errors import EventDecodeError
 from events.log import EventLog, StoredRecord
@@ -158,6 +160,8 @@ class _Checker:
         """Per (job, dataset, partition): the committed watermark, read from the state's own fold, so that verify
         and `state` never tell two watermarks (a WatermarkAdvanced, or a DatasetStateCommitted, sets it)."""
         self.seen_advances: set[str] = set()
+        self.completions: dict[tuple[str, str, str], tuple[str, str]] = {}
+        """Per (job, dataset, time partition): the sequence whose PartitionCompleted completed it, and where."""
         self.identities: dict[int, int] = {}
         """Per key (its hash): the hash of the value first stored under it. Small: one entry per key of the log."""
         self.reused: list[_KeyReuse] = []
@@ -201,6 +205,8 @@ class _Checker:
             self._fold_committed(logged, event)
         else:
             self.state.apply(logged)
+        if isinstance(event, PartitionCompleted):
+            self._fold_completed(logged, event)
         if not isinstance(event, (CommitSequencePlanned, CommitStepApplied, CommitStepRolledBack,
                                   CommitSequenceCompleted, CommitSequenceAbandoned, WatermarkAdvanced,
                                   DatasetStateCommitted)):
@@ -249,6 +255,15 @@ class _Checker:
         elif event.key not in self.seen_advances:
             self.seen_advances.add(event.key)
             sequence.advances.setdefault(event.partition, _Found(event, where))
+
+    def _fold_completed(self, logged: LoggedEvent, event: PartitionCompleted) -> None:
+        """A time partition is completed by one sequence only: another sequence completing it again is a violation."""
+        where = where_of(logged.topic, logged.position)
+        first = self.completions.setdefault((event.job, event.dataset_urn, event.partition), (event.sequence_id, where))
+        if first[0] != event.sequence_id:
+            self.violate("partition-completed-twice", f"time partition {event.partition} of {event.dataset_urn!r} "
+                         f"(job {event.job!r}) completed by sequence {first[0]} at {first[1]} and again by sequence "
+                         f"{event.sequence_id}", where)
 
     def _fold_committed(self, logged: LoggedEvent, event: WatermarkAdvanced | DatasetStateCommitted) -> None:
         """Fold a committed-state event through the state, a watermark move checked against the watermark the
@@ -450,6 +465,13 @@ class _Checker:
         for finding in check_tables(commits, {job for job, _, _ in self.sequences}):
             self.violate(finding.kind, finding.message, finding.position)
 
+    def _markers(self) -> dict[str, bool]:
+        """The `_SUCCESS` markers of the time partitions sequences complete: whether their sequence completed (a
+        pending one's may be there already, or not yet)."""
+        return {marker: s.completed for s in self.sequences.values() if not (s.abandoned and s.rolled_back)
+                for step in s.planned.steps if isinstance(step, CompletenessStep)
+                for bounds in step.completes for marker in bounds.markers}
+
     def _moving(self) -> set[str]:
         """Destinations of sequences not settled yet: a file there belongs to a publication still under way."""
         return {step.dst for s in self.sequences.values() if not s.completed and not (s.abandoned and s.rolled_back)
@@ -463,7 +485,12 @@ class _Checker:
         on_disk = {_canonical(f.path): f for f in fs.list_files(root)}
         known = {_canonical(p): f for p, f in published.items()}
         moving = {_canonical(p) for p in self._moving()}
-        for orphan in sorted(on_disk.keys() - known.keys() - moving):
+        markers = self._markers()
+        for marker, completed in sorted(markers.items()):
+            if completed and urls.is_within(marker, root) and _canonical(marker) not in on_disk:
+                self.violate("success-marker-missing", f"{marker}: the _SUCCESS marker of a time partition recorded "
+                             f"complete is not there")
+        for orphan in sorted(on_disk.keys() - known.keys() - moving - {_canonical(m) for m in markers}):
             self.violate("orphaned-file", f"{orphan} is in the publish directory but no completed sequence "
                          f"published it")
         expected = [PublishedFile(path, f.size, f.checksum, f.sequence, f.at) for path, f in known.items()

@@ -303,12 +303,22 @@ class DataWriterBuilder(Configurable, ABC):
         """A writer for one destination."""
 
 
+CAUGHT_UP_PROPERTY = "oncelog.source.caught.up"
+"""A work unit's property a Source sets ("true") when the unit's range ends at its source's end at the run's
+planning: once published, its source partition has nothing older left unpublished (partition completeness)."""
+
+
 @dataclass(frozen=True)
 class DatasetOutput:
-    """What the run's tasks produced for one dataset: the work-unit results the commit policy lets through."""
+    """What the run's tasks produced for one dataset: the work-unit results the commit policy lets through (none: a
+    dataset with no work unit this run, whose time partitions may become complete all the same)."""
 
     dataset_urn: str
     results: tuple[WorkUnitResult, ...]
+    caught_up: frozenset[str] = frozenset()
+    """Its source partitions caught up with their source's end at the run's planning, and published up to it."""
+    planned_at_ms: int = 0
+    """When the run's Source planned (epoch ms): how far in event time a caught-up source partition is published."""
 
 
 class DataPublisher(Configurable, ABC):

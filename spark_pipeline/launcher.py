@@ -17,9 +17,9 @@ from __future__ import annotations
 import signal
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from types import FrameType
 
@@ -49,7 +49,7 @@ from filesystems import urls
 from filesystems.base import FileSystem
 from filesystems.router import FileSystems
 from projections.state import State
-from projections.views import Phase, RunStatus, SequenceView
+from projections.views import DatasetView, Phase, RunStatus, SequenceView
 from replay.lineage_client import LineageClient
 from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector, FaultPoint
 from spark_pipeline.commit.sequence import CommitResult, Outcome
@@ -63,7 +63,9 @@ from spark_pipeline.commit.shards import (
     shard_of,
 )
 from spark_pipeline.commit.steps import PublishRoots
+from spark_pipeline.completeness import with_completeness
 from spark_pipeline.constructs import (
+    CAUGHT_UP_PROPERTY,
     DataPublisher,
     DatasetOutput,
     MultiWorkUnit,
@@ -169,6 +171,9 @@ class JobLauncher:
         self.observer = self.lineage.observing(observer)
         """Told the run's phases and counts as they go (a progress display)."""
         self._mwus: list[MultiWorkUnit] = []
+        self._work_units: list[WorkUnitSpec] = []
+        self._planned_at_ms = 0
+        """The run's work units, and when its Source planned them (epoch ms): partition completeness reads both."""
         self._early: EarlyPlan | None = None
         """The Source's work units asked before the run's start is recorded (see `_plan_early`)."""
         self._engine_started = False
@@ -282,10 +287,12 @@ class JobLauncher:
                 raise early.error
             planned = early.work_units
         else:
+            self._planned_at_ms = epoch_ms()
             planned = source_work_units(config, planned_from)
         if planned:
             self._start_engine()
         work_units, self._mwus = pack_work_units(config, planned, self.engine.slots)
+        self._work_units = work_units
         skips = [DatasetSkipped(**run, dataset_urn=urn, sequence_id=unsettled[urn].sequence_id, reason=reason)
                  for urn, reason in result.skipped.items()]
         session.sink.emit([*skips, WorkUnitsPlanned(**run, work_units=tuple(work_units))])
@@ -309,6 +316,7 @@ class JobLauncher:
         tasks (its application then named in JobRunStarted). Planning proper reuses them when recovery left what
         they were planned from unchanged (a failure too: raised there, where the run records it)."""
         planned_from = source_state(self.config, state, self.run_id)
+        self._planned_at_ms = epoch_ms()
         try:
             return EarlyPlan(planned_from, source_work_units(self.config, planned_from))
         except Exception as e:  # raised again by planning proper, which records the run's failure
@@ -345,8 +353,9 @@ class JobLauncher:
                                                records_extracted=sum(r.records_extracted for t in result.tasks
                                                                      for r in t.results),
                                                records_written=result.records_written)])
-        outputs = [o for o in dataset_outputs(result.tasks, config.job_commit_policy)
-                   if o.dataset_urn not in result.skipped]
+        outputs = with_event_time(self._work_units, self._planned_at_ms, session.state.dataset_states(config.job_name),
+                                  [o for o in dataset_outputs(result.tasks, config.job_commit_policy)
+                                   if o.dataset_urn not in result.skipped], set(result.skipped))
         self._check_cancelled(publishing=True)
         if self.commit_settings().in_shards(len(outputs)):
             self.observer.phase(Phase.COMMIT, len(outputs))
@@ -354,7 +363,9 @@ class JobLauncher:
             self.observer.datasets_done(len(result.commits))
         else:
             publisher = make_construct(config, "data.publisher.type", config.publisher_type, DataPublisher)
-            planned = publisher.plan(self.run_id, outputs, session.state.dataset_states(config.job_name))
+            states = session.state.dataset_states(config.job_name)
+            planned = with_completeness(config, self.run_id, publisher.plan(self.run_id, outputs, states), outputs,
+                                        states)
             session.sink.emit(planned)  # every dataset's sequence, one atomic batch: the point of no return
             self.faults.reached(FaultPoint.AFTER_PLANNING)
             keys = dict.fromkeys((p.job, p.dataset_urn, p.sequence_id) for p in planned)  # a sequence may span events
@@ -553,6 +564,35 @@ def dataset_outputs(tasks: list[TaskOutcome], policy: JobCommitPolicy) -> list[D
         for result in task.written if policy is JobCommitPolicy.PARTIAL else task.results:
             grouped.setdefault(result.dataset_urn, []).append(result)
     return [DatasetOutput(urn, tuple(results)) for urn, results in sorted(grouped.items())]
+
+
+def epoch_ms() -> int:
+    """The current time in epoch milliseconds."""
+    return int(datetime.now(UTC).timestamp() * 1000)
+
+
+def with_event_time(work_units: list[WorkUnitSpec], planned_at_ms: int, states: Mapping[str, DatasetView],
+                    outputs: list[DatasetOutput], skipped: set[str]) -> list[DatasetOutput]:
+    """The outputs, each with the source partitions caught up at planning (its Source said so of their work unit, and
+    it was published to its end; or no work unit was planned for them), and an output without results for each
+    dataset with time partitions still open and no work unit this run (idle: it may complete them)."""
+    planned = {u.work_unit_id: u for u in work_units}
+    pulled = {u.dataset_urn for u in work_units}
+    with_units = {(u.dataset_urn, u.partition) for u in work_units}
+    enriched = []
+    for output in outputs:
+        view = states.get(output.dataset_urn)
+        caught = {r.partition for r in output.results
+                  if (unit := planned.get(r.work_unit_id)) is not None
+                  and unit.properties.get(CAUGHT_UP_PROPERTY) == "true"
+                  and r.actual_high_watermark >= r.expected_high_watermark}
+        caught |= {p for p in (view.watermarks if view else ()) if (output.dataset_urn, p) not in with_units}
+        enriched.append(replace(output, caught_up=frozenset(caught), planned_at_ms=planned_at_ms))
+    known = {o.dataset_urn for o in outputs}
+    idle = [DatasetOutput(urn, (), frozenset(view.watermarks), planned_at_ms) for urn, view in sorted(states.items())
+            if urn not in known and urn not in pulled and urn not in skipped and view.blocked_by is None
+            and view.completeness is not None and view.completeness.open_partitions]
+    return enriched + idle
 
 
 def failure_message(failed: list[TaskOutcome]) -> str:

@@ -11,10 +11,13 @@ from events.commit import (
     CommitStepApplied,
     CommitStepFailed,
     CommitStepRolledBack,
+    CompletenessStep,
     DatasetStateStep,
     FsRenameStep,
     HighWatermarkStep,
+    PartitionBounds,
 )
+from events.completeness import EventTimeAdvanced, PartitionCompleted
 from events.dataset import DatasetReleased, DatasetStateCommitted, WatermarkAdvanced
 from events.job import (
     DatasetSkipped,
@@ -63,6 +66,11 @@ def one_of_each(job: str = "MyJob", run_id: str = "run-1", urn: str = "MyTopic")
         FsRenameStep(src=f"task-output/{urn}/1.avro", dst=f"job-output/{urn}/1.avro", size=4096, checksum="ab" * 32),
         HighWatermarkStep(partition=f"{urn}:0", low_watermark=0, value=100),
         DatasetStateStep(watermarks={f"{urn}:0": 100}, records_published=100, files_published=1, properties={"a": "b"}),
+        CompletenessStep(frontiers={f"{urn}:0": 7_200_000}, horizon_ms=7_200_000,
+                         open_partitions={"1970/01/01/02": 10_800_000},
+                         completes=(PartitionBounds(partition="1970/01/01/01", start_ms=3_600_000, end_ms=7_200_000,
+                                                    markers=(f"job-output/{urn}/1970/01/01/01/_SUCCESS",)),),
+                         late_records={"1970/01/01/00": 3}, late_files={"1970/01/01/00": 1}),
     )
     dataset: SequenceFields = {**common, "dataset_urn": urn, "sequence_id": run_id}
     earlier: SequenceFields = {**dataset, "sequence_id": "run-0"}
@@ -85,6 +93,12 @@ def one_of_each(job: str = "MyJob", run_id: str = "run-1", urn: str = "MyTopic")
         WatermarkAdvanced(**dataset, partition=f"{urn}:0", low_watermark=0, value=100, emitted_at=at(11)),
         DatasetStateCommitted(**dataset, watermarks={f"{urn}:0": 100}, records_published=100, files_published=1,
                               emitted_at=at(12)),
+        EventTimeAdvanced(**dataset, frontiers={f"{urn}:0": 7_200_000}, horizon_ms=7_200_000,
+                          open_partitions={"1970/01/01/02": 10_800_000}, late_records={"1970/01/01/00": 3},
+                          late_files={"1970/01/01/00": 1}, emitted_at=at(12.2)),
+        PartitionCompleted(**dataset, partition="1970/01/01/01", start_ms=3_600_000, end_ms=7_200_000,
+                           horizon_ms=7_200_000, markers=(f"job-output/{urn}/1970/01/01/01/_SUCCESS",),
+                           emitted_at=at(12.4)),
         CommitSequenceCompleted(**dataset, duration_ms=3.0, emitted_at=at(13)),
         DatasetPublished(**dataset, files=(PublishedFile(path=f"job-output/{urn}/1.avro", size=4096, checksum="ab" * 32,
                                                          records=100),),

@@ -10,10 +10,12 @@ import base64
 import binascii
 import json
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any, TypeVar
 
 from events.errors import OncelogError
+from projections.completeness import Completeness
 from projections.state import State
 from projections.timefmt import when
 from projections.views import DatasetView, RunView, SequenceView, TaskView
@@ -40,6 +42,22 @@ def dataset_doc(view: DatasetView) -> dict[str, Any]:
         "last_run_id": view.last_run_id, "last_sequence_id": view.last_sequence_id,
         "committed_at": when(view.committed_at), "records_published": view.records_published,
         "files_published": view.files_published, "blocked_by": view.blocked_by, "blocked_error": view.blocked_error,
+        "completeness": completeness_doc(view.completeness),
+    }
+
+
+def completeness_doc(completeness: Completeness | None) -> dict[str, Any] | None:
+    """A dataset's time partitions' completeness (None: not a time-partitioned dataset): its complete horizon, the
+    partitions completed and open, the late records per partition."""
+    if completeness is None:
+        return None
+    horizon = completeness.horizon_ms
+    return {
+        "horizon": None if horizon is None else when(datetime.fromtimestamp(horizon / 1000, UTC)),
+        "horizon_ms": horizon, "frontiers": completeness.frontiers,
+        "partitions_completed": len(completeness.completed),
+        "open_partitions": sorted(completeness.open_partitions, key=lambda p: (completeness.open_partitions[p], p)),
+        "late_records": completeness.late_records, "late_files": completeness.late_files,
     }
 
 

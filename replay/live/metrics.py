@@ -136,9 +136,19 @@ def metrics_text(view: LiveView) -> str:
         *metric("gauge", "oncelog_commit_sequences_abandoned", "Commit sequences abandoned for good.",
                 [sample("oncelog_commit_sequences_abandoned", n, job=j) for j, n in abandoned.items()]),
     ]
+    lines += horizon_lines(state)
     if view.settings.dataset_metrics:
         lines += dataset_lines(state)
     return "\n".join(lines) + "\n"
+
+
+def horizon_lines(state: State) -> list[str]:
+    """Each time-partitioned dataset's complete horizon: every time partition ending by it is complete."""
+    return metric("gauge", "oncelog_dataset_complete_horizon_timestamp_seconds",
+                  "Every time partition of the dataset ending at or before this time is complete.",
+                  [sample("oncelog_dataset_complete_horizon_timestamp_seconds", v.completeness.horizon_ms / 1000, job=j,
+                          dataset_urn=urn) for (j, urn), v in sorted(state.datasets.items())
+                   if v.completeness is not None and v.completeness.horizon_ms is not None])
 
 
 def dataset_lines(state: State) -> list[str]:

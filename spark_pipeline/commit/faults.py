@@ -32,6 +32,9 @@ class FaultPoint(StrEnum):
     """A table publisher's sequence: its files moved into the table's data folder, the table not committed."""
     AFTER_TABLE_COMMIT = "after-table-commit"
     """The table's snapshot committed, nothing of it recorded in the log (verify() must find the snapshot)."""
+    AFTER_COMPLETENESS = "after-completeness"
+    """A time-partitioned job's sequence: its Completeness step done (`_SUCCESS` markers written), nothing of it
+    recorded in the log (recovery must record each PartitionCompleted once)."""
 
     @classmethod
     def parse(cls, name: str) -> FaultPoint:
@@ -53,7 +56,13 @@ class FaultPoint(StrEnum):
         return self in (FaultPoint.BEFORE_TABLE_COMMIT, FaultPoint.AFTER_TABLE_COMMIT)
 
 
-POINTS: tuple[FaultPoint, ...] = tuple(p for p in FaultPoint if not p.table_only)
+    @property
+    def completeness_only(self) -> bool:
+        """Whether only a time-partitioned job's sequence reaches this point."""
+        return self is FaultPoint.AFTER_COMPLETENESS
+
+
+POINTS: tuple[FaultPoint, ...] = tuple(p for p in FaultPoint if not p.table_only and not p.completeness_only)
 """Every point a folder job reaches, in protocol order (the crash matrix's parameters)."""
 TABLE_POINTS: tuple[FaultPoint, ...] = tuple(p for p in FaultPoint if p.table_only)
 """The points only a table publisher's sequence reaches (the table crash matrix adds them)."""

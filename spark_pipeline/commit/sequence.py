@@ -27,6 +27,7 @@ from events.commit import (
     CommitStepApplied,
     CommitStepFailed,
     CommitStepRolledBack,
+    CompletenessStep,
     FsRenameStep,
     HighWatermarkStep,
     TableCommitStep,
@@ -53,7 +54,8 @@ SYNC_CHUNK = 16
 """Folders per sync_folders call when the renames of many sequences are made durable together."""
 
 UNDOABLE = {"HighWatermark": "its watermarks moved", "DatasetState": "its watermarks moved",
-            "TableCommit": "its files were committed to the table (a snapshot carries its id)"}
+            "TableCommit": "its files were committed to the table (a snapshot carries its id)",
+            "Completeness": "its time partitions were recorded complete (never retracted)"}
 """What a step that took effect did, for the refusal to roll back a sequence that applied it."""
 
 Record = Callable[[Sequence[Event]], None]
@@ -148,6 +150,8 @@ class CommitSequence:
                 self.faults.reached(FaultPoint.AFTER_WATERMARK)
             elif isinstance(spec, TableCommitStep):
                 self.faults.reached(FaultPoint.AFTER_TABLE_COMMIT)
+            elif isinstance(spec, CompletenessStep):
+                self.faults.reached(FaultPoint.AFTER_COMPLETENESS)
         self.faults.reached(FaultPoint.BEFORE_COMPLETION)
         completed = CommitSequenceCompleted.trusted(
             **fields, duration_ms=(time.perf_counter() - started) * 1000, steps_applied=len(self.view.steps),

@@ -24,6 +24,7 @@ from spark_pipeline.commit.sequence import CommitResult, Committer, Outcome
 from spark_pipeline.commit.session import fold_strictly
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.sink import EventSink
+from spark_pipeline.completeness import with_completeness
 from spark_pipeline.constructs import DataPublisher, DatasetOutput
 
 
@@ -155,7 +156,8 @@ def _publish(work: ShardWork, committer: Committer, publisher: DataPublisher) ->
             ended.append(CommitResult(*key, Outcome.ABANDONED, earlier.last_error))
         else:
             pending.append(key)
-    planned = publisher.plan(run_id, fresh, state.dataset_states(job))
+    states = state.dataset_states(job)
+    planned = with_completeness(publisher.config, run_id, publisher.plan(run_id, fresh, states), fresh, states)
     committer.sink.emit(planned)
     committer.settings.faults.reached(FaultPoint.AFTER_PLANNING)
     keys = dict.fromkeys([*pending, *((p.job, p.dataset_urn, p.sequence_id) for p in planned)])  # parts: key once

@@ -15,11 +15,13 @@ from typing import Generic, TypeVar
 
 from events.commit import (
     CommitStepSpec,
+    CompletenessStep,
     DatasetStateStep,
     FsRenameStep,
     HighWatermarkStep,
     TableCommitStep,
 )
+from events.completeness import EventTimeAdvanced, PartitionCompleted
 from events.dataset import DatasetStateCommitted, WatermarkAdvanced
 from events.errors import OncelogError
 from events.model import Event, SequenceFields
@@ -28,7 +30,7 @@ from filesystems.base import FileSystem
 from projections.state import State
 from projections.views import DatasetView
 
-S = TypeVar("S", HighWatermarkStep, DatasetStateStep)
+S = TypeVar("S", HighWatermarkStep, DatasetStateStep, CompletenessStep)
 
 
 class CommitStepError(OncelogError):
@@ -207,6 +209,35 @@ class DatasetStateCommitStep(StateStep[DatasetStateStep]):
                                               properties=self.spec.properties)]
 
 
+class CompletenessCommitStep(StateStep[CompletenessStep]):
+    """Record the dataset's event time and complete the time partitions the sequence completes: each one's
+    `_SUCCESS` markers written first (found there already after a crash: left as they are), then the events, in the
+    batch that completes the sequence. Done when the dataset's state holds this sequence's EventTimeAdvanced."""
+
+    def __init__(self, spec: CompletenessStep, sequence: SequenceRef, state: State, fs: FileSystem) -> None:
+        super().__init__(spec, sequence, state)
+        self.fs = fs
+
+    def verify(self) -> bool:
+        dataset = self.dataset
+        return (dataset is not None and dataset.completeness is not None
+                and dataset.completeness.last_sequence_id == self.sequence.sequence_id)
+
+    def execute(self) -> list[Event]:
+        spec, fields = self.spec, self.sequence.fields()
+        for bounds in spec.completes:
+            for marker in bounds.markers:
+                if not self.fs.exists(marker):
+                    self.fs.open_write(marker).close()
+        advanced = EventTimeAdvanced.trusted(**fields, frontiers=spec.frontiers, horizon_ms=spec.horizon_ms,
+                                             open_partitions=spec.open_partitions, late_records=spec.late_records,
+                                             late_files=spec.late_files)
+        horizon = spec.horizon_ms if spec.horizon_ms is not None else 0
+        return [advanced, *(PartitionCompleted.trusted(**fields, partition=b.partition, start_ms=b.start_ms,
+                                                        end_ms=b.end_ms, horizon_ms=horizon, markers=b.markers)
+                            for b in spec.completes)]
+
+
 class TableCommitCommitStep(CommitStep):
     """Append the files the sequence published to an Iceberg table, as one snapshot named by the sequence.
 
@@ -251,4 +282,6 @@ def step_for(spec: CommitStepSpec, sequence: SequenceRef, state: State, fs: File
             return HighWatermarkCommitStep(spec, sequence, state)
         case DatasetStateStep():
             return DatasetStateCommitStep(spec, sequence, state)
+        case CompletenessStep():
+            return CompletenessCommitStep(spec, sequence, state, fs)
     raise TypeError(f"no commit step for {spec!r}")

@@ -32,8 +32,12 @@ PREFIX_KEY = "writer.partition.prefix"
 SUFFIX_KEY = "writer.partition.suffix"
 TIME_UNIT_KEY = "writer.partition.timeUnit"
 STYLE_KEY = "oncelog.writer.partition.style"
+LATENESS_KEY = "writer.partition.allowed.lateness"
+"""How late (event time) a record may come and still be in its partition before the partition is complete."""
+SUCCESS_FILE_KEY = "writer.partition.success.file"
+"""Whether a completed partition's folder gets Hadoop's empty `_SUCCESS` marker file."""
 PARTITION_KEYS = (PARTITIONER_KEY, COLUMNS_KEY, PATTERN_KEY, GRANULARITY_KEY, TIMEZONE_KEY, PREFIX_KEY, SUFFIX_KEY,
-                  TIME_UNIT_KEY, STYLE_KEY)
+                  TIME_UNIT_KEY, STYLE_KEY, LATENESS_KEY, SUCCESS_FILE_KEY)
 """Every key of the time partitioner (Gobblin's, and oncelog's style)."""
 
 TIME_PARTITIONERS = frozenset({
@@ -52,6 +56,12 @@ SUPPORTED_LETTERS = "yMdHms"
 """The letters oncelog formats (numeric fields, the same on both engines)."""
 FOLDER_TEXT = re.compile(r"^[A-Za-z0-9._=/-]*$")
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+DURATION = re.compile(r"^(\d+)\s*(ms|s|m|h|d)$")
+DURATION_MILLIS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+FIELD_ORDER = ("y", "M", "d", "H", "m", "s")
+"""The numeric fields from coarsest to finest: a partition's bounds are known when its folder names a prefix of them."""
+TRUE_WORDS = frozenset({"true", "yes", "1"})
+FALSE_WORDS = frozenset({"false", "no", "0", ""})
 
 
 class Granularity(Enum):
@@ -204,11 +214,75 @@ class TimePartitioning:
     suffix: str = ""
     unit: TimeUnit = TimeUnit.MILLISECONDS
 
+    lateness_ms: int = 0
+    """writer.partition.allowed.lateness, in milliseconds."""
+    success_file: bool = False
+    """writer.partition.success.file: a completed partition's folder gets a `_SUCCESS` marker."""
+
     def path(self, millis: int) -> str:
         """The partition folder (below the dataset's) of an event time in epoch milliseconds."""
         moment = dt.datetime.fromtimestamp(millis // 1000, tz=ZoneInfo(self.zone))
         middle = "".join(token.format(moment) for token in self.tokens).strip("/")
         return "/".join(part.strip("/") for part in (self.prefix, middle, self.suffix) if part.strip("/"))
+
+    def bounds(self, partition: str) -> tuple[int, int] | None:
+        """The event times a partition folder holds, [start, end) in epoch milliseconds; None when its folder does not
+        name its time from the year down (a pattern such as `HH` alone), or is not one of this partitioner's."""
+        fields = [t.field for t in self.tokens if t.field is not None]
+        if [f.value for f in fields] != list(FIELD_ORDER[:len(fields)]) or not fields:
+            return None
+        match = _label_regex(self).fullmatch(partition)
+        if match is None:
+            return None
+        values = [int(v) for v in match.groups()]
+        if self.tokens and any(t.field is Field.YEAR and t.width == 2 for t in self.tokens):
+            values[0] += 2000
+        parts = dict(zip(FIELD_ORDER, values))
+        zone = ZoneInfo(self.zone)
+        try:
+            start = dt.datetime(parts["y"], parts.get("M", 1), parts.get("d", 1), parts.get("H", 0),
+                                parts.get("m", 0), parts.get("s", 0), tzinfo=zone)
+        except ValueError:
+            return None
+        finest = FIELD_ORDER[len(fields) - 1]
+        if finest in ("H", "m", "s"):
+            step = {"H": dt.timedelta(hours=1), "m": dt.timedelta(minutes=1), "s": dt.timedelta(seconds=1)}[finest]
+            return _millis(start), _millis(start.astimezone(dt.UTC) + step)
+        if finest == "d":
+            end = (start.replace(tzinfo=None) + dt.timedelta(days=1)).replace(tzinfo=zone)
+        elif finest == "M":
+            end = start.replace(year=start.year + start.month // 12, month=start.month % 12 + 1)
+        else:
+            end = start.replace(year=start.year + 1)
+        return _millis(start), _millis(end)
+
+
+def _millis(moment: dt.datetime) -> int:
+    """An aware datetime as epoch milliseconds."""
+    return (moment - EPOCH) // dt.timedelta(milliseconds=1)
+
+
+def _label_regex(partitioning: TimePartitioning) -> re.Pattern[str]:
+    """The regular expression of this partitioner's folders, a group per field (as `path` joins them)."""
+    middle = "".join(re.escape(t.text) if t.field is None else (r"(\d+)" if t.width < 2 else rf"(\d{{{t.width}}})")
+                     for t in partitioning.tokens)
+    pieces = [re.escape(partitioning.prefix)] if partitioning.prefix else []
+    pieces.append(middle.strip("/"))
+    if partitioning.suffix:
+        pieces.append(re.escape(partitioning.suffix))
+    return re.compile("/".join(pieces))
+
+
+def duration_millis(text: str) -> int:
+    """A duration such as `30m` or `2h` (or `0`) in milliseconds; a ValueError saying what a duration is."""
+    cleaned = text.strip().lower()
+    if cleaned == "0":
+        return 0
+    match = DURATION.match(cleaned)
+    if match is None:
+        raise ValueError(f"{text!r} is not a duration: a whole number and a unit, ms, s, m, h or d (such as 30m or "
+                         f"2h; 0 for none)")
+    return int(match.group(1)) * DURATION_MILLIS[match.group(2)]
 
 
 
@@ -247,7 +321,9 @@ def _build(properties: Mapping[str, str]) -> TimePartitioning | None:
     return TimePartitioning(
         columns=columns, tokens=tokens(pattern), zone=_value(properties, TIMEZONE_KEY) or DEFAULT_TIMEZONE,
         prefix=_value(properties, PREFIX_KEY).strip("/"), suffix=_value(properties, SUFFIX_KEY).strip("/"),
-        unit=TimeUnit[_value(properties, TIME_UNIT_KEY).upper() or "MILLISECONDS"])
+        unit=TimeUnit[_value(properties, TIME_UNIT_KEY).upper() or "MILLISECONDS"],
+        lateness_ms=duration_millis(_value(properties, LATENESS_KEY) or "0"),
+        success_file=_value(properties, SUCCESS_FILE_KEY).lower() in TRUE_WORDS)
 
 
 def partitioning_problems(properties: Mapping[str, str]) -> list[tuple[str, str]]:
@@ -293,6 +369,13 @@ def partitioning_problems(properties: Mapping[str, str]) -> list[tuple[str, str]
     for key in (PREFIX_KEY, SUFFIX_KEY):
         if (why := folder_text_problem(_value(properties, key))) is not None:
             problems.append((key, f"{_value(properties, key)!r}: {why}"))
+    try:
+        duration_millis(_value(properties, LATENESS_KEY) or "0")
+    except ValueError as e:
+        problems.append((LATENESS_KEY, str(e)))
+    success = _value(properties, SUCCESS_FILE_KEY).lower()
+    if success not in TRUE_WORDS | FALSE_WORDS:
+        problems.append((SUCCESS_FILE_KEY, f"{success!r} is not a boolean (true or false)"))
     columns = _value(properties, COLUMNS_KEY)
     if columns and not all(re.match(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$", c.strip())
                            for c in columns.split(",") if c.strip()):

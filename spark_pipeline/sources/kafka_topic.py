@@ -56,6 +56,7 @@ from events.log import parse_url
 from events.log.kafka.config import ClientMonitor, is_security_setting
 from spark_pipeline.connectors import Connector
 from spark_pipeline.constructs import (
+    CAUGHT_UP_PROPERTY,
     DataFrameReader,
     Extractor,
     ReadCount,
@@ -323,6 +324,8 @@ class KafkaTopicSource(Source, DataFrameReader):
         elif committed is not None and committed == end:
             return None
         high = end if settings.max_records_per_partition is None else min(end, low + settings.max_records_per_partition)
+        if high == end:
+            properties[CAUGHT_UP_PROPERTY] = "true"
         return WorkUnitSpec(work_unit_id=f"{key}@{low}", dataset_urn=urn, partition=key, low_watermark=low,
                             expected_high_watermark=high, estimated_records=high - low, properties=properties)
 

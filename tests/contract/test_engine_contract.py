@@ -27,6 +27,7 @@ import yaml
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from events.completeness import EventTimeAdvanced, PartitionCompleted
 from events.job import ENGINE_PROPERTY, JobRunStarted, WorkUnitSpec
 from events.log import open_log
 from events.published import DatasetPublished
@@ -161,6 +162,9 @@ class Observed:
     layout: list[tuple[str, str, int | None]]
     """Each published file as DatasetPublished lists it: its path below the publish folder, its time partition and
     its records."""
+    completeness: list[tuple[Any, ...]]
+    """Each PartitionCompleted (dataset, partition, bounds, horizon) and EventTimeAdvanced (dataset, frontiers, open
+    partitions, late records) of the runs, in log order per dataset."""
 
 
 def run_on(engine: str, case: dict[str, object], base: Path, spark: SparkSession,
@@ -186,6 +190,8 @@ def run_on(engine: str, case: dict[str, object], base: Path, spark: SparkSession
             result = launcher.run()
         task_events = [e.event for e in log.read() if isinstance(e.event, TaskEvent)]
         published = [f for e in log.read() if isinstance(e.event, DatasetPublished) for f in e.event.files]
+        completeness = [completeness_of(e.event) for e in log.read()
+                        if isinstance(e.event, PartitionCompleted | EventTimeAdvanced)]
     warnings = sorted({r.getMessage() for r in caplog.records if "task-level policy" in r.getMessage()})
     succeeded = [e for e in task_events if isinstance(e, TaskSucceeded)]
     return Observed(
@@ -200,7 +206,17 @@ def run_on(engine: str, case: dict[str, object], base: Path, spark: SparkSession
                         for line in path.read_text().splitlines()),
         warnings=warnings,
         layout=sorted((Path(f.path).relative_to(base / "published").as_posix(), f.partition, f.records)
-                      for f in published))
+                      for f in published),
+        completeness=sorted(completeness, key=lambda c: c[1]))
+
+
+def completeness_of(event: PartitionCompleted | EventTimeAdvanced) -> tuple[Any, ...]:
+    """What a completeness event says, without the run it is of."""
+    if isinstance(event, PartitionCompleted):
+        return ("PartitionCompleted", event.dataset_urn, event.partition, event.start_ms, event.end_ms,
+                event.horizon_ms)
+    return ("EventTimeAdvanced", event.dataset_urn, sorted(event.frontiers.items()), event.horizon_ms,
+            sorted(event.open_partitions.items()), sorted(event.late_records.items()))
 
 
 def any_partition(message: str) -> str:
@@ -221,6 +237,7 @@ def test_both_engines_publish_and_record_the_same(name: str, tmp_path: Path, spa
     assert frames.err_file == records.err_file
     assert frames.warnings == records.warnings
     assert frames.layout == records.layout
+    assert frames.completeness == records.completeness
     assert sorted(p.relative_to(tmp_path / "dataframe" / "published").as_posix()
                   for p in (tmp_path / "dataframe" / "published").rglob("*.avro")) == [f for f, _, _ in frames.layout]
     assert len(frames.errors) == len(records.errors)
@@ -252,5 +269,8 @@ def test_the_cases_show_what_they_are_about(tmp_path: Path, spark: SparkSession,
         ("ds.0/hourly/1970/01/01/00/ds.0%3A0_0-40.avro", "hourly/1970/01/01/00", 40),
         ("ds.0/hourly/1970/01/01/00/ds.0%3A0_40-80.avro", "hourly/1970/01/01/00", 20),  # late: a file of its own
         ("ds.0/hourly/1970/01/01/01/ds.0%3A0_40-80.avro", "hourly/1970/01/01/01", 20)]
+    # The second run published hour 01 (each offset a minute): every source partition is past hour 00's end.
+    assert [c for c in hours.completeness if c[0] == "PartitionCompleted"] == [
+        ("PartitionCompleted", f"ds.{d}", "hourly/1970/01/01/00", 0, 3_600_000, 3_600_000) for d in (0, 1)]
     rows = run_on("records", CASES["row policies of every type"], tmp_path / "rows", spark, caplog)
     assert rows.err_file and rows.published and len(rows.err_file) + len(rows.published) == 2 * 2 * 40

@@ -14,12 +14,14 @@ job lock and connections, the Spark application dying with its driver) stays tes
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
 from events.commit import CommitSequencePlanned
+from events.completeness import PartitionCompleted
 from events.log import EventLog
 from projections.views import RunStatus
 from spark_pipeline.commit.faults import CRASH_EXIT_CODE, POINTS, FaultPoint
@@ -139,3 +141,29 @@ def planned_datasets(log: EventLog, rerun_id: str) -> set[str]:
     them: a plan is in the log or never will be)."""
     return {e.event.dataset_urn for e in log.read()
             if isinstance(e.event, CommitSequencePlanned) and e.event.run_id != rerun_id}
+
+
+@pytest.mark.parametrize("store", ["sqlite"])
+def test_a_crash_after_the_completeness_step_neither_loses_nor_doubles_a_partition_completed(
+        event_log: EventLog, tmp_path: Path, spark: SparkSession) -> None:
+    """The driver dies once a sequence's Completeness step has written its `_SUCCESS` markers and before its events
+    are recorded: the rerun's recovery records each PartitionCompleted of the crashed run once (its markers found
+    there), and completes the later hours itself; every hour of every dataset completed exactly once."""
+    job = write_job(tmp_path, event_log.url, "full", None, **PARTITIONED,
+                    **{"task.engine": "records", "job.commit.on.executors": False,
+                       "writer.partition.success.file": True})
+    point = FaultPoint.AFTER_COMPLETENESS
+    with driver_killed_in_process(job, point, spark) as death:
+        assert death.cause is not None and f"injected crash at {point}" in death.cause, death.cause
+        markers = sorted((tmp_path / "published").rglob("_SUCCESS"))
+        assert markers, "the crashed sequence wrote its markers before the crash"
+        crashed = [e.event for e in event_log.read() if isinstance(e.event, PartitionCompleted)]
+        assert crashed == [], "nothing of the step was recorded before the crash"
+        rerun_publishes_exactly_once(job, point, "full", "driver", event_log, tmp_path, spark)
+    completed = [e.event for e in event_log.read() if isinstance(e.event, PartitionCompleted)]
+    per_partition = Counter((e.dataset_urn, e.partition) for e in completed)
+    assert per_partition and set(per_partition.values()) == {1}, per_partition
+    first_run = {e.run_id for e in completed} - {max(e.run_id for e in completed)}
+    assert first_run, "the crashed run's sequences completed hours, recorded by the recovery"
+    assert sorted(str(p.relative_to(tmp_path / "published").parent) for p in
+                  (tmp_path / "published").rglob("_SUCCESS")) == sorted(f"{u}/{p}" for u, p in per_partition)

@@ -170,6 +170,7 @@ def bench_codec(events: list[Event], records: list[Record], repeats: int) -> dic
             codec.decode(r.value or b"", "bench", r.partition, offset, r.key)
 
     def decode_again(cached: EventCodec, _: None) -> None:
+        cached.registry.decoded.clear()  # the offsets decode_first read are forgotten: this log is the window
         for i, r in enumerate(again[:len(records)]):  # the window's records, at their offsets again and again
             cached.decode(r.value or b"", "bench", r.partition, i % REREAD_WINDOW, r.key)
 

@@ -236,11 +236,12 @@ class DecodedMemo:
     give the same event again: it is returned without reading or validating anything. Only events decoded and
     validated are kept; a record that failed is decoded (and refused) again each time it is read.
 
-    Keeping an event costs a first read about a fifth more (measured: the events kept alive instead of their memory
-    reused at once), so a record is kept only once it is read again: at an offset of its topic's partition below one
-    already decoded (a fold from the start after another, as a simulation's every run does). A log read once (a
-    rebuild, a catch-up) keeps nothing. At most `size` events, all forgotten at once when full (no eviction order
-    to keep up on each insert).
+    Keeping an event costs a read about a fifth more (measured: the events kept alive instead of their memory reused
+    at once), so a record is kept only once it is read again (an offset of its topic's partition at or below one
+    already decoded: a fold from the start after another, as a simulation's every run does) and only from a
+    partition no longer than the memo: a log read once (a rebuild, a catch-up) or a long one read again (`verify`
+    after a fold) keeps nothing. At most `size` events, all forgotten at once when full (no eviction order to keep
+    up on each insert).
     """
 
     def __init__(self, size: int) -> None:
@@ -256,14 +257,16 @@ class DecodedMemo:
         """Forget every event kept, and which offsets were read."""
         self._events, self._read_past = {}, {}
 
-    def read_again(self, topic: str, partition: int, offset: int) -> bool:
-        """Whether a record is read again: at or below the highest offset of its partition decoded in this process
-        (if not, that offset is now the highest)."""
+    def keeps(self, topic: str, partition: int, offset: int) -> bool:
+        """Whether a record's event is looked for and kept: it is read again (at or below the highest offset of its
+        partition decoded in this process; if not, that offset is now the highest) in a partition the memo could
+        hold whole (a log read again that the memo cannot hold would only churn it)."""
         where = (topic, partition)
-        if offset > self._read_past.get(where, -1):
+        past = self._read_past.get(where, -1)
+        if offset > past:
             self._read_past[where] = offset
             return False
-        return True
+        return past < self.size
 
     def get(self, key: bytes, value: bytes) -> Event | None:
         """The event these bytes were decoded to, if kept."""
@@ -331,7 +334,7 @@ class EventCodec:
         """
         key = key or b""
         memo = self._memo
-        if memo is not None and not memo.read_again(topic, partition, offset):
+        if memo is not None and not memo.keeps(topic, partition, offset):
             memo = None  # a first read: nothing kept to find, nothing worth keeping yet
         if memo is not None and (known := memo.get(key, value)) is not None:
             return known

@@ -114,3 +114,19 @@ def test_every_codec_of_the_shipped_events_shares_one_registry() -> None:
     assert first.registry is second.registry is default_registry()
     first.encode_value(watermark(1))
     assert WatermarkAdvanced in second.registry.writers
+
+
+def test_a_partition_longer_than_the_memo_read_again_keeps_nothing() -> None:
+    """A log the memo cannot hold whole, read again (`verify` after a fold), would only churn it: nothing is kept,
+    each read decodes; a short one read again is kept."""
+    registry = SchemaRegistry(EVENT_TYPES)
+    registry.decoded = DecodedMemo(4)
+    codec = EventCodec(registry)
+    records = [codec.to_record(watermark(i), 1) for i in range(6)]
+    for _ in range(3):
+        for offset, r in enumerate(records):
+            codec.decode(r.value or b"", "long", 0, offset, r.key)
+        for offset, r in enumerate(records[:3]):
+            codec.decode(r.value or b"", "short", 0, offset, r.key)
+    assert len(registry.decoded) == 3
+    assert all(registry.decoded.get(r.key, r.value or b"") is not None for r in records[:3])

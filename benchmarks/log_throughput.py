@@ -16,8 +16,11 @@ measured too: the ceiling of every store, with its lean path beside the validate
 alternating: `codec_build` (the events built from their fields unvalidated, as the commit builds its own:
 `Frozen.trusted`) beside `codec_build_validated` (`Event(...)`); `codec_view` (a reader's two fields, run and time,
 from the record's envelope, its payload neither decoded nor built: `EventCodec.view`) beside `codec_decode` (every
-event decoded and built). `codec_*_us`: wall µs per event at the
-median repeat. Each figure is events/s at the median repeat (`*_eps`) and this
+event decoded and built, every record decoded: `EventCodec(memo=False)`, the path before the decoded memo);
+`codec_decode_first` (the default codec reading records for the first time: what the memo costs a first read)
+and `codec_decode_again` (the default codec reading records it decoded before: a window of 2,000 read over and
+over) beside `codec_decode_again_unremembered` (the same reads with every record decoded). `codec_*_us`: wall µs
+per event at the median repeat. Each figure is events/s at the median repeat (`*_eps`) and this
 process's CPU µs per event (`*_cpu_us`, steadier when the machine is loaded; the broker's CPU is not in it).
 The Kafka broker is `$KAFKA_BOOTSTRAP`, or a local one started for the run. Last line of stdout: the JSON figures.
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -72,6 +76,9 @@ WARM_UP_BATCHES = 5
 KAFKA_FIGURES = ("raw_produce", "kafka_append", "raw_consume", "kafka_read")
 CODEC_SAMPLE = 50_000
 """The codec's rates are measured on this many events (the mix repeats every six): they do not vary with count."""
+REREAD_WINDOW = 2_000
+"""`codec_decode_again` reads the first this many records over and over (a log read again, as a catch-up after each
+run of a simulation reads it): fewer than the decoded memo keeps (events.codec.DECODED_MEMO_SIZE)."""
 T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 TARGETS = {"kafka_append_ratio": 0.5, "kafka_read_ratio": 0.5, "sqlite_append_eps": 50_000, "sqlite_read_eps": 100_000}
 
@@ -137,8 +144,9 @@ def read_all(log: EventLog, count: int) -> None:
 def bench_codec(events: list[Event], records: list[Record], repeats: int) -> dict[str, Timing]:
     """The codec alone, with no store: what no store's append or read can go faster than (rates per event); its
     lean path beside the validated one, repeats alternating."""
-    codec = EventCodec()
+    codec, unremembering = EventCodec(), EventCodec(memo=False)
     fields = [(type(e), dict(e)) for e in events]
+    again = records[:REREAD_WINDOW] * -(-len(records) // REREAD_WINDOW)
 
     def build(_: None) -> None:
         for cls, given in fields:
@@ -154,7 +162,17 @@ def bench_codec(events: list[Event], records: list[Record], repeats: int) -> dic
 
     def decode(_: None) -> None:
         for r in records:
-            codec.decode(r.value or b"", "bench", r.partition, 0, r.key)
+            unremembering.decode(r.value or b"", "bench", r.partition, 0, r.key)
+
+    def decode_first(_: None) -> None:
+        codec.registry.decoded.clear()
+        for offset, r in enumerate(records):  # each record read for the first time: none kept, none found
+            codec.decode(r.value or b"", "bench", r.partition, offset, r.key)
+
+    def decode_again(cached: EventCodec, _: None) -> None:
+        cached.registry.decoded.clear()  # the offsets decode_first read are forgotten: this log is the window
+        for i, r in enumerate(again[:len(records)]):  # the window's records, at their offsets again and again
+            cached.decode(r.value or b"", "bench", r.partition, i % REREAD_WINDOW, r.key)
 
     def view(_: None) -> None:
         last_event_of_run: dict[str, datetime] = {}  # a fold of two fields
@@ -162,8 +180,10 @@ def bench_codec(events: list[Event], records: list[Record], repeats: int) -> dic
             view = codec.view(r.value or b"", "bench", r.partition, 0, r.key)
             last_event_of_run[view.run_id] = view.emitted_at
 
-    runs = {"codec_build": build, "codec_build_validated": build_validated, "codec_encode": encode,
-            "codec_decode": decode, "codec_view": view}
+    runs: dict[str, Callable[[None], None]] = {
+        "codec_build": build, "codec_build_validated": build_validated, "codec_encode": encode, "codec_decode": decode,
+        "codec_decode_first": decode_first, "codec_decode_again_unremembered": partial(decode_again, unremembering),
+        "codec_decode_again": partial(decode_again, codec), "codec_view": view}
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
     for _ in range(repeats):
         for name, run in runs.items():

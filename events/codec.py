@@ -14,6 +14,7 @@ stay readable, unchecked (only their event id, the uuid5 of the key, still expos
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import types
@@ -52,6 +53,12 @@ with the job are appended in parts (events.model.Parted) to stay under it."""
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MICROSECOND = timedelta(microseconds=1)
 MILLISECOND = timedelta(milliseconds=1)
+DECODED_MEMO_SIZE = 4096
+"""Records read again whose decoded events a registry's codecs keep (`DecodedMemo`): a process that reads the same
+records over and over (a fold from the start for every run of a simulation) decodes them about twice."""
+DECODED_MEMO_MAX_VALUE_BYTES = 2048
+"""Values larger than this are not kept: bounds the memo's memory whatever the log holds (measured: 10 MiB for 4,096
+events of benchmarks.log_throughput's mix, 200 bytes a value)."""
 
 
 class EventTooLargeError(LogWriteError):
@@ -171,6 +178,12 @@ class SchemaRegistry:
         self.types: dict[str, type[Event]] = {t.event_type(): t for t in event_types}
         self._parsed: dict[tuple[str, int], Schema] = {}
         self._resolved: dict[tuple[str, int], _TypeSchemas] = {}
+        self.writers: dict[type[Event], _Writer] = {}
+        """Each type's frame, parsed schema and datum builder, made once per registry (every codec shares them)."""
+        self.frames: dict[bytes, _TypeSchemas] = {}
+        """Schemas by the frame bytes that name them: a dict lookup instead of parsing each record's frame."""
+        self.decoded = DecodedMemo(DECODED_MEMO_SIZE)
+        """Events decoded from records of these schemas, by the records' bytes."""
 
     def current(self, cls: type[Event]) -> Schema:
         """The parsed envelope schema of an event type's current version (what writers use)."""
@@ -208,26 +221,81 @@ class SchemaRegistry:
         return parsed
 
 
+@functools.cache
 def default_registry() -> SchemaRegistry:
-    """The registry of every event type oncelog ships, with the schemas kept in the package."""
+    """The registry of every event type oncelog ships, with the schemas kept in the package: one per process, so
+    that every log's codec shares its parsed schemas, writers and decoded events."""
     from events.registry import EVENT_TYPES
 
     return SchemaRegistry(EVENT_TYPES)
+
+
+class DecodedMemo:
+    """Events decoded before, by their record's key and value bytes, kept for records read again.
+
+    Decoding is a function of those bytes alone (the checksum and the event id cover both), so bytes decoded once
+    give the same event again: it is returned without reading or validating anything. Only events decoded and
+    validated are kept; a record that failed is decoded (and refused) again each time it is read.
+
+    Keeping an event costs a read about a fifth more (measured: the events kept alive instead of their memory reused
+    at once), so a record is kept only once it is read again (an offset of its topic's partition at or below one
+    already decoded: a fold from the start after another, as a simulation's every run does) and only from a
+    partition no longer than the memo: a log read once (a rebuild, a catch-up) or a long one read again (`verify`
+    after a fold) keeps nothing. At most `size` events, all forgotten at once when full (no eviction order to keep
+    up on each insert).
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._events: dict[tuple[bytes, bytes], Event] = {}
+        self._read_past: dict[tuple[str, int], int] = {}
+        """The highest offset decoded in each topic and partition."""
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def clear(self) -> None:
+        """Forget every event kept, and which offsets were read."""
+        self._events, self._read_past = {}, {}
+
+    def keeps(self, topic: str, partition: int, offset: int) -> bool:
+        """Whether a record's event is looked for and kept: it is read again (at or below the highest offset of its
+        partition decoded in this process; if not, that offset is now the highest) in a partition the memo could
+        hold whole (a log read again that the memo cannot hold would only churn it)."""
+        where = (topic, partition)
+        past = self._read_past.get(where, -1)
+        if offset > past:
+            self._read_past[where] = offset
+            return False
+        return past < self.size
+
+    def get(self, key: bytes, value: bytes) -> Event | None:
+        """The event these bytes were decoded to, if kept."""
+        return self._events.get((key, value)) if value.__class__ is bytes else None
+
+    def put(self, key: bytes, value: bytes, event: Event) -> None:
+        """Keep the event decoded from these bytes (unless large), forgetting all the others first when full."""
+        if value.__class__ is not bytes or len(value) > DECODED_MEMO_MAX_VALUE_BYTES:
+            return
+        if len(self._events) >= self.size:
+            self._events = {}  # a new dict, not clear(): a thread reading the old one meanwhile is not disturbed
+        self._events[(key, value)] = event
 
 
 class EventCodec:
     """Encodes events to (key, value) bytes and decodes them back, naming the record on any failure.
 
     Every event decoded is validated (pydantic-core builds it from the decoded fields; measured, no unvalidated
-    construction in Python is cheaper: docs/benchmarks.md). A reader that needs a few fields takes a `view`, which
-    builds no event at all.
+    construction in Python is cheaper: docs/benchmarks.md), once: the registry's `DecodedMemo` hands the same bytes'
+    event back without decoding them again (`memo=False`: every record decoded, as before the memo). A reader that
+    needs a few fields takes a `view`, which builds no event at all.
     """
 
-    def __init__(self, registry: SchemaRegistry | None = None) -> None:
+    def __init__(self, registry: SchemaRegistry | None = None, memo: bool = True) -> None:
         self.registry = registry or default_registry()
-        self._writers: dict[type[Event], _Writer] = {}
-        self._frames: dict[bytes, _TypeSchemas] = {}
-        """Schemas by the frame bytes that name them: a dict lookup instead of parsing each record's frame."""
+        self._writers = self.registry.writers
+        self._frames = self.registry.frames
+        self._memo = self.registry.decoded if memo else None
 
     def encode_value(self, event: Event, key: bytes | None = None) -> bytes:
         """The value bytes of an event: frame + Avro envelope with its payload (key: the event's, if known)."""
@@ -265,11 +333,20 @@ class EventCodec:
 
         EventDecodeError names topic, partition and offset; CorruptEventError when the checksum does not match.
         """
-        schemas, fields = self._read(value, topic, partition, offset, key or b"")
+        key = key or b""
+        memo = self._memo
+        if memo is not None and not memo.keeps(topic, partition, offset):
+            memo = None  # a first read: nothing kept to find, nothing worth keeping yet
+        if memo is not None and (known := memo.get(key, value)) is not None:
+            return known
+        schemas, fields = self._read(value, topic, partition, offset, key)
         try:
-            return schemas.validate(fields)
+            event = schemas.validate(fields)
         except ValidationError as e:
             raise EventDecodeError(topic, partition, offset, f"{schemas.label} is invalid: {e}") from e
+        if memo is not None:
+            memo.put(key, value, event)
+        return event
 
     def view(self, value: bytes, topic: str, partition: int, offset: int, key: bytes | None) -> EventView:
         """The record read as far as its envelope (type, job, run, dataset, time), checked as `decode` checks it,

@@ -22,6 +22,7 @@ from typing import Literal
 
 from events.commit import (
     STEP_TIMINGS_MAX,
+    TABLE_STEPS,
     CommitSequenceAbandoned,
     CommitSequenceCompleted,
     CommitStepApplied,
@@ -29,7 +30,6 @@ from events.commit import (
     CommitStepRolledBack,
     FsRenameStep,
     HighWatermarkStep,
-    TableCommitStep,
 )
 from events.dataset import DatasetReleased
 from events.model import Event
@@ -52,7 +52,8 @@ SYNC_CHUNK = 16
 """Folders per sync_folders call when the renames of many sequences are made durable together."""
 
 UNDOABLE = {"HighWatermark": "its watermarks moved", "DatasetState": "its watermarks moved",
-            "TableCommit": "its files were committed to the table (a snapshot carries its id)"}
+            "TableCommit": "its files were committed to the table (a snapshot carries its id)",
+            "DeltaCommit": "its files were committed to the table (its app transaction is in the table's log)"}
 """What a step that took effect did, for the refusal to roll back a sequence that applied it."""
 
 Record = Callable[[Sequence[Event]], None]
@@ -120,13 +121,13 @@ class CommitSequence:
                 continue
             if isinstance(spec, HighWatermarkStep):
                 self.faults.reached(FaultPoint.BEFORE_WATERMARK)
-            if isinstance(spec, TableCommitStep):
+            if isinstance(spec, TABLE_STEPS):
                 self.faults.reached(FaultPoint.BEFORE_TABLE_COMMIT)
             step = step_for(spec, self.ref, self.sink.state, self.fs, self.view.steps)
             step_started = time.perf_counter()
             try:
                 done = step.verify()
-                if not done and isinstance(spec, FsRenameStep | TableCommitStep):
+                if not done and isinstance(spec, (FsRenameStep, *TABLE_STEPS)):
                     self.sink.check_fenced()  # a superseded writer must move or commit nothing (FencedError)
                 effects: list[Event] = [] if done else step.execute()
             except (OSError, FileSystemError, CommitStepError) as e:
@@ -144,7 +145,7 @@ class CommitSequence:
                 self.faults.reached(FaultPoint.AFTER_RENAME)
             elif isinstance(spec, HighWatermarkStep):
                 self.faults.reached(FaultPoint.AFTER_WATERMARK)
-            elif isinstance(spec, TableCommitStep):
+            elif isinstance(spec, TABLE_STEPS):
                 self.faults.reached(FaultPoint.AFTER_TABLE_COMMIT)
         self.faults.reached(FaultPoint.BEFORE_COMPLETION)
         completed = CommitSequenceCompleted.trusted(
@@ -266,7 +267,7 @@ class Committer:
             spec, recorded = sequence.steps[index], index in sequence.applied
             if index in sequence.rolled_back:
                 continue
-            if isinstance(spec, TableCommitStep) and not recorded and step_for(spec, ref, self.sink.state, self.fs,
+            if isinstance(spec, TABLE_STEPS) and not recorded and step_for(spec, ref, self.sink.state, self.fs,
                                                                                 sequence.steps).verify():
                 recorded = True  # committed to the table before a crash: its files are the table's now
             if not isinstance(spec, FsRenameStep):

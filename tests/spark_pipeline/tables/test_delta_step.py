@@ -12,8 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from events.commit import DeltaCommitStep
-from spark_pipeline.commit.steps import CommitStepError, DeltaCommitCommitStep
+from events.commit import CommitSequencePlanned, DeltaCommitStep, FsRenameStep
+from events.log import open_log
+from filesystems.local import LOCAL
+from spark_pipeline.commit.sequence import Outcome
+from spark_pipeline.commit.session import open_session
+from spark_pipeline.commit.settings import CommitSettings
+from spark_pipeline.commit.steps import CommitStepError, DeltaCommitCommitStep, PublishRoots
 from spark_pipeline.tables.delta import COMMIT_ID
 from spark_pipeline.tables.delta_publisher import location_problem
 
@@ -97,3 +102,33 @@ def test_a_table_that_cannot_be_opened_fails_the_step_and_the_preflight_naming_i
     assert location_problem(str(tmp_path / "new" / "table")) is None  # created by the first commit
     (tmp_path / "file").write_text("")
     assert "is no folder" in str(location_problem(str(tmp_path / "file" / "table")))
+
+
+@pytest.mark.parametrize("committed", [False, True], ids=["table-untouched", "table-committed"])
+def test_releasing_an_abandoned_sequence_is_refused_once_the_table_holds_its_commit(committed: bool,
+                                                                                 tmp_path: Path) -> None:
+    """A sequence abandoned before its DeltaCommit ran in this attempt (its rename failed), while the table holds its
+    app transaction from before a crash: the release must not move the files back (they are the table's). Without
+    the commit in the table, the release goes ahead."""
+    table = tmp_path / "published" / "events"
+    source = tmp_path / "task-output" / "a.parquet"
+    parquet(source, 0)
+    spec = delta_step(table, 1, "r1")
+    dst = table / "data" / "a.parquet"
+    rename = FsRenameStep(src=str(source), dst=str(dst), size=source.stat().st_size, checksum="0" * 64)
+    if committed:  # the commit made before a crash, of the file as the rename would have placed it
+        parquet(dst, 0)
+        DeltaCommitCommitStep(spec, [str(dst)]).execute()
+        dst.unlink()
+    roots = PublishRoots.of([tmp_path / "task-output"], [tmp_path / "published"])
+    with open_log(f"sqlite:///{tmp_path / 'log.db'}") as log:
+        log.ensure_topic()
+        with open_session(log, "job", CommitSettings(roots, 1), LOCAL) as session:
+            session.sink.emit([CommitSequencePlanned(job="job", run_id="r1", dataset_urn="ds", sequence_id="r1",
+                                                     steps=(rename, spec))])
+            assert session.committer.recover("job")[0].outcome is Outcome.ABANDONED  # the checksum is wrong
+            if committed:
+                with pytest.raises(CommitStepError, match=r"step 1 \(DeltaCommit\).*cannot be rolled back"):
+                    session.committer.release("job", "ds", "retry")
+            else:
+                assert session.committer.release("job", "ds", "retry") == "r1"

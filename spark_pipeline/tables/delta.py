@@ -97,11 +97,14 @@ def transaction_version(table: DeltaTable, ref: DeltaRef, app_id: str) -> int | 
 
 
 def committed(ref: DeltaRef, app_id: str, version: int) -> bool:
-    """Whether the table holds the commit of `app_id` at `version`; a later version of it is refused: another
-    writer (or oncelog with another log) commits under that app id, and what this sequence should add is unknown."""
+    """Whether the table holds the commit of `app_id` at `version` (a table not yet created holds none)."""
     table = load_table(ref)
-    if table is None:
-        return False
+    return table is not None and _holds(table, ref, app_id, version)
+
+
+def _holds(table: DeltaTable, ref: DeltaRef, app_id: str, version: int) -> bool:
+    """Whether `table` holds the commit of `app_id` at `version`; a later version of it is refused: another writer
+    (or oncelog with another log) commits under that app id, and what this sequence should add is unknown."""
     found = transaction_version(table, ref, app_id)
     if found is not None and found > version:
         raise TableError(f"{ref.describe()}: its app transaction {app_id!r} is at version {found}, past this "
@@ -120,11 +123,11 @@ def commit(ref: DeltaRef, files: Sequence[str], app_id: str, version: int, commi
                                   app_transactions=[Transaction(app_id, version)])
     with _lock(ref):
         for _ in range(COMMIT_ATTEMPTS):
-            if committed(ref, app_id, version):
+            table = load_table(ref)
+            if table is not None and _holds(table, ref, app_id, version):
                 return
             schema = files_schema(files)
             actions = [_add_action(ref, path) for path in files]
-            table = load_table(ref)
             try:
                 if table is None:
                     create_table_with_add_actions(str(ref.root), _delta_schema(ref, schema), actions, mode="error",

@@ -90,7 +90,31 @@ class CompletenessStep(Frozen):
     late_files: dict[str, Count] = Field(default_factory=dict)
 
 
-CommitStepSpec = Annotated[FsRenameStep | HighWatermarkStep | DatasetStateStep | TableCommitStep | CompletenessStep,
+class DeltaCommitStep(Frozen):
+    """Add the files the sequence's FsRename steps published to a Delta table, in one write transaction carrying the
+    app transaction (`app_id`, `version`) of Delta's idempotent writes and `commit_id` (and `metadata`) in its commit
+    info: done when the table's latest transaction of `app_id` is `version`."""
+
+    kind: Literal["DeltaCommit"] = "DeltaCommit"
+    table: str
+    """The table's name in the job file (`delta.table`), for messages."""
+    location: str
+    """The table's root (its `_delta_log/` folder inside): the published files lie under its `data/` folder."""
+    app_id: str
+    """`oncelog/<job>/<dataset>`: the app transaction's id, one per dataset."""
+    version: Annotated[int, Field(ge=1)]
+    """The app transaction's version: one more than the dataset's previous table commit's."""
+    commit_id: str
+    """`job/dataset/sequence`: the commit info's `oncelog.commit-id`."""
+    metadata: dict[str, str] = Field(default_factory=dict)
+    """The commit info's other custom metadata: run, dataset, sequence and each partition's watermark range."""
+
+
+TABLE_STEPS = (TableCommitStep, DeltaCommitStep)
+"""The step kinds that commit files to a table (a table's history, not the log, says whether they are done)."""
+
+CommitStepSpec = Annotated[FsRenameStep | HighWatermarkStep | DatasetStateStep | TableCommitStep | DeltaCommitStep
+                           | CompletenessStep,
                            Field(discriminator="kind")]
 
 
@@ -99,7 +123,8 @@ class CommitSequencePlanned(DatasetEvent, Parted):
 
     v2: in parts when the steps are many (one FsRename per file); each part holds the next steps in order, and a
     sequence is applied only once every part of its plan is folded. v3: each FsRename names its file's time partition,
-    and a step may be a TableCommit. v4: a step may be a Completeness step (partition completeness).
+    and a step may be a TableCommit. v4: a step may be a DeltaCommit, or a Completeness step (partition
+    completeness).
     """
 
     SCHEMA_VERSION: ClassVar[int] = 4

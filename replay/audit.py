@@ -21,6 +21,7 @@ from events.commit import (
     CommitStepFailed,
     CommitStepSpec,
     DatasetStateStep,
+    DeltaCommitStep,
     FsRenameStep,
     HighWatermarkStep,
     TableCommitStep,
@@ -509,6 +510,8 @@ def describe_step(step: CommitStepSpec) -> str:
             return f"{step.records_published} records, {step.files_published} files"
         case TableCommitStep():
             return f"commit {step.table} ({step.commit_id})"
+        case DeltaCommitStep():
+            return f"commit Delta table {step.table} ({step.commit_id}, app transaction {step.app_id} v{step.version})"
     return repr(step)
 
 

@@ -56,6 +56,7 @@ from spark_pipeline.sources.directory_settings import (
     DirectorySettings,
 )
 from spark_pipeline.sources.kafka_topic import KafkaSourceSettings, SourceCluster, select_topics
+from spark_pipeline.tables.delta_publisher import DeltaSettings, DeltaTablePublisher, location_problem
 from spark_pipeline.tables.publisher import CATALOG_URI_KEY, IcebergSettings, IcebergTablePublisher, catalog_problem
 
 QUIET = logging.getLogger("oncelog.preflight.kafka")
@@ -316,11 +317,14 @@ def _source_of(config: JobConfig, model: type[Any]) -> type | None:
 
 
 def table_problems(config: JobConfig, probe: Probe) -> list[Finding]:
-    """An Iceberg publisher's catalog can be reached (spark_pipeline/tables)."""
+    """An Iceberg publisher's catalog can be reached, a Delta publisher's table created or opened
+    (spark_pipeline/tables)."""
     try:
         publisher = import_class(config.publisher_type)
     except ValueError:
         return []  # the job file's own checks report it
+    if issubclass(publisher, DeltaTablePublisher):
+        return delta_problems(config, publisher)
     if not issubclass(publisher, IcebergTablePublisher):
         return []
     settings = config.construct_settings(publisher, 0)
@@ -329,6 +333,15 @@ def table_problems(config: JobConfig, probe: Probe) -> list[Finding]:
     problem = catalog_problem(settings, warehouse, probe.timeout_s)
     key = CATALOG_URI_KEY if settings.catalog_uri else "data.publisher.final.dir"
     return [Finding(key, f"{key!r}: the catalog of Iceberg table {settings.table!r}: {problem}")] if problem else []
+
+
+def delta_problems(config: JobConfig, publisher: type[DeltaTablePublisher]) -> list[Finding]:
+    """A Delta publisher's table: an existing one opens, a new one's folder can be created."""
+    settings = config.construct_settings(publisher, 0)
+    assert isinstance(settings, DeltaSettings)
+    location = settings.location(urls.resolve_folder(str(config.branch(0).publisher_final_dir)))
+    problem = location_problem(location)
+    return [Finding("delta.table", f"'delta.table': Delta table {settings.table!r}: {problem}")] if problem else []
 
 
 CHECKS: tuple[Check, ...] = (sql_problems, move_problems, folder_problems, kafka_problems, table_problems)

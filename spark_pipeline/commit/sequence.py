@@ -22,6 +22,7 @@ from typing import Literal
 
 from events.commit import (
     STEP_TIMINGS_MAX,
+    TABLE_STEPS,
     CommitSequenceAbandoned,
     CommitSequenceCompleted,
     CommitStepApplied,
@@ -30,7 +31,6 @@ from events.commit import (
     CompletenessStep,
     FsRenameStep,
     HighWatermarkStep,
-    TableCommitStep,
 )
 from events.dataset import DatasetReleased
 from events.model import Event
@@ -55,6 +55,7 @@ SYNC_CHUNK = 16
 
 UNDOABLE = {"HighWatermark": "its watermarks moved", "DatasetState": "its watermarks moved",
             "TableCommit": "its files were committed to the table (a snapshot carries its id)",
+            "DeltaCommit": "its files were committed to the table (its app transaction is in the table's log)",
             "Completeness": "its time partitions were recorded complete (never retracted)"}
 """What a step that took effect did, for the refusal to roll back a sequence that applied it."""
 
@@ -123,13 +124,13 @@ class CommitSequence:
                 continue
             if isinstance(spec, HighWatermarkStep):
                 self.faults.reached(FaultPoint.BEFORE_WATERMARK)
-            if isinstance(spec, TableCommitStep):
+            if isinstance(spec, TABLE_STEPS):
                 self.faults.reached(FaultPoint.BEFORE_TABLE_COMMIT)
             step = step_for(spec, self.ref, self.sink.state, self.fs, self.view.steps)
             step_started = time.perf_counter()
             try:
                 done = step.verify()
-                if not done and isinstance(spec, FsRenameStep | TableCommitStep):
+                if not done and isinstance(spec, (FsRenameStep, *TABLE_STEPS)):
                     self.sink.check_fenced()  # a superseded writer must move or commit nothing (FencedError)
                 effects: list[Event] = [] if done else step.execute()
             except (OSError, FileSystemError, CommitStepError) as e:
@@ -148,7 +149,7 @@ class CommitSequence:
                 self.faults.reached(FaultPoint.AFTER_RENAME)
             elif isinstance(spec, HighWatermarkStep):
                 self.faults.reached(FaultPoint.AFTER_WATERMARK)
-            elif isinstance(spec, TableCommitStep):
+            elif isinstance(spec, TABLE_STEPS):
                 self.faults.reached(FaultPoint.AFTER_TABLE_COMMIT)
             elif isinstance(spec, CompletenessStep):
                 self.faults.reached(FaultPoint.AFTER_COMPLETENESS)
@@ -274,7 +275,7 @@ class Committer:
             spec, recorded = sequence.steps[index], index in sequence.applied
             if index in sequence.rolled_back:
                 continue
-            if isinstance(spec, TableCommitStep) and not recorded and step_for(spec, ref, self.sink.state, self.fs,
+            if isinstance(spec, TABLE_STEPS) and not recorded and step_for(spec, ref, self.sink.state, self.fs,
                                                                                 sequence.steps).verify():
                 recorded = True  # committed to the table before a crash: its files are the table's now
             if not isinstance(spec, FsRenameStep):

@@ -17,6 +17,7 @@ from events.commit import (
     CommitStepSpec,
     CompletenessStep,
     DatasetStateStep,
+    DeltaCommitStep,
     FsRenameStep,
     HighWatermarkStep,
     TableCommitStep,
@@ -270,12 +271,45 @@ class TableCommitCommitStep(CommitStep):
         return []
 
 
+class DeltaCommitCommitStep(CommitStep):
+    """Add the files the sequence published to a Delta table, in one write transaction carrying the dataset's app
+    transaction (Delta's idempotent writes).
+
+    Done when the table's latest transaction of the step's app id is the step's version: a crash after the commit and
+    before its record never commits twice. deltalake is loaded here, on first use only.
+    """
+
+    def __init__(self, spec: DeltaCommitStep, files: Sequence[str]) -> None:
+        self.spec = spec
+        self.files = tuple(files)
+
+    def verify(self) -> bool:
+        from spark_pipeline.tables import delta
+
+        try:
+            return delta.committed(delta.DeltaRef.of(self.spec), self.spec.app_id, self.spec.version)
+        except delta.TableError as e:
+            raise CommitStepError(str(e)) from e
+
+    def execute(self) -> list[Event]:
+        from spark_pipeline.tables import delta
+
+        spec = self.spec
+        try:
+            delta.commit(delta.DeltaRef.of(spec), self.files, spec.app_id, spec.version, spec.commit_id, spec.metadata)
+        except delta.TableError as e:
+            raise CommitStepError(str(e)) from e
+        return []
+
+
 def step_for(spec: CommitStepSpec, sequence: SequenceRef, state: State, fs: FileSystem,
              plan: Sequence[CommitStepSpec] = ()) -> CommitStep:
     """The runnable step of a recorded step spec (`plan`: its sequence's steps, whose files a table commit adds)."""
     match spec:
         case TableCommitStep():
             return TableCommitCommitStep(spec, [s.dst for s in plan if isinstance(s, FsRenameStep)])
+        case DeltaCommitStep():
+            return DeltaCommitCommitStep(spec, [s.dst for s in plan if isinstance(s, FsRenameStep)])
         case FsRenameStep():
             return FsRenameCommitStep(spec, fs)
         case HighWatermarkStep():

@@ -11,10 +11,8 @@ import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import sqlalchemy.exc
 from pyiceberg import exceptions as iceberg_errors
 from pyiceberg.catalog import Catalog, load_catalog
@@ -24,6 +22,7 @@ from pyiceberg.table.snapshots import Snapshot
 
 from events.commit import TABLE_COMMIT_ID, TableCommitStep
 from spark_pipeline.tables.errors import TableError
+from spark_pipeline.tables.files import files_schema, mismatched
 
 COMMIT_ATTEMPTS = 5
 """How often an append is tried when another writer commits to the table in between (optimistic concurrency)."""
@@ -162,25 +161,7 @@ def _append_once(ref: TableRef, table: Table, files: Sequence[str], properties: 
 
 def _mismatched(table: Table, schema: pa.Schema) -> list[str]:
     """The data's columns whose type the table's column of that name cannot take (integers widen, floats too)."""
-    columns = schema_to_pyarrow(table.schema())
-    found = []
-    for field in schema:
-        index = columns.get_field_index(field.name)
-        if index < 0:
-            continue  # a new column: the schema evolves
-        theirs = columns.field(index).type
-        if not _fits(field.type, theirs):
-            found.append(f"column {field.name!r} is {theirs} in the table, {field.type} in the data")
-    return found
-
-
-def _fits(data: pa.DataType, table: pa.DataType) -> bool:
-    """Whether a column of type `table` takes values of type `data`: the same type, or of one family that widens
-    (integers, floats, strings, binaries: Iceberg reads its strings and binaries back as Arrow's large ones)."""
-    families = (pa.types.is_integer, pa.types.is_floating,
-                lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
-                lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t))
-    return data == table or any(family(data) and family(table) for family in families)
+    return mismatched(schema_to_pyarrow(table.schema()), schema)
 
 
 def _has_all(table: Table, schema: pa.Schema) -> bool:
@@ -196,16 +177,6 @@ def _field(table: Table, name: str) -> bool:
     return True
 
 
-def files_schema(files: Sequence[str]) -> pa.Schema:
-    """The Arrow schema of the data: every file's columns, in order of first appearance."""
-    try:
-        schemas = [pq.read_schema(_local(path)) for path in files]
-        return pa.unify_schemas(schemas, promote_options="permissive")
-    except LIBRARY_ERRORS as e:
-        raise TableError(f"cannot read the Parquet schema of the data files (the first {files[0]}): "
-                         f"{_first_line(e)}") from e
-
-
 def _create(ref: TableRef, files: Sequence[str]) -> Table:
     """The table, created at its location with the data's schema (and its namespace, if missing)."""
     schema = files_schema(files)
@@ -217,11 +188,6 @@ def _create(ref: TableRef, files: Sequence[str]) -> Table:
                                                   properties=CREATED_PROPERTIES)
     except LIBRARY_ERRORS as e:
         raise TableError(f"cannot create {ref.describe()} at {ref.location}: {_first_line(e)}") from e
-
-
-def _local(path: str) -> str:
-    """A data file's path as Arrow opens it (file:// URLs as plain paths)."""
-    return str(Path(path.removeprefix("file://"))) if path.startswith(("file://", "/")) else path
 
 
 def _first_line(error: BaseException) -> str:

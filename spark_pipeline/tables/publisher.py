@@ -9,27 +9,22 @@ TableCommit step and the table's pre-flight check (spark_pipeline/tables/iceberg
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, ClassVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, Field
 
-from events.commit import TABLE_WATERMARKS, CommitSequencePlanned, FsRenameStep, TableCommitStep
+from events.commit import CommitSequencePlanned, TableCommitStep
 from filesystems import urls
 from projections.views import DatasetView
 from spark_pipeline.constructs import DatasetOutput
-from spark_pipeline.jobfile.config import WriterOutputFormat
-from spark_pipeline.publisher import BaseDataPublisher
+from spark_pipeline.tables.base import TablePublisher, TableSettings, commit_id, snapshot_summary
 
 TABLE_KEY = "iceberg.table"
 CATALOG_URI_KEY = "iceberg.catalog.uri"
 CATALOG_NAME_KEY = "iceberg.catalog.name"
-FINAL_DIR_KEY = "data.publisher.final.dir"
-FORMAT_KEY = "writer.output.format"
 DEFAULT_CATALOG_FILE = "iceberg-catalog.db"
 """The SQLite file of the default SQL catalog, in the warehouse (data.publisher.final.dir)."""
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
@@ -50,83 +45,37 @@ def _catalog_uri(value: str) -> str:
     return value
 
 
-class IcebergSettings(BaseModel):
+class IcebergSettings(TableSettings):
     """The keys the Iceberg publisher reads; the warehouse is the job's data.publisher.final.dir."""
 
-    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
+    FORMAT: ClassVar[str] = "Iceberg"
 
     table: Annotated[str, AfterValidator(_identifier)] = Field(alias="iceberg.table")
     catalog_uri: Annotated[str, AfterValidator(_catalog_uri)] | None = Field(default=None, alias="iceberg.catalog.uri")
     """None: pyiceberg's SQL catalog on `<warehouse>/iceberg-catalog.db`."""
     catalog_name: str = Field(default="oncelog", min_length=1, alias="iceberg.catalog.name")
-    warehouse: str = Field(alias="data.publisher.final.dir")
-    output_format: str = Field(alias="writer.output.format")
-    """Required here (the job's default is AVRO): Parquet only."""
-
-    @field_validator("warehouse")
-    @classmethod
-    def _local_warehouse(cls, value: str) -> str:
-        if urls.has_scheme(value) and not value.startswith("file:"):
-            raise ValueError(f"{value!r}: the Iceberg publisher's warehouse is on local disk for now (HDFS and S3 "
-                             f"warehouses are not supported yet)")
-        return value
-
-    @field_validator("output_format")
-    @classmethod
-    def _parquet(cls, value: str) -> str:
-        if value.strip().upper() != WriterOutputFormat.PARQUET.value:
-            raise ValueError(f"the Iceberg publisher publishes Parquet data files: set {FORMAT_KEY}: PARQUET "
-                             f"(the DataFrame engine writes them)")
-        return value
 
     def catalog(self, warehouse: str) -> str:
         """The catalog's URL for a warehouse made absolute."""
         return self.catalog_uri or f"sqlite:///{urls.join(warehouse, DEFAULT_CATALOG_FILE)}"
 
 
-class IcebergTablePublisher(BaseDataPublisher):
+class IcebergTablePublisher(TablePublisher):
     """Publishes each dataset's Parquet files into one Iceberg table: files moved under the table's data folder,
     then one table commit per dataset sequence, then the watermarks and the dataset state."""
 
     CONFIG_MODEL = IcebergSettings
 
-    def plan(self, run_id: str, outputs: list[DatasetOutput], dataset_states: Mapping[str, DatasetView]
-             ) -> list[CommitSequencePlanned]:
-        settings: IcebergSettings = self.settings(0)
-        warehouse = str(self.config.branch(0).publisher_final_dir)
-        location = urls.join(warehouse, *settings.table.split("."))
-        planned = []
-        for sequence in super().plan(run_id, outputs, dataset_states):
-            renames = [s for s in sequence.steps if isinstance(s, FsRenameStep)]
-            if not renames:
-                planned.append(sequence)  # only watermarks moved: no table commit
-                continue
-            moved = [s.model_copy(update={"dst": urls.join(location, "data", urls.relative_to(s.dst, warehouse))})
-                     for s in renames]
-            others = [s for s in sequence.steps if not isinstance(s, FsRenameStep)]
-            output = next(o for o in outputs if o.dataset_urn == sequence.dataset_urn)
-            commit = TableCommitStep(
-                catalog_uri=settings.catalog(warehouse), catalog_name=settings.catalog_name, warehouse=warehouse,
-                table=settings.table, location=location,
-                commit_id=commit_id(sequence.job, sequence.dataset_urn, sequence.sequence_id),
-                summary=snapshot_summary(sequence, output))
-            planned.append(sequence.model_copy(update={"steps": (*moved, commit, *others)}))
-        return planned
+    def table_location(self, settings: IcebergSettings, warehouse: str) -> str:
+        return urls.join(warehouse, *settings.table.split("."))
 
-
-def commit_id(job: str, dataset_urn: str, sequence_id: str) -> str:
-    """What names a sequence's snapshot in the table's history: unique per job, dataset and sequence."""
-    return f"{job}/{dataset_urn}/{sequence_id}"
-
-
-def snapshot_summary(sequence: CommitSequencePlanned, output: DatasetOutput) -> dict[str, str]:
-    """The snapshot summary properties beside the commit id: the sequence's identity, records, and each source
-    partition's watermark range (`{"partition": [low, high], …}`)."""
-    ranges = {r.partition: [r.low_watermark, r.actual_high_watermark] for r in output.results}
-    return {"oncelog.job": sequence.job, "oncelog.run-id": sequence.run_id, "oncelog.dataset": sequence.dataset_urn,
-            "oncelog.sequence-id": sequence.sequence_id,
-            "oncelog.records": str(sum(r.records_written for r in output.results)),
-            TABLE_WATERMARKS: json.dumps(ranges, sort_keys=True, separators=(",", ":"))}
+    def table_step(self, settings: IcebergSettings, warehouse: str, location: str, sequence: CommitSequencePlanned,
+                   output: DatasetOutput, previous: DatasetView | None) -> TableCommitStep:
+        return TableCommitStep(
+            catalog_uri=settings.catalog(warehouse), catalog_name=settings.catalog_name, warehouse=warehouse,
+            table=settings.table, location=location,
+            commit_id=commit_id(sequence.job, sequence.dataset_urn, sequence.sequence_id),
+            summary=snapshot_summary(sequence, output))
 
 
 def catalog_problem(settings: IcebergSettings, warehouse: str, timeout_s: float) -> str | None:

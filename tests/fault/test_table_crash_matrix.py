@@ -1,20 +1,25 @@
-"""The crash matrix of the Iceberg table publisher: the driver killed before, inside and after the table commit, then
-the job run again; read back through pyiceberg's scan, every record up to the watermarks is in the table exactly once.
+"""The crash matrix of the table publishers (Iceberg, Delta): the driver killed before, inside and after the table
+commit, then the job run again; read back through pyiceberg's scan or deltalake's reader, every record up to the
+watermarks is in the table exactly once.
 
 Points (spark_pipeline/commit/faults.py): `before-table-commit` (the files moved into the table's data folder, no
-snapshot), `after-table-commit` (the snapshot committed, nothing of it in the log: the rerun's recovery must find
-the snapshot by its id, not append again) and `during-cleanup` (the sequences recorded as completed). The driver dies
-in this process (tests/fault/in_process_crash.py) on the SQLite log, the DataFrame engine (the Parquet writer) and
-the driver's commit; one canary kills a real `oncelog run` process inside the table commit.
+snapshot), `after-table-commit` (the snapshot, or the Delta log entry, committed, nothing of it in the log: the rerun's
+recovery must find the snapshot by its id, or the Delta app transaction by its version, not commit again) and
+`during-cleanup` (the sequences recorded as completed). The driver dies in this process (in_process_crash.py) on the
+SQLite log, the DataFrame engine (the Parquet writer) and the driver's commit; one canary kills a real `oncelog run`
+process inside the (Iceberg) table commit.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from enum import StrEnum
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from events.commit import TABLE_COMMIT_ID, CommitSequenceCompleted
@@ -25,8 +30,9 @@ from replay.verify import verify
 from spark_pipeline.commit.faults import CRASH_EXIT_CODE, FaultPoint
 from spark_pipeline.jobs import load_job_config
 from spark_pipeline.launcher import JobLauncher
-from spark_pipeline.tables import iceberg
-from spark_pipeline.tables.publisher import commit_id
+from spark_pipeline.tables import delta, iceberg
+from spark_pipeline.tables.base import commit_id
+from spark_pipeline.tables.delta_publisher import app_id
 from tests.fault.in_process_crash import driver_killed_in_process
 from tests.fault.pipeline_checks import DATASETS, PARTITIONS, RECORDS, run_cli, write_job
 
@@ -35,24 +41,43 @@ POINTS = [FaultPoint.BEFORE_TABLE_COMMIT, FaultPoint.AFTER_TABLE_COMMIT, FaultPo
 """Before, inside (committed to the table, not yet recorded) and after the table commit."""
 
 
-def table_job(base: Path) -> Path:
-    """The matrix's synthetic job (two datasets of two partitions), published into one Iceberg table."""
+class Format(StrEnum):
+    ICEBERG = "iceberg"
+    DELTA = "delta"
+
+    @property
+    def keys(self) -> dict[str, str]:
+        """The job file keys that publish into the matrix's table in this format."""
+        if self is Format.ICEBERG:
+            return {"data.publisher.type": "spark_pipeline.tables.publisher.IcebergTablePublisher",
+                    "iceberg.table": TABLE}
+        return {"data.publisher.type": "spark_pipeline.tables.delta_publisher.DeltaTablePublisher",
+                "delta.table": TABLE}
+
+
+def table_job(base: Path, table_format: Format = Format.ICEBERG) -> Path:
+    """The matrix's synthetic job (two datasets of two partitions), published into one table."""
     return write_job(base, f"sqlite:///{base / 'log.db'}", "full", None, **{
-        "data.publisher.type": "spark_pipeline.tables.publisher.IcebergTablePublisher", "iceberg.table": TABLE,
-        "writer.output.format": "PARQUET", "task.engine": "dataframe", "job.commit.on.executors": False})
+        **table_format.keys, "writer.output.format": "PARQUET", "task.engine": "dataframe",
+        "job.commit.on.executors": False})
 
 
+@pytest.mark.parametrize("table_format", list(Format))
 @pytest.mark.parametrize("point", POINTS, ids=[str(p) for p in POINTS])
-def test_a_crash_around_the_table_commit_then_a_rerun_publishes_exactly_once(point: FaultPoint, tmp_path: Path,
+def test_a_crash_around_the_table_commit_then_a_rerun_publishes_exactly_once(point: FaultPoint, table_format: Format,
+                                                                             tmp_path: Path,
                                                                              spark: SparkSession) -> None:
-    job = table_job(tmp_path)
+    job = table_job(tmp_path, table_format)
     with driver_killed_in_process(job, point, spark) as death:
         assert death.cause is not None and f"injected crash at {point}" in death.cause, death.cause
         again = JobLauncher(load_job_config(job), spark=spark).run()
         assert again.status is RunStatus.COMMITTED, again.error
         if point is not FaultPoint.DURING_CLEANUP:
             assert len(again.recovered) == DATASETS, again.recovered
-    table_holds_exactly_once(tmp_path, runs=2)
+    if table_format is Format.ICEBERG:
+        table_holds_exactly_once(tmp_path, runs=2)
+    else:
+        delta_table_holds_exactly_once(tmp_path, runs=2)
 
 
 def test_a_process_killed_inside_the_table_commit_then_a_rerun_publishes_exactly_once(tmp_path: Path,
@@ -79,7 +104,45 @@ def table_holds_exactly_once(base: Path, runs: int) -> None:
     snapshot is one completed sequence's (its id, its watermark ranges), no data file added twice; verify passes."""
     table = iceberg.load_table(table_ref(base))
     assert table is not None
-    rows = table.scan(selected_fields=("dataset", "partition", "offset")).to_arrow()
+    completed = records_once_as_the_log_says(base, table.scan(selected_fields=("dataset", "partition", "offset"))
+                                             .to_arrow(), runs)
+    ids = [s.summary.additional_properties.get(TABLE_COMMIT_ID, "") for s in table.metadata.snapshots if s.summary]
+    assert sorted(ids) == sorted(completed), "each snapshot is exactly one completed sequence's"
+    added = sum(int(s.summary.additional_properties["added-data-files"]) for s in table.metadata.snapshots
+                if s.summary)
+    files = table.inspect.files()["file_path"].to_pylist()
+    assert len(files) == len(set(files)) == added, "a data file in two snapshots"
+    for snapshot in table.metadata.snapshots:
+        assert snapshot.summary is not None
+        ranges = json.loads(snapshot.summary.additional_properties["oncelog.watermarks"])
+        assert {high - low for low, high in ranges.values()} == {RECORDS}, ranges
+
+
+def delta_table_holds_exactly_once(base: Path, runs: int) -> None:
+    """Read back through deltalake's reader: every record up to each committed watermark once, and nothing else;
+    every commit is one completed sequence's (its id, its watermark ranges), each dataset's app transaction at its
+    `runs`-th version, no data file added twice; verify passes."""
+    location = base / "published" / "lake" / "events"
+    table = DeltaTable(str(location))
+    completed = records_once_as_the_log_says(
+        base, table.to_pyarrow_table(columns=["dataset", "partition", "offset"]), runs)
+    commits = table.history()
+    assert sorted(h.get(delta.COMMIT_ID, "") for h in commits) == sorted(completed), (
+        "each commit is exactly one completed sequence's")
+    assert {table.transaction_version(app_id("crashy", f"ds.{d}")) for d in range(DATASETS)} == {runs}
+    actions = [json.loads(line) for entry in sorted((location / "_delta_log").glob("*.json"))
+               for line in entry.read_text().splitlines()]
+    added = [action["add"]["path"] for action in actions if "add" in action]
+    assert len(added) == len(set(added)) == len(table.file_uris()), "a data file added twice"
+    for commit in commits:
+        ranges = json.loads(commit["oncelog.watermarks"])
+        assert {high - low for low, high in ranges.values()} == {RECORDS}, ranges
+
+
+def records_once_as_the_log_says(base: Path, rows: pa.Table, runs: int) -> list[str]:
+    """`rows` (dataset, partition, offset) hold every record up to each committed watermark once, and nothing else;
+    verify passes, no sequence is pending, each partition's watermark is `runs` runs' records. Returns the commit ids
+    of the completed sequences."""
     seen = Counter(zip(rows["dataset"].to_pylist(), rows["partition"].to_pylist(), rows["offset"].to_pylist(),
                        strict=True))
     twice = {k: n for k, n in seen.items() if n > 1}
@@ -96,14 +159,4 @@ def table_holds_exactly_once(base: Path, runs: int) -> None:
                           for p in range(PARTITIONS)}
     expected = {(urn, int(p.rsplit(":", 1)[1]), o) for (urn, p), w in watermarks.items() for o in range(w)}
     assert set(seen) == expected, f"{len(seen)} records in the table, the watermarks say {len(expected)}"
-
-    ids = [s.summary.additional_properties.get(TABLE_COMMIT_ID, "") for s in table.metadata.snapshots if s.summary]
-    assert sorted(ids) == sorted(completed), "each snapshot is exactly one completed sequence's"
-    added = sum(int(s.summary.additional_properties["added-data-files"]) for s in table.metadata.snapshots
-                if s.summary)
-    files = table.inspect.files()["file_path"].to_pylist()
-    assert len(files) == len(set(files)) == added, "a data file in two snapshots"
-    for snapshot in table.metadata.snapshots:
-        assert snapshot.summary is not None
-        ranges = json.loads(snapshot.summary.additional_properties["oncelog.watermarks"])
-        assert {high - low for low, high in ranges.values()} == {RECORDS}, ranges
+    return completed

@@ -1,7 +1,7 @@
 """What loads without PySpark: the errors, the log-reading commands, verify and audit, and `oncelog --help`; and
-what loads without pyiceberg: all of those, `import oncelog`, the commit and the job's pre-flight checks (only the
-Iceberg publisher's table commit loads it). Each check runs in a fresh interpreter, since this one may have imported
-PySpark or pyiceberg already."""
+what loads without pyiceberg or deltalake: all of those, `import oncelog`, the commit and the job's pre-flight checks
+(only the table publishers' commit steps load them). Each check runs in a fresh interpreter, since this one may have
+imported PySpark, pyiceberg or deltalake already."""
 
 from __future__ import annotations
 
@@ -33,6 +33,17 @@ def test_importing_loads_no_pyiceberg(module: str) -> None:
         f"import {module} loads pyiceberg: python -X importtime -c 'import {module}'")
 
 
+@pytest.mark.parametrize("module", [*LAZY_ICEBERG, "spark_pipeline.tables.delta_publisher"])
+def test_importing_loads_no_deltalake(module: str) -> None:
+    assert loaded_roots(module, "deltalake") == [], (
+        f"import {module} loads deltalake: python -X importtime -c 'import {module}'")
+
+
+def test_the_delta_commit_loads_deltalake() -> None:
+    """The check above can fail: the module the DeltaCommit step imports on first use does load it."""
+    assert "deltalake" in loaded_roots("spark_pipeline.tables.delta", "deltalake")
+
+
 def test_the_table_commit_loads_pyiceberg() -> None:
     """The check above can fail: the module the TableCommit step imports on first use does load it."""
     assert "pyiceberg" in loaded_roots("spark_pipeline.tables.iceberg", "pyiceberg")
@@ -54,5 +65,5 @@ def test_help_loads_no_pyspark() -> None:
     assert "Usage" in done.stdout
     # -X importtime writes a line per module imported to stderr, nested under the module that imported it.
     loaded = [line for line in done.stderr.splitlines() if line.startswith("import time:")
-              and ("pyspark" in line or "pyiceberg" in line)]
+              and ("pyspark" in line or "pyiceberg" in line or "deltalake" in line)]
     assert loaded == [], "\n".join(loaded[:5])

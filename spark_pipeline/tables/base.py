@@ -1,0 +1,113 @@
+"""What the table publishers share: the keys every table job sets, and the plan that moves a dataset's Parquet files
+under the table's `data/` folder before the one step that commits them to the table.
+
+Loads no table library: each publisher's commit step loads its own (pyiceberg, deltalake) on first use.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import abstractmethod
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from events.commit import TABLE_WATERMARKS, CommitSequencePlanned, CommitStepSpec, DatasetStateStep, FsRenameStep
+from filesystems import urls
+from projections.views import DatasetView
+from spark_pipeline.constructs import DatasetOutput
+from spark_pipeline.jobfile.config import WriterOutputFormat
+from spark_pipeline.publisher import BaseDataPublisher
+
+FORMAT_KEY = "writer.output.format"
+
+
+class TableSettings(BaseModel):
+    """The keys every table publisher reads: the warehouse (data.publisher.final.dir) and the Parquet format."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
+    FORMAT: ClassVar[str] = "table"
+    """The table format's name, for messages."""
+
+    warehouse: str = Field(alias="data.publisher.final.dir")
+    output_format: str = Field(alias="writer.output.format")
+    """Required here (the job's default is AVRO): Parquet only."""
+
+    @field_validator("warehouse")
+    @classmethod
+    def _local_warehouse(cls, value: str) -> str:
+        if urls.has_scheme(value) and not value.startswith("file:"):
+            raise ValueError(f"{value!r}: the {cls.FORMAT} publisher's warehouse is on local disk for now (HDFS and "
+                             f"S3 warehouses are not supported yet)")
+        return value
+
+    @field_validator("output_format")
+    @classmethod
+    def _parquet(cls, value: str) -> str:
+        if value.strip().upper() != WriterOutputFormat.PARQUET.value:
+            raise ValueError(f"the {cls.FORMAT} publisher publishes Parquet data files: set {FORMAT_KEY}: PARQUET "
+                             f"(the DataFrame engine writes them)")
+        return value
+
+
+class TablePublisher(BaseDataPublisher):
+    """Publishes each dataset's Parquet files into one table: files moved under the table's `data/` folder, then the
+    table step that commits them (`table_step`), then the watermarks and the dataset state."""
+
+    def plan(self, run_id: str, outputs: list[DatasetOutput], dataset_states: Mapping[str, DatasetView]
+             ) -> list[CommitSequencePlanned]:
+        settings: TableSettings = self.settings(0)
+        warehouse = str(self.config.branch(0).publisher_final_dir)
+        location = self.table_location(settings, warehouse)
+        planned = []
+        for sequence in super().plan(run_id, outputs, dataset_states):
+            renames = [s for s in sequence.steps if isinstance(s, FsRenameStep)]
+            previous = dataset_states.get(sequence.dataset_urn)
+            properties = self.state_properties(previous, commits=bool(renames))
+            others = [_with_properties(s, properties) for s in sequence.steps if not isinstance(s, FsRenameStep)]
+            if not renames:
+                planned.append(sequence.model_copy(update={"steps": tuple(others)}))
+                continue  # only watermarks moved: no table commit
+            moved = [s.model_copy(update={"dst": urls.join(location, "data", urls.relative_to(s.dst, warehouse))})
+                     for s in renames]
+            output = next(o for o in outputs if o.dataset_urn == sequence.dataset_urn)
+            step = self.table_step(settings, warehouse, location, sequence, output, previous)
+            planned.append(sequence.model_copy(update={"steps": (*moved, step, *others)}))
+        return planned
+
+    @abstractmethod
+    def table_location(self, settings: Any, warehouse: str) -> str:
+        """The table's root folder (the published files go under its `data/` folder)."""
+
+    @abstractmethod
+    def table_step(self, settings: Any, warehouse: str, location: str, sequence: CommitSequencePlanned,
+                   output: DatasetOutput, previous: DatasetView | None) -> CommitStepSpec:
+        """The step that commits the sequence's files (moved under `location`) to the table."""
+
+    def state_properties(self, previous: DatasetView | None, commits: bool) -> dict[str, str]:
+        """Properties the sequence's DatasetState step records beside its watermarks (`commits`: whether the sequence
+        commits files to the table); none by default."""
+        return {}
+
+
+def _with_properties(step: CommitStepSpec, properties: dict[str, str]) -> CommitStepSpec:
+    """A DatasetState step with `properties` added (any other step as it is)."""
+    if not properties or not isinstance(step, DatasetStateStep):
+        return step
+    return step.model_copy(update={"properties": {**step.properties, **properties}})
+
+
+def commit_id(job: str, dataset_urn: str, sequence_id: str) -> str:
+    """What names a sequence's commit in the table's history: unique per job, dataset and sequence."""
+    return f"{job}/{dataset_urn}/{sequence_id}"
+
+
+def snapshot_summary(sequence: CommitSequencePlanned, output: DatasetOutput) -> dict[str, str]:
+    """The properties a table commit carries beside the commit id: the sequence's identity, records, and each source
+    partition's watermark range (`{"partition": [low, high], …}`)."""
+    ranges = {r.partition: [r.low_watermark, r.actual_high_watermark] for r in output.results}
+    return {"oncelog.job": sequence.job, "oncelog.run-id": sequence.run_id, "oncelog.dataset": sequence.dataset_urn,
+            "oncelog.sequence-id": sequence.sequence_id,
+            "oncelog.records": str(sum(r.records_written for r in output.results)),
+            TABLE_WATERMARKS: json.dumps(ranges, sort_keys=True, separators=(",", ":"))}

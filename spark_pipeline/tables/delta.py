@@ -1,0 +1,191 @@
+"""Delta tables through delta-rs (`deltalake`): the app transaction a sequence committed, and the one write
+transaction that adds its files.
+
+Imported only where a table is touched (the DeltaCommit step, the table's pre-flight check, tests): `import oncelog`
+and the commands that publish no table never load deltalake. Every library error becomes a `TableError` naming the
+table and its location, so a step's failure says where it failed.
+
+Delta's idempotent writes: a commit carries an app transaction (`txn`: app id, version), and a table's snapshot knows
+the latest version of each app id. A sequence's commit carries its dataset's app id and the next version: found in
+the table, the commit is done; a later version there means another writer commits under that app id (refused).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Schema, Transaction
+from deltalake import exceptions as delta_errors
+from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
+
+from events.commit import TABLE_COMMIT_ID, DeltaCommitStep
+from spark_pipeline.tables.errors import TableError
+from spark_pipeline.tables.files import files_schema, first_line, local, mismatched
+
+COMMIT_ID = TABLE_COMMIT_ID
+"""The commit info key naming the sequence that made the commit (`job/dataset/sequence`)."""
+COMMIT_ATTEMPTS = 5
+"""How often a commit is tried when another writer commits to the table in between (beyond delta-rs's own retries)."""
+LOG_FOLDER = "_delta_log"
+
+LIBRARY_ERRORS: tuple[type[Exception], ...] = (delta_errors.DeltaError, OSError, ValueError, TypeError, KeyError,
+                                                pa.ArrowException)
+"""What delta-rs and Arrow raise for a table that cannot be reached or cannot take the data."""
+
+
+@dataclass(frozen=True)
+class DeltaRef:
+    """Where a Delta table is: its name in the job file and its root folder."""
+
+    table: str
+    location: str
+
+    @classmethod
+    def of(cls, step: DeltaCommitStep) -> DeltaRef:
+        return cls(step.table, step.location)
+
+    @property
+    def root(self) -> Path:
+        return Path(local(self.location))
+
+    def describe(self) -> str:
+        return f"Delta table {self.table!r} at {self.location}"
+
+
+_locks_lock = threading.Lock()
+_table_locks: dict[str, threading.Lock] = {}
+
+
+def _lock(ref: DeltaRef) -> threading.Lock:
+    """One commit at a time per table in this process (datasets commit in parallel)."""
+    with _locks_lock:
+        return _table_locks.setdefault(str(ref.root), threading.Lock())
+
+
+def load_table(ref: DeltaRef) -> DeltaTable | None:
+    """The table, or None when its location holds no Delta log yet."""
+    if not (ref.root / LOG_FOLDER).exists():
+        return None
+    try:
+        return DeltaTable(str(ref.root))
+    except LIBRARY_ERRORS as e:
+        raise TableError(f"cannot open {ref.describe()}: {first_line(e)}") from e
+
+
+def open_problem(location: str) -> str | None:
+    """Why the Delta table at `location` cannot be opened, or None (what a pre-flight check asks)."""
+    try:
+        DeltaTable(local(location))
+    except LIBRARY_ERRORS as e:
+        return first_line(e)
+    return None
+
+
+def transaction_version(table: DeltaTable, ref: DeltaRef, app_id: str) -> int | None:
+    """The latest version of `app_id`'s app transaction in the table (None: it never committed)."""
+    try:
+        return table.transaction_version(app_id)
+    except LIBRARY_ERRORS as e:
+        raise TableError(f"cannot read the app transactions of {ref.describe()}: {first_line(e)}") from e
+
+
+def committed(ref: DeltaRef, app_id: str, version: int) -> bool:
+    """Whether the table holds the commit of `app_id` at `version` (a table not yet created holds none)."""
+    table = load_table(ref)
+    return table is not None and _holds(table, ref, app_id, version)
+
+
+def _holds(table: DeltaTable, ref: DeltaRef, app_id: str, version: int) -> bool:
+    """Whether `table` holds the commit of `app_id` at `version`; a later version of it is refused: another writer
+    (or oncelog with another log) commits under that app id, and what this sequence should add is unknown."""
+    found = transaction_version(table, ref, app_id)
+    if found is not None and found > version:
+        raise TableError(f"{ref.describe()}: its app transaction {app_id!r} is at version {found}, past this "
+                         f"sequence's {version}: another writer (or oncelog with another event log) commits under "
+                         f"this app id; nothing was committed")
+    return found == version
+
+
+def commit(ref: DeltaRef, files: Sequence[str], app_id: str, version: int, commit_id: str,
+           metadata: dict[str, str]) -> None:
+    """Add `files` (Parquet, under the table's root) to the table in one write transaction carrying the app
+    transaction (`app_id`, `version`) and `commit_id` with `metadata` in its commit info; the table created with the
+    data's schema by that commit if it does not exist, and the data's new columns added to its schema just before.
+    Looks for the app transaction first, and again after another writer's commit came in between: never twice."""
+    properties = CommitProperties(custom_metadata={**metadata, COMMIT_ID: commit_id},
+                                  app_transactions=[Transaction(app_id, version)])
+    with _lock(ref):
+        for _ in range(COMMIT_ATTEMPTS):
+            table = load_table(ref)
+            if table is not None and _holds(table, ref, app_id, version):
+                return
+            schema = files_schema(files)
+            actions = [_add_action(ref, path) for path in files]
+            try:
+                if table is None:
+                    create_table_with_add_actions(str(ref.root), _delta_schema(ref, schema), actions, mode="error",
+                                                  commit_properties=properties)
+                else:
+                    _append(ref, table, schema, actions, properties, commit_id)
+            except delta_errors.CommitFailedError:
+                continue  # another writer's commit came in between: look again, then try on top of it
+            except LIBRARY_ERRORS as e:
+                if table is None and load_table(ref) is not None:
+                    continue  # another writer created the table in between
+                raise TableError(f"{ref.describe()} cannot take the data of {len(files)} file(s) (the first "
+                                 f"{files[0]}): {first_line(e)}; nothing was committed") from e
+            if not committed(ref, app_id, version):
+                raise TableError(f"{ref.describe()}: the commit of {commit_id} returned, yet the table holds no "
+                                 f"app transaction {app_id!r} at version {version}")
+            return
+    raise TableError(f"{ref.describe()}: {COMMIT_ATTEMPTS} commits of {commit_id} lost to other writers' commits")
+
+
+def _append(ref: DeltaRef, table: DeltaTable, schema: pa.Schema, actions: list[AddAction],
+            properties: CommitProperties, commit_id: str) -> None:
+    """The files added to an existing table, after the data's new columns (a commit of their own: delta-rs's
+    add-actions commit keeps the table's schema)."""
+    columns = pa.schema(table.schema().to_arrow())
+    wrong = mismatched(columns, schema)
+    if wrong:
+        raise TableError(f"{ref.describe()} cannot take the data (the first file {actions[0].path}): "
+                         f"{'; '.join(wrong)}; nothing was committed")
+    new = [field for field in schema if columns.get_field_index(field.name) < 0]
+    if new:
+        added = _delta_schema(ref, pa.schema([field.with_nullable(True) for field in new])).fields
+        table.alter.add_columns(added, commit_properties=CommitProperties(
+            custom_metadata={"oncelog.columns-added-for": commit_id}))
+    changes: list[AddAction | RemoveAction] = [*actions]
+    table.create_write_transaction(changes, "append", table.schema(), commit_properties=properties)
+
+
+def _delta_schema(ref: DeltaRef, schema: pa.Schema) -> Schema:
+    """The data's schema as Delta's (a column Delta has no type for is refused, naming it)."""
+    try:
+        return Schema.from_arrow(schema)
+    except LIBRARY_ERRORS as e:
+        raise TableError(f"{ref.describe()} cannot take the data's columns "
+                         f"({', '.join(f'{f.name}: {f.type}' for f in schema)}): {first_line(e)}") from e
+
+
+def _add_action(ref: DeltaRef, path: str) -> AddAction:
+    """The add action of a data file under the table's root: its relative path, size, time and record count."""
+    file = Path(local(path))
+    try:
+        relative = file.relative_to(ref.root)
+    except ValueError as e:
+        raise TableError(f"{ref.describe()}: the data file {path} lies outside the table's folder") from e
+    try:
+        stat = file.stat()
+        records = pq.ParquetFile(file).metadata.num_rows
+    except (OSError, pa.ArrowException) as e:
+        raise TableError(f"{ref.describe()}: cannot read the data file {path}: {first_line(e)}") from e
+    stats: dict[str, Any] = {"numRecords": records}
+    return AddAction(relative.as_posix(), stat.st_size, {}, stat.st_mtime_ns // 1_000_000, True, json.dumps(stats))

@@ -11,6 +11,7 @@ import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 import sqlalchemy.exc

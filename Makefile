@@ -104,11 +104,13 @@ bench-quick: kafka-jars spark-jars
 	$(BIN)/python -m benchmarks.log_throughput --quick
 	$(BIN)/python -m benchmarks.rebuild --quick
 	$(BIN)/python -m benchmarks.pipeline --quick
+	$(BIN)/python -m benchmarks.tables --quick
 
 bench: kafka-jars spark-jars
 	$(BIN)/python -m benchmarks.log_throughput
 	$(BIN)/python -m benchmarks.rebuild
 	$(BIN)/python -m benchmarks.pipeline
+	$(BIN)/python -m benchmarks.tables
 
 clean:
 	rm -rf $(VENV) .oncelog .pytest_cache .hypothesis

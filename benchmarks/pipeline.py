@@ -155,15 +155,18 @@ def create_topic(admin: AdminClient, topic: str, partitions: int) -> None:
         future.result(timeout=60)
 
 
-def produce(bootstrap: str, topic: str, records: int, first: int = 0) -> None:
-    """N records (numbered from `first`) spread over the topic's partitions by key, acknowledged before returning."""
+def produce(bootstrap: str, topic: str, records: int, first: int = 0,
+            timestamp_ms: Callable[[int], int] | None = None) -> None:
+    """N records (numbered from `first`) spread over the topic's partitions by key, acknowledged before returning;
+    record i's Kafka timestamp `timestamp_ms(i)` (default: the time it is produced)."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1_000_000,
                          "compression.type": "lz4", "queue.buffering.max.messages": 500_000})
     for i in range(first, first + records):
         key, value = payload(i)
+        stamp = timestamp_ms(i) if timestamp_ms is not None else 0  # 0: librdkafka stamps it now
         while True:
             try:
-                producer.produce(topic, value, key)
+                producer.produce(topic, value, key, timestamp=stamp)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -766,10 +769,11 @@ def new_topic(bench: Bench, partitions: int) -> str:
     return topic
 
 
-def prepare_topic(bench: Bench, records: int, partitions: int) -> tuple[str, dict[int, int]]:
-    """A new topic holding `records` records; its end offsets."""
+def prepare_topic(bench: Bench, records: int, partitions: int, timestamp_ms: Callable[[int], int] | None = None
+                  ) -> tuple[str, dict[int, int]]:
+    """A new topic holding `records` records (record i's Kafka timestamp `timestamp_ms(i)`); its end offsets."""
     topic = new_topic(bench, partitions)
-    produce(bench.bootstrap, topic, records)
+    produce(bench.bootstrap, topic, records, timestamp_ms=timestamp_ms)
     ends = end_offsets(bench.bootstrap, topic, partitions)
     if sum(ends.values()) != records:
         raise AssertionError(f"{topic} holds {sum(ends.values())} records, not {records}")

@@ -39,17 +39,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from confluent_kafka import Producer
 
 from benchmarks.common import emit_result, kafka_bootstrap, note
 from benchmarks.pipeline import (
     Bench,
     Timed,
     audited,
-    end_offsets,
-    new_topic,
-    payload,
     phases,
+    prepare_topic,
     session,
     timing,
 )
@@ -122,30 +119,9 @@ def topic_keys(bootstrap: str, topic: str) -> dict[str, str]:
             "topic.whitelist": topic, "bootstrap.with.offset": "earliest", **HOURLY}
 
 
-def produce_hours(bootstrap: str, topic: str, records: int) -> None:
-    """N page views with timestamps 37 ms apart (hours of event time), acknowledged before returning."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1_000_000,
-                         "compression.type": "lz4", "queue.buffering.max.messages": 500_000})
-    for i in range(records):
-        key, value = payload(i)
-        while True:
-            try:
-                producer.produce(topic, value, key, timestamp=FIRST_TS_MS + STEP_MS * i)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    if producer.flush(120) != 0:
-        raise RuntimeError(f"could not produce {records} records to {topic}")
-
-
-def prepare_topic(bench: Bench, records: int) -> tuple[str, dict[int, int]]:
-    """A new topic holding `records` records over hours of event time; its end offsets."""
-    topic = new_topic(bench, PARTITIONS)
-    produce_hours(bench.bootstrap, topic, records)
-    ends = end_offsets(bench.bootstrap, topic, PARTITIONS)
-    if sum(ends.values()) != records:
-        raise AssertionError(f"{topic} holds {sum(ends.values())} records, not {records}")
-    return topic, ends
+def event_time_ms(i: int) -> int:
+    """Record i's Kafka timestamp: 37 ms after record i-1's (hours of event time)."""
+    return FIRST_TS_MS + STEP_MS * i
 
 
 # --- reading back ---------------------------------------------------------------------------------------------------
@@ -172,6 +148,12 @@ def read_delta(published: Path) -> pa.Table:
 
     return DeltaTable(str(published.joinpath(*PUBLISHERS[Side.DELTA]["delta.table"].split(".")))).to_pyarrow_table(
         columns=["partition", "offset"])
+
+
+def data_folder(side: Side, published: Path) -> Path:
+    """Where `side` publishes its data files: verify's publish folder (a table's metadata lies beside it)."""
+    table = PUBLISHERS[side].get("iceberg.table") or PUBLISHERS[side].get("delta.table")
+    return published.joinpath(*table.split("."), "data") if table else published
 
 
 READERS: dict[Side, Callable[[Path], pa.Table]] = {Side.FOLDERS: read_folders, Side.ICEBERG: read_iceberg,
@@ -223,7 +205,7 @@ def run_commit(bench: Bench, side: Side, datasets: int) -> float:
             "source.synthetic.records.per.run": "2", "source.synthetic.payload.bytes": "50"}
     launched = time.time()
     timed, launcher, base, log_url = run_side(bench, side, keys)
-    at = audited(log_url, launcher.run_id, base / "published", datasets)
+    at = audited(log_url, launcher.run_id, data_folder(side, base / "published"), datasets)
     shutil.rmtree(base)
     return phases(at, launched, launched + timed.seconds)["commit"]
 
@@ -241,8 +223,8 @@ def measure(bench: Bench, sides: list[Side], args: argparse.Namespace) -> Sample
     """Warm up, then time every side `repeats` times (rotating), then each side's many-dataset commit."""
     samples = Samples()
     note(f"producing {args.records:,} records ({args.records * STEP_MS / 3_600_000:.1f} hours of event time)")
-    topic, ends = prepare_topic(bench, args.records)
-    warm_topic, warm_ends = prepare_topic(bench, args.warm_up)
+    topic, ends = prepare_topic(bench, args.records, PARTITIONS, event_time_ms)
+    warm_topic, warm_ends = prepare_topic(bench, args.warm_up, PARTITIONS, event_time_ms)
     note("warming up (untimed): each side once on a small topic")
     for side in sides:
         run_topic(bench, side, warm_topic, warm_ends)

@@ -134,7 +134,11 @@ class CommitSequence:
                     self.sink.check_fenced()  # a superseded writer must move or commit nothing (FencedError)
                 effects: list[Event] = [] if done else step.execute()
             except (OSError, FileSystemError, CommitStepError) as e:
-                abandon = not isinstance(e, UnsettledCommitStepError)
+                # never given up once it may have taken effect, or a step that cannot be undone has: a release
+                # would have to roll back what it cannot
+                abandon = not isinstance(e, UnsettledCommitStepError) and not self._took_effect(applied)
+                if abandon and self.view.attempts_failed + 1 >= self.settings.max_attempts:
+                    abandon = not self._table_committed()
                 record([*effects_so_far, *applied, *self._failure(index, f"step {index} ({spec.kind}): {e}", abandon)])
                 return self._result(self._after_failure(abandon), f"step {index} ({spec.kind}): {e}")
             outcome: Literal["executed", "verified"] = "verified" if done else "executed"
@@ -166,6 +170,24 @@ class CommitSequence:
         """Record events through the sink, once the renames they record are durable."""
         self.fs.sync_folders(self.renamed_into)
         self.sink.emit(events)
+
+    def _took_effect(self, applied_now: list[Event]) -> bool:
+        """Whether a step that cannot be rolled back (UNDOABLE: a table commit, completeness, watermarks) is applied,
+        before this attempt or by it."""
+        indices = set(self.view.applied) | {e.step_index for e in applied_now if isinstance(e, CommitStepApplied)}
+        return any(self.view.steps[i].kind in UNDOABLE for i in indices)
+
+    def _table_committed(self) -> bool:
+        """Whether a table commit of the sequence took effect though not recorded (made before a crash), or cannot
+        tell: asked of the table only when the sequence would be given up."""
+        for spec in self.view.steps:
+            if isinstance(spec, TABLE_STEPS):
+                try:
+                    if step_for(spec, self.ref, self.sink.state, self.fs, self.view.steps).verify():
+                        return True
+                except (OSError, FileSystemError, CommitStepError):
+                    return True
+        return False
 
     def _failure(self, index: int, error: str, abandon: bool) -> list[Event]:
         """The events of a failed attempt: the failure, and the abandonment once attempts run out (never for a step

@@ -14,6 +14,7 @@ from events.commit import (
     CommitStepRolledBack,
     FsRenameStep,
     HighWatermarkStep,
+    TableCommitStep,
 )
 from events.log import EventLog, open_log
 from events.model import SequenceFields
@@ -23,10 +24,11 @@ from replay.verify import verify
 from spark_pipeline.commit.sequence import Outcome
 from spark_pipeline.commit.session import open_session
 from spark_pipeline.commit.settings import CommitSettings
-from spark_pipeline.commit.steps import CommitStepError, PublishRoots
+from spark_pipeline.commit.steps import CommitStepError, PublishRoots, TableCommitCommitStep
 from spark_pipeline.jobs import load_job_config
 from spark_pipeline.launcher import JobLauncher
 from tests.fault.pipeline_checks import write_job
+from tests.spark_pipeline.tables.test_iceberg_step import parquet, table_step
 
 
 def settings(base: Path, max_attempts: int = 3) -> CommitSettings:
@@ -37,7 +39,7 @@ def file_checksum(path: Path) -> str:
     return LOCAL.checksum(str(path))
 
 
-def planned(job: str, urn: str, *steps: FsRenameStep | HighWatermarkStep) -> CommitSequencePlanned:
+def planned(job: str, urn: str, *steps: FsRenameStep | HighWatermarkStep | TableCommitStep) -> CommitSequencePlanned:
     return CommitSequencePlanned(job=job, run_id="r1", dataset_urn=urn, sequence_id="r1", steps=steps)
 
 
@@ -169,3 +171,27 @@ def test_release_of_a_rename_moved_back_then_changed_at_its_source_completes(eve
     assert not dst.exists()
     rolled = [e.event for e in event_log.read() if isinstance(e.event, CommitStepRolledBack)]
     assert [(r.step_index, r.outcome) for r in rolled] == [(0, "already_back")]
+
+
+def test_a_sequence_whose_table_commit_was_made_before_a_crash_is_never_abandoned(event_log: EventLog,
+                                                                                   tmp_path: Path) -> None:
+    """Found by the simulation (seeds 813, 1576, 1621): the table commit was made and the driver died before it was
+    recorded; the rerun's rename step then failed until the attempts ran out. Giving the sequence up would leave a
+    release to roll back files the table holds (it refuses): it stays pending, and completes once the cause is fixed."""
+    data = tmp_path / "published" / "lake" / "events" / "data"
+    src = tmp_path / "task-output" / "a.parquet"
+    parquet(src, 0)
+    rename = FsRenameStep(src=str(src), dst=str(data / "a.parquet"), size=src.stat().st_size,
+                          checksum=file_checksum(src))
+    commit = table_step(tmp_path / "published", "job/ds/r1")
+    with open_session(event_log, "job", settings(tmp_path, 1), LOCAL) as session:
+        session.sink.emit([planned("job", "ds", rename, commit)])
+        data.mkdir(parents=True)
+        src.rename(data / "a.parquet")
+        TableCommitCommitStep(commit, [rename.dst]).execute()  # made; the driver dies before recording anything
+        (data / "a.parquet").rename(tmp_path / "aside.parquet")  # the published file out of reach for a while
+        result = session.committer.recover("job")[0]
+        assert result.outcome is Outcome.FAILED, result
+        assert [s.sequence_id for s in session.state.pending_sequences("job")] == ["r1"]
+        (tmp_path / "aside.parquet").rename(data / "a.parquet")
+        assert session.committer.recover("job")[0].outcome is Outcome.COMPLETED

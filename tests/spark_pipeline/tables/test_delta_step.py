@@ -107,9 +107,9 @@ def test_a_table_that_cannot_be_opened_fails_the_step_and_the_preflight_naming_i
 @pytest.mark.parametrize("committed", [False, True], ids=["table-untouched", "table-committed"])
 def test_releasing_an_abandoned_sequence_is_refused_once_the_table_holds_its_commit(committed: bool,
                                                                                  tmp_path: Path) -> None:
-    """A sequence abandoned before its DeltaCommit ran in this attempt (its rename failed), while the table holds its
-    app transaction from before a crash: the release must not move the files back (they are the table's). Without
-    the commit in the table, the release goes ahead."""
+    """A sequence whose rename fails until its attempts run out, while the table holds its app transaction from before
+    a crash: it is never abandoned (a release would have to move back files that are the table's). Without the commit
+    in the table, it is abandoned and the release goes ahead."""
     table = tmp_path / "published" / "events"
     source = tmp_path / "task-output" / "a.parquet"
     parquet(source, 0)
@@ -126,9 +126,12 @@ def test_releasing_an_abandoned_sequence_is_refused_once_the_table_holds_its_com
         with open_session(log, "job", CommitSettings(roots, 1), LOCAL) as session:
             session.sink.emit([CommitSequencePlanned(job="job", run_id="r1", dataset_urn="ds", sequence_id="r1",
                                                      steps=(rename, spec))])
-            assert session.committer.recover("job")[0].outcome is Outcome.ABANDONED  # the checksum is wrong
-            if committed:
-                with pytest.raises(CommitStepError, match=r"step 1 \(DeltaCommit\).*cannot be rolled back"):
+            outcome = session.committer.recover("job")[0].outcome  # the checksum is wrong: the rename fails
+            if committed:  # never given up while the table holds its commit: no release can undo it
+                assert outcome is Outcome.FAILED
+                assert [v.sequence_id for v in session.state.pending_sequences("job")] == ["r1"]
+                with pytest.raises(CommitStepError, match="not blocked"):
                     session.committer.release("job", "ds", "retry")
             else:
+                assert outcome is Outcome.ABANDONED
                 assert session.committer.release("job", "ds", "retry") == "r1"

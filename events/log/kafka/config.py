@@ -61,6 +61,10 @@ SECRET_HINTS = ("password", "secret", "token", "jaas", "credential", "private", 
 """A setting whose lower-cased name contains one of these holds a secret: its value is never shown."""
 AUTHENTICATION_CODES = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
 TLS_CODES = frozenset({KafkaError._SSL})
+_CUT_SHORT = re.compile(r"handshake failed: Local: (?:Broker transport failure|Timed out)")
+"""An authentication error whose handshake the connection broke off (librdkafka: "SASL PLAIN mechanism handshake
+failed: Local: Broker transport failure: broker's supported mechanisms: (n/a)"): no credential was refused, and
+librdkafka retries it as any dropped connection."""
 OUTAGE_CODES = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE})
 LOG_EVERY_S = 30.0
 """A librdkafka log line that repeats (modulo timings and counts) is shown once per this many seconds."""
@@ -251,6 +255,8 @@ def security_failure(error: KafkaError, bootstrap: str, security: Mapping[str, s
     code = error.code()
     listener = listener_of(error, bootstrap, security)
     detail = scrub(error.str(), security)
+    if code in AUTHENTICATION_CODES and _CUT_SHORT.search(detail):
+        return None
     if code in AUTHENTICATION_CODES:
         user = security.get("sasl.username")
         who = f"sasl.username={user}" if user else "the configured credentials (sasl.username not set)"

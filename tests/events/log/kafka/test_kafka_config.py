@@ -61,6 +61,16 @@ def test_a_refused_password_names_the_user_the_listener_and_the_setting() -> Non
     assert "hunter2" not in str(failure)
 
 
+def test_a_handshake_the_connection_broke_off_is_no_refused_credential() -> None:
+    error = KafkaError(KafkaError._AUTHENTICATION, "GroupCoordinator: SASL PLAIN mechanism handshake failed: Local: "
+                                                   "Broker transport failure: broker's supported mechanisms: (n/a) "
+                                                   "(after 0ms in state DOWN)")
+    assert security_failure(error, "127.0.0.1:9093", SECURITY) is None
+    refused = KafkaError(KafkaError._AUTHENTICATION, "SASL PLAIN mechanism handshake failed: Broker: Unsupported SASL "
+                                                     "mechanism: broker's supported mechanisms: SCRAM-SHA-512")
+    assert isinstance(security_failure(refused, "127.0.0.1:9093", SECURITY), KafkaSecurityError)
+
+
 def test_an_untrusted_certificate_names_the_host_and_ssl_ca_location() -> None:
     error = KafkaError(KafkaError._SSL, "ssl://127.0.0.1:9094/bootstrap: SSL handshake failed: error:0A000086:SSL "
                                         "routines::certificate verify failed: broker certificate could not be verified")

@@ -42,6 +42,7 @@ SPARK_DEFAULTS = {
     "spark.task.maxFailures": "1",  # retries are task.maxretries', recorded in the log; Spark's would be silent
     "spark.sql.shuffle.partitions": "8",
     SPECULATION: "false",  # a speculative copy of a task would open the task's log writer and fence the first
+    "spark.python.daemon.module": "spark_pipeline.engines.worker_daemon",  # workers forked with oncelog imported
 }
 
 

@@ -16,15 +16,16 @@ import base64
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
-from typing import IO, Any, BinaryIO, TypeVar, cast
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from filesystems.base import FileInfo, FileSystem, FileSystemError, WritableFile
 from filesystems.settings import FileSystemSettings
 from filesystems.urls import parse
+
+if TYPE_CHECKING:
+    import boto3
 
 SPOOL_IN_MEMORY = 8 << 20
 SINGLE_PUT_LIMIT = 256 << 20  # above this, a multipart upload (whose checksum is per part: read back to verify)
@@ -36,6 +37,8 @@ T = TypeVar("T")
 
 def session_for(settings: FileSystemSettings) -> boto3.session.Session:
     """A boto3 session with the s3a keys' credentials and region, falling back to AWS's own configuration chain."""
+    import boto3  # 0.1 s to import: every `oncelog` command loads this module, few of them reach S3
+
     return boto3.session.Session(
         aws_access_key_id=settings.get("fs.s3a.access.key"), aws_secret_access_key=settings.get("fs.s3a.secret.key"),
         aws_session_token=settings.get("fs.s3a.session.token"),
@@ -56,6 +59,8 @@ def client_for(settings: FileSystemSettings, probe_timeout_s: float | None = Non
     addressing = "path" if path_style == "true" or (endpoint and path_style != "false") else "auto"
     patience: dict[str, Any] = {"retries": {"max_attempts": 5, "mode": "standard"}} if probe_timeout_s is None else {
         "retries": {"total_max_attempts": 1}, "connect_timeout": probe_timeout_s, "read_timeout": probe_timeout_s}
+    from botocore.config import Config
+
     config = Config(s3={"addressing_style": addressing}, max_pool_connections=POOL_CONNECTIONS,
                     request_checksum_calculation="when_required", response_checksum_validation="when_required",
                     **patience)

@@ -22,8 +22,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from localservers.daemon import Daemon, runs_command
@@ -160,6 +158,9 @@ class LocalS3(LocalServer):
 
     def client(self, timeout: float = 10, attempts: int = 3) -> Any:
         """A boto3 S3 client for this server (path-style, this server's keys)."""
+        import boto3  # 0.1 s to import: every `oncelog` command loads this module, few make a client
+        from botocore.config import Config
+
         config = Config(s3={"addressing_style": "path"}, connect_timeout=timeout, read_timeout=timeout,
                         retries={"max_attempts": attempts, "mode": "standard"})
         return boto3.session.Session().client(

@@ -53,8 +53,6 @@ from replay.audit import AuditTimeline, RunNotFoundError, audit
 from replay.audit_html import write_html
 from replay.content import ContentCheck
 from replay.history_html import write_history_html
-from replay.lineage import run_lineage
-from replay.lineage_client import LineageClient, LineageError, past_runs
 from replay.render import (
     audit_blocks,
     audit_json,
@@ -610,6 +608,9 @@ def lineage(since: Annotated[str, typer.Option(
     """Send past runs to OpenLineage (a backfill from the log): each run's START and its end, with inputs and outputs.
 
     OpenLineage's standard configuration says where (OPENLINEAGE_URL, openlineage.yml …); see docs/lineage.md."""
+    from replay.lineage import run_lineage  # OpenLineage's client: only this command needs it (0.18 s to import)
+    from replay.lineage_client import LineageClient, LineageError, past_runs
+
     try:
         start = parse_since(since)
         client = LineageClient.from_environment()

@@ -50,7 +50,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -260,13 +260,19 @@ class Timed:
     cpu: float
 
 
+Around = Callable[[], AbstractContextManager[object]]
+"""What else brackets each timed block (benchmarks.cpu_split's per-thread CPU snapshots), exactly where the timer
+does."""
+
+
 @contextmanager
-def timing(into: list[Timed]) -> Iterator[None]:
-    """Time the block (wall and CPU) into `into`."""
-    cpu, started = tree_cpu_seconds(), time.perf_counter()
-    yield
-    seconds = time.perf_counter() - started
-    into.append(Timed(seconds, tree_cpu_seconds() - cpu))
+def timing(into: list[Timed], around: Around | None = None) -> Iterator[None]:
+    """Time the block (wall and CPU) into `into`, inside `around` when given."""
+    with around() if around is not None else nullcontext():
+        cpu, started = tree_cpu_seconds(), time.perf_counter()
+        yield
+        seconds = time.perf_counter() - started
+        into.append(Timed(seconds, tree_cpu_seconds() - cpu))
 
 
 # --- the sides ------------------------------------------------------------------------------------------------------
@@ -282,6 +288,8 @@ class Bench:
     keys: dict[Side, dict[str, str] | None] = field(default_factory=dict)
     """Per oncelog side, the job keys that select it; None when the job config does not accept them yet."""
     topics: list[str] = field(default_factory=list)
+    around: Around | None = None
+    """Brackets each timed block besides the timer (None: nothing)."""
 
     def fresh(self, name: str) -> Path:
         """A new, empty folder for one run."""
@@ -357,7 +365,7 @@ def run_oncelog(bench: Bench, topic: str, ends: dict[int, int], side: Side) -> t
     launcher = JobLauncher(config, spark=bench.spark)
     timed: list[Timed] = []
     launched = time.time()
-    with timing(timed):
+    with timing(timed, bench.around):
         result = launcher.run()
     if result.status is not RunStatus.COMMITTED:
         raise AssertionError(f"oncelog run ({side}) ended {result.status}: {result.error}")
@@ -387,7 +395,7 @@ def run_unguarded(bench: Bench, topic: str, ends: dict[int, int], fetch_wait_ms:
     """Spark alone: a batch read of the same offsets written as Avro (no log, no commit); output checked."""
     out = bench.fresh("unguarded") / "out"
     timed: list[Timed] = []
-    with timing(timed):
+    with timing(timed, bench.around):
         kafka_batch(bench, topic, ends, fetch_wait_ms).selectExpr(*KAFKA_COLUMNS).write.format(AVRO).option(
             "compression", CODEC).save(str(out))
     check_kafka_output(sorted(out.glob("part-*.avro")), ends)
@@ -403,7 +411,7 @@ def start_sss(bench: Bench, topic: str, out: Path, checkpoint: Path) -> Timed:
     writer = (stream.selectExpr(*KAFKA_COLUMNS).writeStream.format(AVRO).option("compression", CODEC)
               .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True))
     timed: list[Timed] = []
-    with timing(timed):
+    with timing(timed, bench.around):
         query = writer.start(str(out))
         query.awaitTermination()
     if query.exception() is not None:
@@ -457,7 +465,7 @@ def run_increments(bench: Bench, rounds: int, records: int, partitions: int) -> 
     def run_job() -> Timed:
         launcher = JobLauncher(config, spark=bench.spark)
         timed: list[Timed] = []
-        with timing(timed):
+        with timing(timed, bench.around):
             result = launcher.run()
         if result.status is not RunStatus.COMMITTED:
             raise AssertionError(f"oncelog increment run ended {result.status}: {result.error}")

@@ -1,7 +1,7 @@
 """Where a pipeline run's CPU goes: per process and per JVM thread group, each side of `benchmarks.pipeline`.
 
     python -m benchmarks.cpu_split [--quick] [--records N] [--repeats R] [--sides dataframe,unguarded_no_wait,sss]
-                                   [--warm-up W] [--jfr FILE]
+                                   [--warm-up W] [--jfr FILE] [--java-options OPTIONS]
 
 The sides are `benchmarks.pipeline`'s (same topic, same shared Spark session, same output checks, the same rotation
 of which side goes first), and `dataframe_executor_moves`: the DataFrame engine moving its files with Python workers
@@ -398,6 +398,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--sides", default=",".join(DEFAULT_SIDES),
                         help=f"the sides, comma-separated, of {', '.join(Variant)} (default: %(default)s)")
     parser.add_argument("--jfr", type=Path, help="record the timed runs with Java Flight Recorder into this file")
+    parser.add_argument("--java-options", default="",
+                        help="the Spark JVM's options (spark.driver.extraJavaOptions), e.g. -XX:TieredStopAtLevel=1")
     parser.add_argument("--top", type=int, default=12, help="JVM thread names and hot methods shown (12)")
     args = parser.parse_args()
     for name, value in (QUICK if args.quick else FULL).items():
@@ -412,7 +414,8 @@ def measure(args: argparse.Namespace) -> tuple[list[Run], list[JfrRun] | None, d
     fetch_connectors()
     recorder = Recorder()
     runs: list[Run] = []
-    with kafka_bootstrap() as bootstrap, session(bootstrap) as bench:
+    spark_conf = {"spark.driver.extraJavaOptions": args.java_options} if args.java_options else {}
+    with kafka_bootstrap() as bootstrap, session(bootstrap, spark_conf) as bench:
         missing = [s for s in args.sides if s.side not in (Side.UNGUARDED, Side.UNGUARDED_NO_WAIT, Side.SSS)
                    and bench.keys.get(s.side) is None]
         if missing:
@@ -508,6 +511,7 @@ def figures(args: argparse.Namespace, runs: Sequence[Run], jfr: Sequence[JfrRun]
             hot: Mapping[str, Any] | None) -> dict[str, Any]:
     """Per side: the median split (all repeats, and the later repeats alone), each run's CPU; the JFR figures."""
     result: dict[str, Any] = {"records": args.records, "repeats": args.repeats, "sides": [s.value for s in args.sides],
+                              "warm_up": args.warm_up, "java_options": args.java_options,
                               "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)}
     for side in args.sides:
         mine = [r for r in runs if r.side is side]

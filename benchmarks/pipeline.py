@@ -116,18 +116,19 @@ ENGINE_KEY, FORMAT_KEY = "task.engine", "writer.output.format"
 # --- the session ----------------------------------------------------------------------------------------------------
 
 
-def session_config(work: Path) -> JobConfig:
-    """The job config the shared session is made from: local[*], oncelog's Spark defaults, no UI, snappy Avro."""
+def session_config(work: Path, spark_conf: Mapping[str, str] | None = None) -> JobConfig:
+    """The job config the shared session is made from: local[*], oncelog's Spark defaults, no UI, snappy Avro, and
+    `spark_conf` over them (spark.* keys: benchmarks.cpu_split's JVM options)."""
     return config_from_properties({
         "job.name": "bench-pipeline", "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",
         "writer.staging.dir": str(work / "unused-staging"), "writer.output.dir": str(work / "unused-output"),
         "data.publisher.final.dir": str(work / "unused-published"), "spark.master": "local[*]",
-        "spark.ui.enabled": "false", "spark.sql.avro.compression.codec": CODEC})
+        "spark.ui.enabled": "false", "spark.sql.avro.compression.codec": CODEC, **(spark_conf or {})})
 
 
-def start_spark(work: Path) -> SparkSession:
+def start_spark(work: Path, spark_conf: Mapping[str, str] | None = None) -> SparkSession:
     """ONE SparkSession for every side, made as every oncelog run makes its own (connector jars included)."""
-    spark = spark_session(session_config(work))
+    spark = spark_session(session_config(work, spark_conf))
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -755,10 +756,11 @@ def parse_args() -> argparse.Namespace:
 
 
 @contextmanager
-def session(bootstrap: str) -> Iterator[Bench]:
-    """The Spark session and a work folder; every topic the run created is deleted at the end."""
+def session(bootstrap: str, spark_conf: Mapping[str, str] | None = None) -> Iterator[Bench]:
+    """The Spark session (`spark_conf` over the benchmark's settings) and a work folder; every topic the run created
+    is deleted at the end."""
     work = Path(tempfile.mkdtemp(prefix="oncelog-bench-pipeline-"))
-    spark = start_spark(work)
+    spark = start_spark(work, spark_conf)
     bench = Bench(bootstrap, spark, work, side_keys(work))
     try:
         yield bench

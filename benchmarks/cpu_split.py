@@ -1,7 +1,7 @@
 """Where a pipeline run's CPU goes: per process and per JVM thread group, each side of `benchmarks.pipeline`.
 
     python -m benchmarks.cpu_split [--quick] [--records N] [--repeats R] [--sides dataframe,unguarded_no_wait,sss]
-                                   [--warm-up W] [--jfr FILE] [--java-options OPTIONS]
+                                   [--warm-up W] [--jfr FILE] [--java-options=OPTIONS]
 
 The sides are `benchmarks.pipeline`'s (same topic, same shared Spark session, same output checks, the same rotation
 of which side goes first), and `dataframe_executor_moves`: the DataFrame engine moving its files with Python workers
@@ -399,7 +399,8 @@ def parse_args() -> argparse.Namespace:
                         help=f"the sides, comma-separated, of {', '.join(Variant)} (default: %(default)s)")
     parser.add_argument("--jfr", type=Path, help="record the timed runs with Java Flight Recorder into this file")
     parser.add_argument("--java-options", default="",
-                        help="the Spark JVM's options (spark.driver.extraJavaOptions), e.g. -XX:TieredStopAtLevel=1")
+                        help="the Spark JVM's options (spark.driver.extraJavaOptions); with '=' when they start with "
+                             "a dash: --java-options=-XX:TieredStopAtLevel=1")
     parser.add_argument("--top", type=int, default=12, help="JVM thread names and hot methods shown (12)")
     args = parser.parse_args()
     for name, value in (QUICK if args.quick else FULL).items():

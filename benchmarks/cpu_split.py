@@ -406,7 +406,11 @@ def parse_args() -> argparse.Namespace:
     for name, value in (QUICK if args.quick else FULL).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
-    args.sides = [Variant(s.strip()) for s in args.sides.split(",") if s.strip()]
+    names = [s.strip() for s in args.sides.split(",") if s.strip()]
+    unknown = [name for name in names if name not in set(Variant)]
+    if unknown or not names:
+        parser.error(f"--sides {args.sides!r}: {', '.join(unknown) or 'no side'}; the sides are {', '.join(Variant)}")
+    args.sides = [Variant(name) for name in names]
     return args
 
 

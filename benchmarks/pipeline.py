@@ -50,7 +50,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -116,18 +116,19 @@ ENGINE_KEY, FORMAT_KEY = "task.engine", "writer.output.format"
 # --- the session ----------------------------------------------------------------------------------------------------
 
 
-def session_config(work: Path) -> JobConfig:
-    """The job config the shared session is made from: local[*], oncelog's Spark defaults, no UI, snappy Avro."""
+def session_config(work: Path, spark_conf: Mapping[str, str] | None = None) -> JobConfig:
+    """The job config the shared session is made from: local[*], oncelog's Spark defaults, no UI, snappy Avro, and
+    `spark_conf` over them (spark.* keys: benchmarks.cpu_split's JVM options)."""
     return config_from_properties({
         "job.name": "bench-pipeline", "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",
         "writer.staging.dir": str(work / "unused-staging"), "writer.output.dir": str(work / "unused-output"),
         "data.publisher.final.dir": str(work / "unused-published"), "spark.master": "local[*]",
-        "spark.ui.enabled": "false", "spark.sql.avro.compression.codec": CODEC})
+        "spark.ui.enabled": "false", "spark.sql.avro.compression.codec": CODEC, **(spark_conf or {})})
 
 
-def start_spark(work: Path) -> SparkSession:
+def start_spark(work: Path, spark_conf: Mapping[str, str] | None = None) -> SparkSession:
     """ONE SparkSession for every side, made as every oncelog run makes its own (connector jars included)."""
-    spark = spark_session(session_config(work))
+    spark = spark_session(session_config(work, spark_conf))
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -260,13 +261,19 @@ class Timed:
     cpu: float
 
 
+Around = Callable[[], AbstractContextManager[object]]
+"""What else brackets each timed block (benchmarks.cpu_split's per-thread CPU snapshots), exactly where the timer
+does."""
+
+
 @contextmanager
-def timing(into: list[Timed]) -> Iterator[None]:
-    """Time the block (wall and CPU) into `into`."""
-    cpu, started = tree_cpu_seconds(), time.perf_counter()
-    yield
-    seconds = time.perf_counter() - started
-    into.append(Timed(seconds, tree_cpu_seconds() - cpu))
+def timing(into: list[Timed], around: Around | None = None) -> Iterator[None]:
+    """Time the block (wall and CPU) into `into`, inside `around` when given."""
+    with around() if around is not None else nullcontext():
+        cpu, started = tree_cpu_seconds(), time.perf_counter()
+        yield
+        seconds = time.perf_counter() - started
+        into.append(Timed(seconds, tree_cpu_seconds() - cpu))
 
 
 # --- the sides ------------------------------------------------------------------------------------------------------
@@ -282,6 +289,8 @@ class Bench:
     keys: dict[Side, dict[str, str] | None] = field(default_factory=dict)
     """Per oncelog side, the job keys that select it; None when the job config does not accept them yet."""
     topics: list[str] = field(default_factory=list)
+    around: Around | None = None
+    """Brackets each timed block besides the timer (None: nothing)."""
 
     def fresh(self, name: str) -> Path:
         """A new, empty folder for one run."""
@@ -357,7 +366,7 @@ def run_oncelog(bench: Bench, topic: str, ends: dict[int, int], side: Side) -> t
     launcher = JobLauncher(config, spark=bench.spark)
     timed: list[Timed] = []
     launched = time.time()
-    with timing(timed):
+    with timing(timed, bench.around):
         result = launcher.run()
     if result.status is not RunStatus.COMMITTED:
         raise AssertionError(f"oncelog run ({side}) ended {result.status}: {result.error}")
@@ -387,7 +396,7 @@ def run_unguarded(bench: Bench, topic: str, ends: dict[int, int], fetch_wait_ms:
     """Spark alone: a batch read of the same offsets written as Avro (no log, no commit); output checked."""
     out = bench.fresh("unguarded") / "out"
     timed: list[Timed] = []
-    with timing(timed):
+    with timing(timed, bench.around):
         kafka_batch(bench, topic, ends, fetch_wait_ms).selectExpr(*KAFKA_COLUMNS).write.format(AVRO).option(
             "compression", CODEC).save(str(out))
     check_kafka_output(sorted(out.glob("part-*.avro")), ends)
@@ -403,7 +412,7 @@ def start_sss(bench: Bench, topic: str, out: Path, checkpoint: Path) -> Timed:
     writer = (stream.selectExpr(*KAFKA_COLUMNS).writeStream.format(AVRO).option("compression", CODEC)
               .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True))
     timed: list[Timed] = []
-    with timing(timed):
+    with timing(timed, bench.around):
         query = writer.start(str(out))
         query.awaitTermination()
     if query.exception() is not None:
@@ -457,7 +466,7 @@ def run_increments(bench: Bench, rounds: int, records: int, partitions: int) -> 
     def run_job() -> Timed:
         launcher = JobLauncher(config, spark=bench.spark)
         timed: list[Timed] = []
-        with timing(timed):
+        with timing(timed, bench.around):
             result = launcher.run()
         if result.status is not RunStatus.COMMITTED:
             raise AssertionError(f"oncelog increment run ended {result.status}: {result.error}")
@@ -747,10 +756,11 @@ def parse_args() -> argparse.Namespace:
 
 
 @contextmanager
-def session(bootstrap: str) -> Iterator[Bench]:
-    """The Spark session and a work folder; every topic the run created is deleted at the end."""
+def session(bootstrap: str, spark_conf: Mapping[str, str] | None = None) -> Iterator[Bench]:
+    """The Spark session (`spark_conf` over the benchmark's settings) and a work folder; every topic the run created
+    is deleted at the end."""
     work = Path(tempfile.mkdtemp(prefix="oncelog-bench-pipeline-"))
-    spark = start_spark(work)
+    spark = start_spark(work, spark_conf)
     bench = Bench(bootstrap, spark, work, side_keys(work))
     try:
         yield bench

@@ -1,6 +1,6 @@
 """What a task attempt wrote, per work unit: its files (moved to the attempt's own task-output folder, with size and
-checksum taken on the executors), its record count and last offset (observed by Spark while writing, no second pass
-over the data).
+checksum taken where they are moved: move_place), its record count and last offset (observed by Spark while writing,
+no second pass over the data).
 """
 
 from __future__ import annotations
@@ -8,7 +8,9 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from enum import StrEnum
 from urllib.parse import unquote
 
 import fastavro
@@ -52,7 +54,7 @@ class StagedFile:
 
 @dataclass(frozen=True)
 class MovedFile:
-    """A file in the attempt's task output, with the size and sha256 its executor measured."""
+    """A file in the attempt's task output, with the size and sha256 measured where it was moved."""
 
     unit: int
     path: str
@@ -125,20 +127,40 @@ def staged_files(fs: FileSystem, folder: str, units: Sequence[WorkUnitSpec], out
     return staged
 
 
-def move_files(spark: SparkSession, properties: Mapping[str, str], files: Sequence[StagedFile]) -> list[MovedFile]:
-    """Measure (size, sha256) and move every file on the executors: a Spark task per file up to MOVE_TASKS_PER_CORE
-    tasks per core, several files per task beyond (a Python task's start costs more than a small file's move)."""
+class MovePlace(StrEnum):
+    """Where a committed attempt's files are measured and moved."""
+
+    DRIVER = "driver"
+    EXECUTORS = "executors"
+
+
+def move_place(spark: SparkSession) -> MovePlace:
+    """The driver under a local master: its executors run on this machine, so their Python workers would add nothing
+    but their start (about 1 CPU s each, for this job alone, and again after Spark kills them idle for a minute: half
+    of a 1M-record run's CPU beyond Spark's own job, docs/benchmarks.md). The executors on a cluster, where the
+    files' store is theirs to reach and the checksums spread over their cores."""
+    return MovePlace.DRIVER if (spark.sparkContext.master or "").startswith("local") else MovePlace.EXECUTORS
+
+
+def move_files(spark: SparkSession, properties: Mapping[str, str], files: Sequence[StagedFile],
+               place: MovePlace | None = None) -> list[MovedFile]:
+    """Measure (size, sha256) and move every file, at `place` (default: move_place): in batches of several files, at
+    most MOVE_TASKS_PER_CORE per core of the cluster (a Python task's start costs more than a small file's move), each
+    batch a Spark task on the executors or a thread of the driver."""
     if not files:
         return []
     settings = dict(properties)
 
-    def move(batch: Iterable[StagedFile]) -> Iterable[MovedFile]:
+    def move(batch: Iterable[StagedFile]) -> list[MovedFile]:
         fs = FileSystems.of(settings)
-        for file in batch:
-            yield measure_and_move(fs, file)
+        return [measure_and_move(fs, file) for file in batch]
 
     tasks = min(len(files), MOVE_TASKS_PER_CORE * spark.sparkContext.defaultParallelism)
-    return spark.sparkContext.parallelize(list(files), tasks).mapPartitions(move).collect()
+    if (place or move_place(spark)) is MovePlace.EXECUTORS:
+        return spark.sparkContext.parallelize(list(files), tasks).mapPartitions(move).collect()
+    size = -(-len(files) // tasks)  # contiguous batches, in order, as Spark slices a parallelized list
+    with ThreadPoolExecutor(max_workers=tasks, thread_name_prefix="oncelog-df-move") as pool:
+        return [m for batch in pool.map(move, [files[i:i + size] for i in range(0, len(files), size)]) for m in batch]
 
 
 def measure_and_move(fs: FileSystem, file: StagedFile) -> MovedFile:

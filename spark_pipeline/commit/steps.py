@@ -288,16 +288,21 @@ class DeltaCommitCommitStep(CommitStep):
 
         try:
             return delta.committed(delta.DeltaRef.of(self.spec), self.spec.app_id, self.spec.version)
+        except delta.TableAheadError as e:
+            raise CommitStepError(str(e)) from e  # read and decided: the table moved past this step
         except delta.TableError as e:
-            raise CommitStepError(str(e)) from e
+            raise UnsettledCommitStepError(str(e)) from e
 
     def execute(self) -> list[Event]:
+        """Commit; when the commit fails, ask the table again: a commit made whose answer was lost is done."""
         from spark_pipeline.tables import delta
 
         spec = self.spec
         try:
             delta.commit(delta.DeltaRef.of(spec), self.files, spec.app_id, spec.version, spec.commit_id, spec.metadata)
         except delta.TableError as e:
+            if self.verify():
+                return []
             raise CommitStepError(str(e)) from e
         return []
 

@@ -26,7 +26,7 @@ from deltalake import exceptions as delta_errors
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from events.commit import TABLE_COMMIT_ID, DeltaCommitStep
-from spark_pipeline.tables.errors import TableError
+from spark_pipeline.tables.errors import TableAheadError, TableError
 from spark_pipeline.tables.files import files_schema, first_line, local, mismatched
 
 COMMIT_ID = TABLE_COMMIT_ID
@@ -71,9 +71,9 @@ def _lock(ref: DeltaRef) -> threading.Lock:
 
 def load_table(ref: DeltaRef) -> DeltaTable | None:
     """The table, or None when its location holds no Delta log yet."""
-    if not (ref.root / LOG_FOLDER).exists():
-        return None
     try:
+        if not (ref.root / LOG_FOLDER).exists():
+            return None
         return DeltaTable(str(ref.root))
     except LIBRARY_ERRORS as e:
         raise TableError(f"cannot open {ref.describe()}: {first_line(e)}") from e
@@ -107,7 +107,7 @@ def _holds(table: DeltaTable, ref: DeltaRef, app_id: str, version: int) -> bool:
     (or oncelog with another log) commits under that app id, and what this sequence should add is unknown."""
     found = transaction_version(table, ref, app_id)
     if found is not None and found > version:
-        raise TableError(f"{ref.describe()}: its app transaction {app_id!r} is at version {found}, past this "
+        raise TableAheadError(f"{ref.describe()}: its app transaction {app_id!r} is at version {found}, past this "
                          f"sequence's {version}: another writer (or oncelog with another event log) commits under "
                          f"this app id; nothing was committed")
     return found == version

@@ -7,8 +7,3 @@ from events.errors import OncelogError
 
 class TableError(OncelogError):
     """A table cannot be reached, read or appended to; the message names the table and the catalog."""
-
-
-class TableAheadError(TableError):
-    """The table holds a later commit under the step's own name (a Delta app transaction past the step's version):
-    read and decided, the step's commit will never be the table's next one."""

@@ -4,7 +4,8 @@ folders, in one run; and the table commit of a many-dataset job.
     python -m benchmarks.tables [--quick] [--records N] [--partitions P] [--repeats R] [--datasets D]
 
 One topic (8 partitions) holds N page-view records (pipeline.py's), produced before any timing with Kafka timestamps
-spread over hours (37 ms apart: 1M records span about ten hours), so that the time partitioner (`HOUR`, UTC, on the
+spread over hours from a day before the run (37 ms apart: 1M records span about ten hours), so that the time
+partitioner (`HOUR`, UTC, on the
 record's timestamp) splits every dataset's output into hourly partitions. Every side is oncelog's DataFrame engine
 writing snappy Parquet, in ONE SparkSession, timed from launch to return; they differ only in their publisher:
 
@@ -58,7 +59,10 @@ from spark_pipeline.jobs import config_from_properties
 from spark_pipeline.launcher import JobLauncher
 
 PARTITIONS = 8
-FIRST_TS_MS = 1_795_000_000_000
+HOUR_MS = 3_600_000
+FIRST_TS_MS = (time.time_ns() // 1_000_000 // HOUR_MS - 24) * HOUR_MS
+"""The start of the hour a day before the run: a fixed date would age out of the broker's retention (7 days by
+default: the topic's records deleted while the benchmark reads them) and lie after a clock set back."""
 STEP_MS = 37
 """Record i's Kafka timestamp is FIRST_TS_MS + 37·i: 97,297 records an hour."""
 FULL = {"records": 1_000_000, "repeats": 3, "datasets": 10_000, "warm_up": 100_000}
@@ -222,7 +226,7 @@ class Samples:
 def measure(bench: Bench, sides: list[Side], args: argparse.Namespace) -> Samples:
     """Warm up, then time every side `repeats` times (rotating), then each side's many-dataset commit."""
     samples = Samples()
-    note(f"producing {args.records:,} records ({args.records * STEP_MS / 3_600_000:.1f} hours of event time)")
+    note(f"producing {args.records:,} records ({args.records * STEP_MS / HOUR_MS:.1f} hours of event time)")
     topic, ends = prepare_topic(bench, args.records, PARTITIONS, event_time_ms)
     warm_topic, warm_ends = prepare_topic(bench, args.warm_up, PARTITIONS, event_time_ms)
     note("warming up (untimed): each side once on a small topic")

@@ -37,6 +37,7 @@ from events.commit import (
     CommitStepRolledBack,
     CompletenessStep,
     DatasetStateStep,
+    DeltaCommitStep,
     FsRenameStep,
     HighWatermarkStep,
     TableCommitStep,
@@ -477,6 +478,21 @@ class _Checker:
         return {step.dst for s in self.sequences.values() if not s.completed and not (s.abandoned and s.rolled_back)
                 for step in s.planned.steps if isinstance(step, FsRenameStep)}
 
+    def _table_metadata(self) -> set[str]:
+        """The tables' own files the log's table steps name (no sequence's, never orphans): an Iceberg table's
+        `metadata/` folder and its SQLite catalog file (with SQLite's journal files), a Delta table's `_delta_log/`."""
+        found: set[str] = set()
+        for s in self.sequences.values():
+            for step in s.planned.steps:
+                if isinstance(step, TableCommitStep):
+                    found.add(urls.join(step.location, ICEBERG_METADATA))
+                    if step.catalog_uri.startswith(SQLITE_URL):
+                        catalog = step.catalog_uri.removeprefix(SQLITE_URL)
+                        found.update(catalog + suffix for suffix in SQLITE_FILES)
+                elif isinstance(step, DeltaCommitStep):
+                    found.add(urls.join(step.location, DELTA_LOG))
+        return found
+
     def _check_publish_dir(self, publish_dir: str, published: dict[str, PublishedFile], fs: FileSystem,
                            content: ContentCheck | None, content_progress: ContentProgress) -> None:
         """Every file under the folder was published by a completed sequence (or is being published), and every
@@ -490,7 +506,9 @@ class _Checker:
             if completed and urls.is_within(marker, root) and _canonical(marker) not in on_disk:
                 self.violate("success-marker-missing", f"{marker}: the _SUCCESS marker of a time partition recorded "
                              f"complete is not there")
-        for orphan in sorted(on_disk.keys() - known.keys() - moving - {_canonical(m) for m in markers}):
+        tables = [_canonical(folder) for folder in self._table_metadata()]
+        orphans = on_disk.keys() - known.keys() - moving - {_canonical(m) for m in markers}
+        for orphan in sorted(o for o in orphans if not any(urls.is_within(o, folder) for folder in tables)):
             self.violate("orphaned-file", f"{orphan} is in the publish directory but no completed sequence "
                          f"published it")
         expected = [PublishedFile(path, f.size, f.checksum, f.sequence, f.at) for path, f in known.items()
@@ -498,6 +516,14 @@ class _Checker:
         findings, self.report.files = check_files(expected, on_disk, fs, content, content_progress)
         for finding in findings:
             self.violate(finding.problem.value, finding.message, finding.position)
+
+
+ICEBERG_METADATA = "metadata"
+"""An Iceberg table's folder of metadata files (its `metadata.json` versions, manifest lists and manifests)."""
+DELTA_LOG = "_delta_log"
+SQLITE_URL = "sqlite:///"
+SQLITE_FILES = ("", "-journal", "-wal", "-shm")
+"""A SQLite database's file and the files SQLite keeps beside it while it writes."""
 
 
 def _status(sequence: _Sequence) -> SequenceStatus:

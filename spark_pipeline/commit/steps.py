@@ -286,18 +286,25 @@ class DeltaCommitCommitStep(CommitStep):
     def verify(self) -> bool:
         from spark_pipeline.tables import delta
 
+        ref, spec = delta.DeltaRef.of(self.spec), self.spec
         try:
-            return delta.committed(delta.DeltaRef.of(self.spec), self.spec.app_id, self.spec.version)
+            found = delta.latest_version(ref, spec.app_id)
         except delta.TableError as e:
-            raise CommitStepError(str(e)) from e
+            raise UnsettledCommitStepError(str(e)) from e  # unread: nothing tells whether the commit took effect
+        if found is not None and found > spec.version:  # read and decided: the table moved past this step
+            raise CommitStepError(delta.ahead(ref, spec.app_id, found, spec.version))
+        return found == spec.version
 
     def execute(self) -> list[Event]:
+        """Commit; when the commit fails, ask the table again: a commit made whose answer was lost is done."""
         from spark_pipeline.tables import delta
 
         spec = self.spec
         try:
             delta.commit(delta.DeltaRef.of(spec), self.files, spec.app_id, spec.version, spec.commit_id, spec.metadata)
         except delta.TableError as e:
+            if self.verify():
+                return []
             raise CommitStepError(str(e)) from e
         return []
 

@@ -71,9 +71,9 @@ def _lock(ref: DeltaRef) -> threading.Lock:
 
 def load_table(ref: DeltaRef) -> DeltaTable | None:
     """The table, or None when its location holds no Delta log yet."""
-    if not (ref.root / LOG_FOLDER).exists():
-        return None
     try:
+        if not (ref.root / LOG_FOLDER).exists():
+            return None
         return DeltaTable(str(ref.root))
     except LIBRARY_ERRORS as e:
         raise TableError(f"cannot open {ref.describe()}: {first_line(e)}") from e
@@ -96,6 +96,13 @@ def transaction_version(table: DeltaTable, ref: DeltaRef, app_id: str) -> int | 
         raise TableError(f"cannot read the app transactions of {ref.describe()}: {first_line(e)}") from e
 
 
+def latest_version(ref: DeltaRef, app_id: str) -> int | None:
+    """The latest version of `app_id`'s app transaction in the table (None: it never committed, or no table yet); a
+    TableError only when the table's state cannot be read."""
+    table = load_table(ref)
+    return transaction_version(table, ref, app_id) if table is not None else None
+
+
 def committed(ref: DeltaRef, app_id: str, version: int) -> bool:
     """Whether the table holds the commit of `app_id` at `version` (a table not yet created holds none)."""
     table = load_table(ref)
@@ -103,14 +110,18 @@ def committed(ref: DeltaRef, app_id: str, version: int) -> bool:
 
 
 def _holds(table: DeltaTable, ref: DeltaRef, app_id: str, version: int) -> bool:
-    """Whether `table` holds the commit of `app_id` at `version`; a later version of it is refused: another writer
-    (or oncelog with another log) commits under that app id, and what this sequence should add is unknown."""
+    """Whether `table` holds the commit of `app_id` at `version`; a later version of it is refused (`ahead`)."""
     found = transaction_version(table, ref, app_id)
     if found is not None and found > version:
-        raise TableError(f"{ref.describe()}: its app transaction {app_id!r} is at version {found}, past this "
-                         f"sequence's {version}: another writer (or oncelog with another event log) commits under "
-                         f"this app id; nothing was committed")
+        raise TableError(ahead(ref, app_id, found, version))
     return found == version
+
+
+def ahead(ref: DeltaRef, app_id: str, found: int, version: int) -> str:
+    """Why a table whose app transaction is past the sequence's version refuses it: another writer (or oncelog with
+    another log) commits under that app id, and what this sequence should add is unknown."""
+    return (f"{ref.describe()}: its app transaction {app_id!r} is at version {found}, past this sequence's {version}: "
+            f"another writer (or oncelog with another event log) commits under this app id; nothing was committed")
 
 
 def commit(ref: DeltaRef, files: Sequence[str], app_id: str, version: int, commit_id: str,

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import sqlalchemy.exc
@@ -20,10 +21,19 @@ from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.transforms import (
+    DayTransform,
+    HourTransform,
+    MonthTransform,
+    Transform,
+    TruncateTransform,
+    YearTransform,
+)
 
 from events.commit import TABLE_COMMIT_ID, TableCommitStep
 from spark_pipeline.tables.errors import TableError
 from spark_pipeline.tables.files import files_schema, mismatched
+from spark_pipeline.tables.partitioning import PARTITION_SPEC, Period, TablePartitioning, column_type
 
 COMMIT_ATTEMPTS = 5
 """How often an append is tried when another writer commits to the table in between (optimistic concurrency)."""
@@ -122,10 +132,13 @@ def committed(ref: TableRef, commit_id: str) -> bool:
 def append(ref: TableRef, files: Sequence[str], commit_id: str, summary: dict[str, str]) -> Snapshot:
     """Append `files` (Parquet) to the table in one snapshot carrying `commit_id` and `summary`, the table created
     from the first file's schema if it does not exist and its schema evolved by the files' new columns in the same
-    commit. Looks for the snapshot first, and again after another writer's commit came in between: never twice."""
+    commit. Looks for the snapshot first, and again after another writer's commit came in between: never twice. A
+    table it creates is partitioned as `summary`'s `oncelog.partition-spec` says (an existing table keeps its spec)."""
+    spec = summary.get(PARTITION_SPEC)
+    partitioning = TablePartitioning.decode(spec) if spec else None
     with _table_locks.setdefault(ref, threading.Lock()):
         for _ in range(COMMIT_ATTEMPTS):
-            table = load_table(ref) or _create(ref, files)
+            table = load_table(ref) or _create(ref, files, partitioning)
             if (done := snapshot_of(table, commit_id)) is not None:
                 return done
             try:
@@ -178,17 +191,46 @@ def _field(table: Table, name: str) -> bool:
     return True
 
 
-def _create(ref: TableRef, files: Sequence[str]) -> Table:
-    """The table, created at its location with the data's schema (and its namespace, if missing)."""
+def _create(ref: TableRef, files: Sequence[str], partitioning: TablePartitioning | None) -> Table:
+    """The table, created at its location with the data's schema and the partition spec `partitioning` makes of it
+    (and its namespace, if missing), in one catalog commit; another writer's table of that name, if it came first."""
     schema = files_schema(files)
+    transform = _transform(ref, partitioning, schema) if partitioning is not None else None
     catalog = catalog_of(ref)
     try:
         if ref.namespace:
             catalog.create_namespace_if_not_exists(ref.namespace)
-        return catalog.create_table_if_not_exists(ref.table, schema=schema, location=ref.location,
-                                                  properties=CREATED_PROPERTIES)
-    except LIBRARY_ERRORS as e:
+        creation = catalog.create_table_transaction(ref.table, schema=schema, location=ref.location,
+                                                    properties=CREATED_PROPERTIES)
+        if partitioning is not None and transform is not None:
+            with creation.update_spec() as update:
+                update.add_field(partitioning.column, transform, partitioning.field_name())
+        return creation.commit_transaction()
+    except CREATE_ERRORS as e:
+        if (made := load_table(ref)) is not None:
+            return made  # another writer created it in between
         raise TableError(f"cannot create {ref.describe()} at {ref.location}: {_first_line(e)}") from e
+
+
+def _transform(ref: TableRef, partitioning: TablePartitioning, schema: pa.Schema) -> Transform[Any, Any] | None:
+    """The Iceberg transform of the partition column for its type in the data: a time transform of a date or
+    timestamp, `truncate` of an epoch time (hours and days only); None (unpartitioned) for any other type."""
+    kind = column_type(schema, partitioning.column, ref.describe())
+    period = partitioning.period
+    if pa.types.is_timestamp(kind) or (pa.types.is_date(kind) and period is not Period.HOUR):
+        return TIME_TRANSFORMS[period]
+    if pa.types.is_date(kind):
+        return DayTransform()  # an hour lies within its day
+    if pa.types.is_integer(kind):
+        width = partitioning.truncate_width()
+        return TruncateTransform(width) if width is not None else None
+    return None
+
+
+CREATE_ERRORS: tuple[type[Exception], ...] = (iceberg_errors.TableAlreadyExistsError, *LIBRARY_ERRORS)
+"""What a creation raises, beside the library's errors, when another writer created the table first."""
+TIME_TRANSFORMS: dict[Period, Transform[Any, Any]] = {Period.HOUR: HourTransform(), Period.DAY: DayTransform(),
+                                                      Period.MONTH: MonthTransform(), Period.YEAR: YearTransform()}
 
 
 def _first_line(error: BaseException) -> str:

@@ -18,7 +18,7 @@ from filesystems.local import LOCAL
 from spark_pipeline.commit.sequence import Outcome
 from spark_pipeline.commit.session import open_session
 from spark_pipeline.commit.settings import CommitSettings
-from spark_pipeline.commit.steps import CommitStepError, DeltaCommitCommitStep, PublishRoots
+from spark_pipeline.commit.steps import CommitStepError, DeltaCommitCommitStep, PublishRoots, UnsettledCommitStepError
 from spark_pipeline.tables.delta import COMMIT_ID
 from spark_pipeline.tables.delta_publisher import location_problem
 
@@ -64,8 +64,9 @@ def test_a_sequence_commits_once_found_again_by_its_app_transaction(tmp_path: Pa
     second.execute()
     assert history(table) == ["job/ds/run-1", "job/ds/run-2"]
     assert sorted(DeltaTable(str(table)).to_pyarrow_table()["offset"].to_pylist()) == list(range(9))
-    with pytest.raises(CommitStepError, match=r"'oncelog/job/ds' is at version 2, past this sequence's 1"):
+    with pytest.raises(CommitStepError, match=r"'oncelog/job/ds' is at version 2, past this sequence's 1") as ahead:
         step.verify()  # the table moved past it: another log, or another writer under our app id
+    assert not isinstance(ahead.value, UnsettledCommitStepError)  # read and decided: the sequence may be given up
 
 
 def test_a_new_column_is_added_before_the_data_that_brings_it(tmp_path: Path) -> None:
@@ -96,12 +97,48 @@ def test_a_table_that_cannot_be_opened_fails_the_step_and_the_preflight_naming_i
     (table / "_delta_log").mkdir(parents=True)
     (table / "_delta_log" / "00000000000000000000.json").write_text("this is no Delta log\n")
     step = DeltaCommitCommitStep(delta_step(table, 1, "run-1"), [parquet(table / "data" / "a.parquet", 0)])
-    with pytest.raises(CommitStepError, match=f"cannot open Delta table 'lake.events' at {table}"):
+    with pytest.raises(UnsettledCommitStepError, match=f"cannot open Delta table 'lake.events' at {table}"):
         step.verify()
     assert "cannot be opened" in str(location_problem(str(table)))
     assert location_problem(str(tmp_path / "new" / "table")) is None  # created by the first commit
     (tmp_path / "file").write_text("")
     assert "is no folder" in str(location_problem(str(tmp_path / "file" / "table")))
+
+
+@pytest.mark.parametrize("breakage", ["log-entry-a-folder", "log-folder-a-file"])
+def test_a_table_whose_log_cannot_be_read_leaves_the_step_unsettled(breakage: str, tmp_path: Path) -> None:
+    """A table whose state cannot be read tells nothing about the step's commit: verify, and an execute that fails on
+    it, raise UnsettledCommitStepError (the sequence stays pending), never a decided failure."""
+    table = tmp_path / "events"
+    DeltaCommitCommitStep(delta_step(table, 1, "run-1"), [parquet(table / "data" / "a.parquet", 0)]).execute()
+    log = table / "_delta_log"
+    if breakage == "log-entry-a-folder":
+        (log / "00000000000000000000.json").unlink()
+        (log / "00000000000000000000.json").mkdir()
+    else:
+        for entry in log.iterdir():
+            entry.unlink()
+        log.rmdir()
+        log.write_text("")
+    step = DeltaCommitCommitStep(delta_step(table, 2, "run-2"), [parquet(table / "data" / "b.parquet", 3)])
+    with pytest.raises(UnsettledCommitStepError, match="Delta table 'lake.events'"):
+        step.verify()
+    with pytest.raises(UnsettledCommitStepError, match="Delta table 'lake.events'"):
+        step.execute()
+
+
+def test_a_commit_whose_answer_was_lost_is_found_by_the_step(tmp_path: Path) -> None:
+    """delta-rs writes the commit, then fails on its checkpoint (a folder where the checkpoint file goes) and raises:
+    the step asks the table again, finds its app transaction, and is done; the commit is not made twice."""
+    table = tmp_path / "events"
+    DeltaCommitCommitStep(delta_step(table, 1, "run-1"), [parquet(table / "data" / "a.parquet", 0)]).execute()
+    DeltaTable(str(table)).alter.set_table_properties({"delta.checkpointInterval": "1"})  # version 1
+    (table / "_delta_log" / "00000000000000000002.checkpoint.parquet").mkdir()
+    step = DeltaCommitCommitStep(delta_step(table, 2, "run-2"), [parquet(table / "data" / "b.parquet", 3)])
+    assert step.execute() == []
+    assert step.verify()
+    assert history(table) == ["job/ds/run-1", "-", "job/ds/run-2"]
+    assert sorted(DeltaTable(str(table)).to_pyarrow_table()["offset"].to_pylist()) == list(range(6))
 
 
 @pytest.mark.parametrize("committed", [False, True], ids=["table-untouched", "table-committed"])

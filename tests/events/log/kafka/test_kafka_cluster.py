@@ -99,6 +99,16 @@ def _durability(bootstrap: str, topic: str) -> tuple[int, str]:
     return min(len(p.replicas) for p in partitions), configs["min.insync.replicas"].value
 
 
+def _every_broker_listed(cluster: LocalKafkaCluster, timeout: float = 60) -> None:
+    """Wait until a metadata request lists all three brokers: a node the controller fenced for a late heartbeat (its
+    session is 4 s, and these 2 cores run other tests beside it) is left out of new topics' replicas."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
+    deadline = time.monotonic() + timeout
+    while len(admin.list_topics(timeout=10).brokers) < len(cluster.nodes):
+        assert time.monotonic() < deadline, f"the cluster did not list its {len(cluster.nodes)} brokers in {timeout}s"
+        time.sleep(0.5)
+
+
 def _identities(logged: list[LoggedEvent]) -> set[tuple[int, int, str]]:
     """(partition, offset, key) of each logged event: what must survive a broker's death unchanged."""
     return {(item.partition, item.offset, item.event.key) for item in logged}
@@ -114,8 +124,10 @@ def test_a_log_follows_a_new_leader_when_the_old_one_is_killed(kafka_cluster: Lo
     """A log whose clients know the leaders (they have read and written) SIGKILLs one: with the default timeouts, end
     offsets, a stable wait, offsets by time, an append and a read all answer from the new leader, nothing lost."""
     topic = f"oncelog.failover.{uuid.uuid4().hex[:8]}"
-    with open_log(f"kafka://{kafka_cluster.bootstrap}?topic={topic}&partitions=3") as log:
+    _every_broker_listed(kafka_cluster)
+    with open_log(f"kafka://{kafka_cluster.bootstrap}?topic={topic}&partitions=3&replication=3") as log:
         log.ensure_topic()
+        assert _durability(kafka_cluster.bootstrap, topic) == (3, "2"), "a replica per node: one may die"
         writer = log.writer("failover")
         writer.append_records(_records("before"))
         before = log.end_offsets()
@@ -140,7 +152,8 @@ def test_killing_the_events_leader_mid_commit_loses_nothing_and_publishes_once(
     rerun publishes every record exactly once, every event the log held at the kill is still at its offset
     afterwards, and librdkafka printed none of its own lines (they go through logging, rate-limited)."""
     topic = f"oncelog.cluster.{uuid.uuid4().hex[:8]}"
-    url = f"kafka://{kafka_cluster.bootstrap}?topic={topic}&partitions=3"
+    url = f"kafka://{kafka_cluster.bootstrap}?topic={topic}&partitions=3&replication=3"
+    _every_broker_listed(kafka_cluster)
     with open_log(url) as log:
         log.ensure_topic()
         assert _durability(kafka_cluster.bootstrap, topic) == (3, "2")

@@ -232,6 +232,8 @@ class LoggedEvent:
     offset: int
     timestamp_ms: int
     event: Event
+    member: int = 0
+    """Its index among the events of its record: a batched commit record (events.batch) stands for several."""
 
     @property
     def position(self) -> Position:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from events.batch import CommitSequencesCompleted, CommitSequencesPlanned
 from events.commit import (
     CommitSequenceAbandoned,
     CommitSequenceCompleted,
@@ -53,6 +54,8 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     DatasetPublished,
     EventTimeAdvanced,
     PartitionCompleted,
+    CommitSequencesPlanned,
+    CommitSequencesCompleted,
 )
 
 EVENT_TYPES_BY_NAME: dict[str, type[Event]] = {t.event_type(): t for t in EVENT_TYPES}

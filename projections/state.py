@@ -21,6 +21,7 @@ from events.commit import (
     CommitStepRolledBack,
 )
 from events.completeness import EventTimeAdvanced, PartitionCompleted
+from events.batch import CommitSequencesCompleted, CommitSequencesPlanned, unpack
 from events.dataset import DatasetReleased, DatasetStateCommitted, WatermarkAdvanced
 from events.errors import OncelogError
 from events.job import (
@@ -122,8 +123,12 @@ class State:
         return cls(detail_runs=PLANNING_DETAIL_RUNS, lean=True)
 
     def apply(self, logged: LoggedEvent) -> None:
-        """Fold one event read from the log, and move the offsets past it."""
-        self.apply_at(logged.event, logged)
+        """Fold one event read from the log, and move the offsets past it (a later member of a batched record: once
+        its first member was folded here, it is folded too, the offsets already past it)."""
+        if not logged.member:
+            self.apply_at(logged.event, logged)
+        elif self.offsets.get(logged.partition) == logged.offset + 1:
+            self.apply_event(logged.event, logged)
 
     def apply_at(self, event: Event, where: Where) -> None:
         """Fold one event read from `where` in the log (a LoggedEvent, a StoredRecord...); move the offsets past it."""
@@ -479,8 +484,16 @@ def _for_consumers(state: State, event: Event, position: Where | None) -> None:
     """DatasetPublished is for downstream consumers: the state has what it says already (the plan and its steps)."""
 
 
+def _batch_event(state: State, event: Event, position: Where | None) -> None:
+    """A batched commit record: each of the events it stands for, at its position."""
+    for member in unpack(event):
+        HANDLERS[type(member)](state, member, position)
+
+
 HANDLERS: dict[type[Event], Handler] = {
     DatasetPublished: _for_consumers,
+    CommitSequencesPlanned: _batch_event,
+    CommitSequencesCompleted: _batch_event,
     **{t: _run_event for t in (JobRunStarted, WorkUnitsPlanned, JobRunSucceeded, JobRunCommitted, JobRunFailed,
                                JobRunCancelled, JobLockAcquired, JobLockReleased, DatasetSkipped)},
     **{t: _task_event for t in (TaskStarted, TaskSucceeded, TaskFailed, TaskRetried)},

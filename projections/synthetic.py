@@ -23,6 +23,7 @@ from events.commit import (
     HighWatermarkStep,
 )
 from events.dataset import DatasetStateCommitted, WatermarkAdvanced
+from events.published import published_events
 from events.job import (
     JobLockAcquired,
     JobLockReleased,
@@ -58,6 +59,9 @@ class HistoryShape:
     run_failure: float = 0.1
     step_failure: float = 0.05
     crash: float = 0.1
+    plans_together: bool = False
+    """Every dataset's plan first, then each completion with its DatasetPublished (a launcher's order), rather than
+    each dataset's plan and completion in turn."""
 
 
 class _Clock:
@@ -132,14 +136,20 @@ def _run(rng: random.Random, shape: HistoryShape, clock: _Clock, watermarks: dic
         return
     yield JobRunSucceeded(**common, tasks=len(units), emitted_at=clock.tick())
     committed: list[str] = []
+    plans: list[tuple[SequenceFields, list[CommitStepSpec]]] = []
     for d in range(shape.datasets):
         urn = f"ds-{d}"
         mine = [r for r in results if r.dataset_urn == urn]
-        steps = _publish_steps(mine)
         for r in mine:
             watermarks[(j, d, int(r.partition.rsplit(":", 1)[1]))] = r.actual_high_watermark
-        sequence: SequenceFields = {**common, "dataset_urn": urn, "sequence_id": run_id}
-        yield CommitSequencePlanned(**sequence, steps=tuple(steps), emitted_at=clock.tick())
+        plans.append(({**common, "dataset_urn": urn, "sequence_id": run_id}, _publish_steps(mine)))
+    if shape.plans_together:  # as a launcher appends them: every plan, then each sequence's completion
+        for sequence, steps in plans:
+            yield CommitSequencePlanned(**sequence, steps=tuple(steps), emitted_at=clock.tick())
+    for sequence, steps in plans:
+        urn = sequence["dataset_urn"]
+        if not shape.plans_together:
+            yield CommitSequencePlanned(**sequence, steps=tuple(steps), emitted_at=clock.tick())
         applying = list(_apply(rng, shape, clock, sequence, steps))
         if rng.random() < shape.crash:
             cut = rng.randint(0, len(applying))
@@ -188,3 +198,5 @@ def _apply(rng: random.Random, shape: HistoryShape, clock: _Clock, sequence: Seq
                                         files_published=step.files_published, emitted_at=clock.tick())
     yield CommitSequenceCompleted(**sequence, steps_applied=len(steps), executed=len(steps) - recorded,
                                   emitted_at=clock.tick())
+    if shape.plans_together:
+        yield from (p.model_copy(update={"emitted_at": clock.tick()}) for p in published_events(sequence, steps))

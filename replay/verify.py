@@ -23,11 +23,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from events.batch import BATCH_TYPES, unpack
 from events.codec import EventCodec
 from events.commit import (
     CommitSequenceAbandoned,
@@ -200,6 +202,10 @@ class _Checker:
             self.reused.append(_KeyReuse(record.key, where_of(logged.topic, logged.position), content_of(event)))
 
     def fold(self, logged: LoggedEvent) -> None:
+        if isinstance(logged.event, BATCH_TYPES):
+            for index, member in enumerate(unpack(logged.event)):
+                self.fold(dataclasses.replace(logged, event=member, member=index))
+            return
         self.report.events += 1
         event = logged.event
         if isinstance(event, (WatermarkAdvanced, DatasetStateCommitted)):

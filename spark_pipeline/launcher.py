@@ -521,7 +521,8 @@ def commit_settings(config: JobConfig, faults: FaultInjector = NO_FAULTS) -> Com
     return CommitSettings(PublishRoots.of([d.output for d in dirs], [d.final for d in dirs]),
                           max_attempts=config.commit_sequence_max_attempts, parallelism=config.commit_parallelism,
                           shards=config.commit_shards, on_executors=config.commit_on_executors,
-                          executors_min_datasets=config.commit_executors_min_datasets, faults=faults)
+                          executors_min_datasets=config.commit_executors_min_datasets,
+                          batch_records=config.commit_batch_records, faults=faults)
 
 
 def source_state(config: JobConfig, state: State, run_id: str) -> SourceState:

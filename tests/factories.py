@@ -11,6 +11,7 @@ from events.commit import (
     CommitStepApplied,
     CommitStepFailed,
     CommitStepRolledBack,
+    CommitStepSpec,
     CompletenessStep,
     DatasetStateStep,
     FsRenameStep,
@@ -31,8 +32,9 @@ from events.job import (
     WorkUnitSpec,
     WorkUnitsPlanned,
 )
+from events.batch import pack
 from events.model import Event, RunFields, SequenceFields
-from events.published import DatasetPublished, PublishedFile, WatermarkRange
+from events.published import DatasetPublished, PublishedFile, WatermarkRange, published_events
 from events.task import (
     OutputFile,
     TaskFailed,
@@ -50,8 +52,22 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
+def sample_steps(urn: str = "MyTopic") -> tuple[CommitStepSpec, ...]:
+    """One commit step of each kind a plan of `urn` holds, the first three those of a folder publisher."""
+    return (
+        FsRenameStep(src=f"task-output/{urn}/1.avro", dst=f"job-output/{urn}/1.avro", size=4096, checksum="ab" * 32),
+        HighWatermarkStep(partition=f"{urn}:0", low_watermark=0, value=100),
+        DatasetStateStep(watermarks={f"{urn}:0": 100}, records_published=100, files_published=1, properties={"a": "b"}),
+        CompletenessStep(frontiers={f"{urn}:0": 7_200_000}, horizon_ms=7_200_000,
+                         open_partitions={"1970/01/01/02": 10_800_000},
+                         completes=(PartitionBounds(partition="1970/01/01/01", start_ms=3_600_000, end_ms=7_200_000,
+                                                    markers=(f"job-output/{urn}/1970/01/01/01/_SUCCESS",)),),
+                         late_records={"1970/01/01/00": 3}, late_files={"1970/01/01/00": 1}),
+    )
+
+
 def one_of_each(job: str = "MyJob", run_id: str = "run-1", urn: str = "MyTopic") -> list[Event]:
-    """One event of every type, with every kind of field filled in."""
+    """One event of every type a record holds alone (a batch: `batched`), with every kind of field filled in."""
     common: RunFields = {"job": job, "run_id": run_id}
     work_unit = WorkUnitSpec(
         work_unit_id="wu-0", dataset_urn=urn, partition=f"{urn}:0", low_watermark=0, expected_high_watermark=100,
@@ -62,16 +78,7 @@ def one_of_each(job: str = "MyJob", run_id: str = "run-1", urn: str = "MyTopic")
         actual_high_watermark=100, records_extracted=100, records_written=100, bytes_written=4096,
         output_files=(OutputFile(path=f"task-output/{urn}/1.avro", size=4096, checksum="ab" * 32, records=100),),
     )
-    steps = (
-        FsRenameStep(src=f"task-output/{urn}/1.avro", dst=f"job-output/{urn}/1.avro", size=4096, checksum="ab" * 32),
-        HighWatermarkStep(partition=f"{urn}:0", low_watermark=0, value=100),
-        DatasetStateStep(watermarks={f"{urn}:0": 100}, records_published=100, files_published=1, properties={"a": "b"}),
-        CompletenessStep(frontiers={f"{urn}:0": 7_200_000}, horizon_ms=7_200_000,
-                         open_partitions={"1970/01/01/02": 10_800_000},
-                         completes=(PartitionBounds(partition="1970/01/01/01", start_ms=3_600_000, end_ms=7_200_000,
-                                                    markers=(f"job-output/{urn}/1970/01/01/01/_SUCCESS",)),),
-                         late_records={"1970/01/01/00": 3}, late_files={"1970/01/01/00": 1}),
-    )
+    steps = sample_steps(urn)
     dataset: SequenceFields = {**common, "dataset_urn": urn, "sequence_id": run_id}
     earlier: SequenceFields = {**dataset, "sequence_id": "run-0"}
     return [
@@ -113,6 +120,27 @@ def one_of_each(job: str = "MyJob", run_id: str = "run-1", urn: str = "MyTopic")
         JobRunCancelled(job=job, run_id="run-00", reason="SIGTERM", emitted_at=at(17)),
         JobLockReleased(**common, emitted_at=at(18)),
     ]
+
+
+def batched(run: RunFields, urns: tuple[str, ...], steps: tuple[CommitStepSpec, ...], emitted_at: datetime
+            ) -> list[Event]:
+    """A CommitSequencesPlanned and a CommitSequencesCompleted: the plans and completions of `urns`' sequences."""
+    plans: list[Event] = []
+    ends: list[Event] = []
+    for urn in urns:
+        sequence: SequenceFields = {**run, "dataset_urn": urn, "sequence_id": run["run_id"]}
+        plans.append(CommitSequencePlanned(**sequence, steps=steps, emitted_at=emitted_at))
+        ends += [WatermarkAdvanced(**sequence, partition=f"{urn}:0", low_watermark=0, value=100, emitted_at=emitted_at),
+                 DatasetStateCommitted(**sequence, watermarks={f"{urn}:0": 100}, records_published=100,
+                                       files_published=1, emitted_at=emitted_at),
+                 CommitStepApplied(**sequence, step_index=0, outcome="verified", duration_ms=0.5,
+                                   emitted_at=emitted_at),
+                 CommitSequenceCompleted(**sequence, duration_ms=3.0, steps_applied=len(steps), executed=2, verified=1,
+                                         step_ms=(0.5, 1.0, 1.0), emitted_at=emitted_at),
+                 *published_events(sequence, steps)]
+    records = pack([*plans, *ends], partitions=1)
+    assert len(records) == 2
+    return records
 
 
 def step_events(count: int, job: str = "bench", datasets: int = 10) -> list[Event]:

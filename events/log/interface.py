@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import Self
 from urllib.parse import parse_qsl, urlsplit
 
+from events.batch import unpack
 from events.codec import EventCodec, Record
 from events.errors import ConfigError, EventDecodeError
 from events.log.lock import JobLock
@@ -231,7 +232,8 @@ class EventLog(Closing):
 
 def decode_records(codec: EventCodec, records: Iterable[StoredRecord], on_error: ErrorHandler,
                    on_tombstone: TombstoneHandler | None = None) -> Iterator[LoggedEvent]:
-    """Decode records into events, handing tombstones to on_tombstone (skipped without one) and undecodable records
+    """Decode records into events (a batched commit record into its members, each at the record's offset), handing
+    tombstones to on_tombstone (skipped without one) and undecodable records
     to on_error."""
     decode = codec.decode
     for r in records:
@@ -244,7 +246,8 @@ def decode_records(codec: EventCodec, records: Iterable[StoredRecord], on_error:
         except EventDecodeError as e:
             on_error(e)
             continue
-        yield LoggedEvent(r.topic, r.partition, r.offset, r.timestamp_ms, event)
+        for index, member in enumerate(unpack(event)):  # a batched commit record: the events it stands for
+            yield LoggedEvent(r.topic, r.partition, r.offset, r.timestamp_ms, member, index)
 
 
 def parse_url(url: str) -> tuple[str, str, dict[str, str]]:

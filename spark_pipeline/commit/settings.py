@@ -29,6 +29,8 @@ class CommitSettings:
     """`job.commit.on.executors`: shards plan, apply and recover on executors (TRUE), the driver commits them all
     (FALSE), or shards from `executors_min_datasets` datasets on (AUTO)."""
     executors_min_datasets: int = DEFAULT_EXECUTORS_MIN_DATASETS
+    batch_records: bool = True
+    """`job.commit.batch.records`: plans and completions of many datasets appended as one record per batch."""
     faults: FaultInjector = NO_FAULTS
 
     def in_shards(self, datasets: int) -> bool:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from events.batch import pack, unpack
 from events.log import LogWriter
 from events.model import Event
 from projections.state import State
@@ -38,8 +39,10 @@ class EventSink:
     No thread of its own: the first emitter to find none committing leads, committing groups of what is queued until
     its own request is in; the others wait for their outcome (or to lead next)."""
 
-    def __init__(self, writer: LogWriter, state: State, gather_checks: bool = True) -> None:
+    def __init__(self, writer: LogWriter, state: State, gather_checks: bool = True, pack: bool = True) -> None:
         self.writer = writer
+        self.pack = pack
+        """Whether runs of commit events are appended as batched records (events.batch.pack)."""
         self.state = state
         self.gather_checks = gather_checks
         """Whether a lone fence check waits CHECK_GATHER_S for others: not when one thread commits (parallelism 1),
@@ -111,9 +114,11 @@ class EventSink:
         self._submit(_Request(()))
 
     def _commit(self, group: list[_Request]) -> None:
+        events = [event for request in group for event in request.events]
+        records = pack(events, self.writer.partitions) if self.pack else events
         try:
-            if any(request.events for request in group):
-                self.writer.append(event for request in group for event in request.events)
+            if records:
+                self.writer.append(records)
             else:
                 self.writer.check_fenced()
         except BaseException as e:  # every member sees the failure (whether its events are in is unknown)
@@ -121,9 +126,9 @@ class EventSink:
                 request.done.set_exception(e)
             return
         try:
-            with self.state_lock:
-                for request in group:
-                    for event in request.events:
+            with self.state_lock:  # what a reader of the log will fold: a batch's members carry its emitted_at
+                for record in records:
+                    for event in unpack(record):
                         self.state.apply_event(event)
         except BaseException as e:  # committed, but not folded: no member may go on from this state
             for request in group:

@@ -293,6 +293,9 @@ class JobConfig(BranchKeys):
     log_url: Annotated[str, AfterValidator(_log_url)] = Field(default=DEFAULT_URL, alias="oncelog.log.url")
     commit_sequence_max_attempts: int = Field(default=3, ge=1, alias="commit.sequence.max.attempts")
     commit_parallelism: int = Field(default=32, ge=1, alias="commit.parallelism")
+    commit_batch_records: bool = Field(default=True, alias="job.commit.batch.records")
+    """true: many datasets' plans and completions are appended as one record each batch (events.batch); false: a
+    record per event, as before batches existed."""
     commit_shards: int | None = Field(default=None, ge=1, alias="job.commit.shards")
     """How many shards datasets are committed in (default, and at most: the events topic's partitions)."""
     commit_on_executors: Annotated[CommitOnExecutors, BeforeValidator(_boolean_word)] = Field(

@@ -19,12 +19,12 @@ from events.codec import (
 from events.errors import CorruptEventError, EventDecodeError, UnknownEventTypeError
 from events.model import Event, RunEvent
 from events.registry import EVENT_TYPES
-from tests.factories import one_of_each
+from tests.factories import at, batched, one_of_each, sample_steps
 
 
 def test_every_event_type_round_trips_through_the_codec() -> None:
     codec = EventCodec()
-    events = one_of_each()
+    events = [*one_of_each(), *batched({"job": "MyJob", "run_id": "run-1"}, ("b", "c"), sample_steps(), at(20))]
     assert {type(e) for e in events} == set(EVENT_TYPES)
     for event in events:
         record = codec.to_record(event, partitions=4)

@@ -121,7 +121,7 @@ def test_a_damaged_byte_in_the_log_stops_the_run(tmp_path: Path, sqlite: EventLo
     config = job_config(tmp_path, sqlite.url)
     assert run(config, sqlite).status is RunStatus.COMMITTED
     with sqlite3.connect(tmp_path / "events.db") as conn:
-        seq, value = conn.execute("SELECT seq, value FROM oncelog_records WHERE CAST(key AS TEXT) LIKE '%watermark%' "
+        seq, value = conn.execute("SELECT seq, value FROM oncelog_records WHERE CAST(key AS TEXT) LIKE '%COMPLETED%' "
                                   "ORDER BY seq LIMIT 1").fetchone()
         damaged = bytearray(value)
         damaged[-3] ^= 0x20

@@ -22,7 +22,13 @@ from typing import TypeVar
 
 from pydantic import Field
 
-from events.commit import CommitSequenceCompleted, CommitSequencePlanned, CommitStepApplied, CommitStepSpec
+from events.commit import (
+    CommitSequenceCompleted,
+    CommitSequencePlanned,
+    CommitStepApplied,
+    CommitStepSpec,
+    FsRenameStep,
+)
 from events.dataset import DatasetStateCommitted, WatermarkAdvanced
 from events.keys import key_of, partition_for
 from events.model import Count, Event, Frozen, Name, approx_size
@@ -216,7 +222,7 @@ class _Packer:
 
     def _add(self, kind: type[Event], event: Event, entry: SequencePlan | SequenceEnd, members: list[Event]) -> None:
         partition = partition_for(event.aggregate, self.partitions)
-        size = approx_size(entry)
+        size = entry_size(entry)
         batch = self.open.get(partition)
         if batch is not None and (batch.kind is not kind or batch.job != event.job or batch.run_id != event.run_id
                                   or batch.size + size > self.budget):
@@ -296,6 +302,22 @@ def _completion(events: Sequence[Event], index: int) -> tuple[SequenceEnd, list[
         found_done=tuple(found), duration_ms=completed.duration_ms, steps_applied=completed.steps_applied,
         executed=completed.executed, verified=completed.verified, step_ms=completed.step_ms, published=published)
     return entry, members
+
+
+def entry_size(entry: SequencePlan | SequenceEnd) -> int:
+    """approx_size of an entry, with its bulk (renames, published files) added up field by field: cheaper."""
+    size = len(entry.dataset_urn) + len(entry.sequence_id) + 8
+    if isinstance(entry, SequencePlan):
+        for step in entry.steps:
+            size += (len(step.src) + len(step.dst) + len(step.checksum) + len(step.partition) + 48
+                     if isinstance(step, FsRenameStep) else approx_size(step))
+        return size
+    size += 120 + sum(len(moved.partition) + 32 for moved in entry.advanced)
+    size += approx_size(entry.state) + 12 * (len(entry.found_done) + len(entry.step_ms))
+    if entry.published is not None:
+        size += 64 + sum(len(f.path) + len(f.checksum) + len(f.partition) + 40 for f in entry.published.files)
+        size += sum(len(w.partition) + 32 for w in entry.published.watermarks)
+    return size
 
 
 def _identity(event: Event) -> tuple[str, str, str | None, str | None]:

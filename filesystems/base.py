@@ -72,6 +72,11 @@ class FileSystem(ABC):
     def open_write(self, path: str) -> WritableFile:
         """A new file at path (parents created), complete once closed."""
 
+    def round_trips(self, path: str) -> bool:
+        """Whether calls on path wait on a network round trip, so that several in flight at once finish sooner (a
+        committer applies sequences in parallel); a local call is a short system call, faster one after another."""
+        return True
+
     @abstractmethod
     def renames_atomically(self, path: str) -> bool:
         """Whether the store holding path has an atomic rename (else a move is copy, check, delete)."""

@@ -7,6 +7,8 @@ fsync of that parent at the caller's sync, not one each inside rename.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import shutil
 import stat
@@ -61,17 +63,27 @@ class LocalFileSystem(FileSystem):
     def open_write(self, path: str) -> WritableFile:
         return _LocalFile(path)
 
+    def round_trips(self, path: str) -> bool:
+        return False
+
     def renames_atomically(self, path: str) -> bool:
         return True
 
     def rename(self, src: str, dst: str) -> None:
-        created = _missing_ancestors(Path(dst).parent)
+        try:
+            os.replace(src, dst)  # the common case: the destination's folder exists (one system call)
+            return
+        except FileNotFoundError:
+            if not os.path.lexists(src):
+                raise
+        created = _missing_ancestors(os.path.dirname(dst))
         for folder in created:
-            folder.mkdir(exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(folder)
         os.replace(src, dst)
         # New folders are entries of their parents: without syncing those, a power cut can lose the whole path. The
         # destination folder's own entry is synced by sync_folders (with the folder), where renames batch it.
-        self._fsync_each({str(p.parent) for p in created[:-1]})
+        self._fsync_each({os.path.dirname(folder) for folder in created[:-1]})
 
     def copy(self, src: str, dst: str) -> None:
         Path(dst).parent.mkdir(parents=True, exist_ok=True)
@@ -84,9 +96,9 @@ class LocalFileSystem(FileSystem):
         """Make the folders' entries durable, and each folder's own entry in its parent (rename may have made it)."""
         unique = set(folders)
         if len(unique) > SYNC_ALL_ABOVE:
-            os.sync()
+            _sync_file_systems(unique)
             return
-        self._fsync_each(unique | {str(Path(folder).parent) for folder in unique})
+        self._fsync_each(unique | {os.path.dirname(folder) for folder in unique})
 
     @staticmethod
     def _fsync_each(folders: set[str]) -> None:
@@ -124,12 +136,35 @@ class LocalFileSystem(FileSystem):
             pass
 
 
-def _missing_ancestors(folder: Path) -> list[Path]:
+def _sync_file_systems(folders: set[str]) -> None:
+    """Make durable everything written to the file systems holding `folders`: one syncfs(2) each (Linux), where one
+    fsync a folder would cost a journal commit each; os.sync() where syncfs is not offered."""
+    syncfs = getattr(_LIBC, "syncfs", None)
+    if syncfs is None:
+        os.sync()
+        return
+    devices: dict[int, str] = {}
+    for folder in folders:
+        devices.setdefault(os.stat(folder).st_dev, folder)
+    for folder in devices.values():
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            if syncfs(fd) != 0:
+                error = ctypes.get_errno()
+                raise OSError(error, os.strerror(error), folder)
+        finally:
+            os.close(fd)
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _missing_ancestors(folder: str) -> list[str]:
     """The folders on the way to `folder` (itself included) that do not exist yet, outermost first."""
-    missing: list[Path] = []
-    while not folder.exists():
+    missing: list[str] = []
+    while folder and not os.path.exists(folder):
         missing.append(folder)
-        folder = folder.parent
+        folder = os.path.dirname(folder)
     return missing[::-1]
 
 

@@ -66,6 +66,9 @@ class FileSystems(FileSystem):
     def open_write(self, path: str) -> WritableFile:
         return self.backend(path).open_write(path)
 
+    def round_trips(self, path: str) -> bool:
+        return self.backend(path).round_trips(path)
+
     def renames_atomically(self, path: str) -> bool:
         return self.backend(path).renames_atomically(path)
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from events.batch import CommitSequencesCompleted, CommitSequencesPlanned, unpack
 from events.commit import (
     CommitSequenceAbandoned,
     CommitSequenceCompleted,
@@ -21,7 +22,6 @@ from events.commit import (
     CommitStepRolledBack,
 )
 from events.completeness import EventTimeAdvanced, PartitionCompleted
-from events.batch import CommitSequencesCompleted, CommitSequencesPlanned, unpack
 from events.dataset import DatasetReleased, DatasetStateCommitted, WatermarkAdvanced
 from events.errors import OncelogError
 from events.job import (

@@ -23,7 +23,6 @@ from events.commit import (
     HighWatermarkStep,
 )
 from events.dataset import DatasetStateCommitted, WatermarkAdvanced
-from events.published import published_events
 from events.job import (
     JobLockAcquired,
     JobLockReleased,
@@ -35,6 +34,7 @@ from events.job import (
     WorkUnitsPlanned,
 )
 from events.model import Event, RunFields, SequenceFields, TaskFields
+from events.published import published_events
 from events.task import (
     OutputFile,
     TaskFailed,

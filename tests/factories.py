@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from events.batch import pack
 from events.commit import (
     CommitSequenceAbandoned,
     CommitSequenceCompleted,
@@ -32,7 +33,6 @@ from events.job import (
     WorkUnitSpec,
     WorkUnitsPlanned,
 )
-from events.batch import pack
 from events.model import Event, RunFields, SequenceFields
 from events.published import DatasetPublished, PublishedFile, WatermarkRange, published_events
 from events.task import (

@@ -50,9 +50,6 @@ from spark_pipeline.commit.steps import (
     step_for,
 )
 
-SYNC_CHUNK = 16
-"""Folders per sync_folders call when the renames of many sequences are made durable together."""
-
 UNDOABLE = {"HighWatermark": "its watermarks moved", "DatasetState": "its watermarks moved",
             "TableCommit": "its files were committed to the table (a snapshot carries its id)",
             "DeltaCommit": "its files were committed to the table (its app transaction is in the table's log)",
@@ -86,8 +83,11 @@ class CommitResult:
 class CommitSequence:
     """The steps that publish one dataset's output of one run, and the loop that applies them."""
 
-    def __init__(self, view: SequenceView, sink: EventSink, settings: CommitSettings, fs: FileSystem) -> None:
+    def __init__(self, view: SequenceView, sink: EventSink, settings: CommitSettings, fs: FileSystem,
+                 among_others: bool = False) -> None:
         self.view = view
+        self.among_others = among_others
+        """Whether other sequences commit in other threads meanwhile (fence checks may then share probes)."""
         self.sink = sink
         self.settings = settings
         self.fs = fs
@@ -131,7 +131,8 @@ class CommitSequence:
             try:
                 done = step.verify()
                 if not done and isinstance(spec, (FsRenameStep, *TABLE_STEPS)):
-                    self.sink.check_fenced()  # a superseded writer must move or commit nothing (FencedError)
+                    # a superseded writer must move or commit nothing (FencedError)
+                    self.sink.check_fenced(among_others=self.among_others)
                 effects: list[Event] = [] if done else step.execute()
             except (OSError, FileSystemError, CommitStepError) as e:
                 # never given up once it may have taken effect, or a step that cannot be undone has: a release
@@ -218,8 +219,8 @@ class Committer:
         self.batch_events = batch_events
         """The most events recorded in one batch (a sequence's events are never split, so it may hold more)."""
 
-    def sequence(self, view: SequenceView) -> CommitSequence:
-        return CommitSequence(view, self.sink, self.settings, self.fs)
+    def sequence(self, view: SequenceView, among_others: bool = False) -> CommitSequence:
+        return CommitSequence(view, self.sink, self.settings, self.fs, among_others)
 
     def commit_all(self, views: list[SequenceView], done: Callable[[int], None] = lambda _: None
                    ) -> list[CommitResult]:
@@ -230,8 +231,9 @@ class Committer:
             alone = [self.sequence(v).commit() for v in views]
             done(len(alone))
             return alone
+        workers = max(1, min(self.settings.parallelism, len(views))) if self._round_trips(views) else 1
         batches: list[list[Event]] = [[] for _ in views]
-        sequences = [self.sequence(v) for v in views]
+        sequences = [self.sequence(v, among_others=workers > 1) for v in views]
         ended = itertools.count(1)
         lock = threading.Lock()
 
@@ -241,7 +243,6 @@ class Committer:
                 done(next(ended))
             return result
 
-        workers = max(1, min(self.settings.parallelism, len(views)))
         results: list[CommitResult] = []
         with ExitStack() as pools:
             # One worker: the sequences commit in this thread, in order, as that worker would (no thread to start)
@@ -254,25 +255,24 @@ class Committer:
                 results.append(result)
                 batch, batches[index] = batches[index], []  # recorded below: not kept twice
                 if events and len(events) + len(batch) > self.batch_events:
-                    self._record(events, folders, workers)
+                    self._record(events, folders)
                     events, folders = [], set()
                 events += batch
                 folders |= sequences[index].renamed_into
-            self._record(events, folders, workers)
+            self._record(events, folders)
         return results
 
-    def _record(self, events: list[Event], folders: set[str], workers: int) -> None:
-        """Make the renames into `folders` durable, then append `events` (which record them) in one batch.
+    def _round_trips(self, views: list[SequenceView]) -> bool:
+        """Whether the sequences' file calls wait on round trips (then they commit in parallel): asked of the first
+        file published; under one GIL, local renames and checks go faster one after another."""
+        published = next((s.dst for v in views for s in v.steps if isinstance(s, FsRenameStep)), None)
+        return published is None or self.fs.round_trips(published)
 
-        In parallel (up to `workers` at once), a few folders per call: a file system's sync of many folders at once
-        may flush far more than ours (the local one's is os.sync, of every process's dirty data on the machine)."""
-        ordered = sorted(folders)
-        chunks = [ordered[i:i + SYNC_CHUNK] for i in range(0, len(ordered), SYNC_CHUNK)]
-        if len(chunks) > 1:
-            with ThreadPoolExecutor(max_workers=min(workers, len(chunks)), thread_name_prefix="commit-sync") as syncs:
-                list(syncs.map(self.fs.sync_folders, chunks))
-        elif chunks:
-            self.fs.sync_folders(chunks[0])  # one call: in this thread, which would wait for it anyway
+    def _record(self, events: list[Event], folders: set[str]) -> None:
+        """Make the renames into `folders` durable, in one call (the file system chooses how: the local one syncs
+        each folder, or each file system holding many at once), then append `events` (which record them)."""
+        if folders:
+            self.fs.sync_folders(folders)
         self.sink.emit(events)
 
     def release(self, job: str, dataset_urn: str, reason: str) -> str:

@@ -123,5 +123,5 @@ def open_session(log: EventLog, writer_name: str, settings: CommitSettings, fs: 
     except BaseException:
         writer.close()
         raise
-    sink = EventSink(writer, state, gather_checks=settings.parallelism > 1, pack=settings.batch_records)
+    sink = EventSink(writer, state, pack=settings.batch_records)
     return CommitSession(log, state, writer, sink, Committer(sink, settings, fs))

@@ -30,6 +30,8 @@ CHECK_GATHER_MAX = 64
 @dataclass
 class _Request:
     events: Sequence[Event]
+    gather: bool = False
+    """A fence check asked among other committing threads: it may wait a moment for theirs, to share a probe."""
     done: Future[None] = field(default_factory=Future)
 
 
@@ -39,14 +41,11 @@ class EventSink:
     No thread of its own: the first emitter to find none committing leads, committing groups of what is queued until
     its own request is in; the others wait for their outcome (or to lead next)."""
 
-    def __init__(self, writer: LogWriter, state: State, gather_checks: bool = True, pack: bool = True) -> None:
+    def __init__(self, writer: LogWriter, state: State, pack: bool = True) -> None:
         self.writer = writer
         self.pack = pack
         """Whether runs of commit events are appended as batched records (events.batch.pack)."""
         self.state = state
-        self.gather_checks = gather_checks
-        """Whether a lone fence check waits CHECK_GATHER_S for others: not when one thread commits (parallelism 1),
-        where no other check can come and each wait would add to every rename."""
         self.state_lock = threading.Lock()
         self._queue: list[_Request] = []
         self._cv = threading.Condition()
@@ -93,7 +92,8 @@ class EventSink:
         """When only fence checks wait, give the other committing threads a moment to queue theirs (each is answered
         by a probe that begins after it was asked, so they can share one); an append ends the wait at once."""
         deadline = time.monotonic() + CHECK_GATHER_S
-        while (self.gather_checks and not self._closed and len(self._queue) < CHECK_GATHER_MAX
+        while (not self._closed and len(self._queue) < CHECK_GATHER_MAX
+               and any(request.gather for request in self._queue)
                and not any(request.events for request in self._queue)):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -109,9 +109,11 @@ class EventSink:
             size += len(request.events)
         return group
 
-    def check_fenced(self) -> None:
-        """Return once the writer was found not fenced after this call began (FencedError if it was)."""
-        self._submit(_Request(()))
+    def check_fenced(self, among_others: bool = False) -> None:
+        """Return once the writer was found not fenced after this call began (FencedError if it was). `among_others`:
+        other threads are committing too, so the check may wait a moment to share their probe (alone, it would only
+        wait)."""
+        self._submit(_Request((), gather=among_others))
 
     def _commit(self, group: list[_Request]) -> None:
         events = [event for request in group for event in request.events]

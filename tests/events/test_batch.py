@@ -9,11 +9,18 @@ from collections import defaultdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from events.batch import BATCH_TYPES, CommitSequencesCompleted, CommitSequencesPlanned, pack, unpack
+from events.batch import (
+    BATCH_TYPES,
+    CommitSequencesCompleted,
+    CommitSequencesPlanned,
+    entry_size,
+    pack,
+    unpack,
+)
 from events.codec import EventCodec
 from events.commit import CommitSequenceCompleted, CommitSequencePlanned
 from events.keys import partition_for
-from events.model import DatasetEvent, Event
+from events.model import DatasetEvent, Event, approx_size
 from projections.synthetic import HistoryShape, synthetic_history
 from tests.events.test_event_parts import in_parts, views
 from tests.projections.test_fold_properties import PARTITIONS, as_logged, fold
@@ -102,3 +109,12 @@ def test_a_lone_sequence_keeps_its_own_records() -> None:
                                                               task_failure=0.0, run_failure=0.0, step_failure=0.0,
                                                               crash=0.0))
     assert pack(events, 1) == events
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=shapes, seed=st.integers(0, 2**32))
+def test_an_entrys_quick_size_is_never_below_its_estimate(shape: HistoryShape, seed: int) -> None:
+    events = in_parts(synthetic_history(random.Random(seed), shape), budget=2_000)
+    for record in pack(events, PARTITIONS, budget=600):
+        for entry in getattr(record, "sequences", ()):
+            assert entry_size(entry) >= approx_size(entry)

@@ -215,6 +215,9 @@ def write_job(base: Path, name: str, url: str, rng: random.Random, table: str | 
         # Half the jobs commit in shards (in-process shard tasks, each with its own fenced writer), one or two of them.
         "job.commit.on.executors": rng.random() < 0.5, "job.commit.shards": rng.randint(1, 2),
     }
+    # A quarter of the jobs append a record per event, as before batched commit records (no draw: seeds stay as they
+    # were): both shapes of the log are played.
+    job["job.commit.batch.records"] = job["source.synthetic.records.per.run"] != 4
     if table is not None:
         job |= {"data.publisher.type": "spark_pipeline.tables.publisher.IcebergTablePublisher", "iceberg.table": table,
                 "writer.output.format": "PARQUET", "writer.builder.class": "tests.sim.tables.ParquetDataWriterBuilder"}

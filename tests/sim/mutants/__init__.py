@@ -66,6 +66,9 @@ MUTANTS = (
     Mutant("table-commit-unverified", "the TableCommit step never finds its snapshot by its commit id, so a table "
            "commit made before a crash, or whose answer was lost, is made again",
            "the TableCommit step found done by the table's history (tables/iceberg.py: snapshot_of)", 0, 40),
+    Mutant("batch-members-skipped", "a fold of events read one by one (verify, audit) takes each member of a batched "
+           "commit record after the first for one already folded (they share the record's offset) and skips it",
+           "projections/state.py: State.apply folds a batch's later members (LoggedEvent.member)", 0, 40),
 )
 
 

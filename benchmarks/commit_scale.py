@@ -3,7 +3,7 @@ path.
 
     python -m benchmarks.commit_scale [--quick] [--sizes 1000,10000,100000] [--log sqlite|kafka]
                                       [--paths both|sharded|driver-only] [--shards-on spark|in-process]
-                                      [--records-per-dataset 2]
+                                      [--record-shapes both|batched|per-event] [--records-per-dataset 2]
 
 Each dataset has one partition and a few records (spark_pipeline/sources/synthetic.py); tasks run in the job's own
 process (InProcessTaskEngine), so that what is measured is the commit machinery, not Spark's scheduling of tasks.
@@ -22,6 +22,10 @@ per-work-unit objects included (an upper bound of the driver's alone). For each 
   the shards or by the driver as the path says, and the log folded again before planning); recovered: how many
   sequences it finished;
 - max_event_bytes: the largest encoded value in the log (the codec refuses any over 256 KiB).
+
+Each is measured with both record shapes (`--record-shapes`): batched commit records (job.commit.batch.records, the
+default) and a record per event as before batches (figures prefixed `per_event_`); commit_records_per_dataset counts
+the records of commit events (keys `commit/…` and `batch/…`) per dataset.
 
 The log is SQLite by default; `--log kafka` uses `$KAFKA_BOOTSTRAP` or a local broker started for the run (a topic per
 job). Last line of stdout: the JSON figures (`driver_only_` prefix for the driver-only path).
@@ -52,13 +56,16 @@ FULL_SIZES = (1_000, 10_000, 100_000)
 QUICK_SIZES = (1_000, 10_000)
 PATHS = {"": "true", "driver_only_": "false"}
 """Figure prefix → job.commit.on.executors."""
+RECORD_SHAPES = {"": True, "per_event_": False}
+"""Figure prefix → job.commit.batch.records (today's batched records, or a record per event as before)."""
 TARGETS = {"commit_s_100000": 20.0, "recovery_s_100000": 30.0, "driver_peak_rss_mib_100000": 1024.0,
            "max_event_bytes": 256 * 1024}
 JOB = "scale"
 TASK_EVENTS = ("TaskSucceeded", "TaskFailed")
 
 
-def job_file(base: Path, url: str, datasets: int, records: int, on_executors: str) -> Path:
+def job_file(base: Path, url: str, datasets: int, records: int, on_executors: str, batch_records: bool = True
+             ) -> Path:
     """A synthetic job of `datasets` one-partition datasets under `base`, its job file written there."""
     base.mkdir(parents=True, exist_ok=True)
     job = {
@@ -67,7 +74,7 @@ def job_file(base: Path, url: str, datasets: int, records: int, on_executors: st
         "source.synthetic.records.per.run": records, "source.synthetic.payload.bytes": 20,
         "writer.staging.dir": str(base / "staging"), "writer.output.dir": str(base / "task-output"),
         "data.publisher.final.dir": str(base / "published"), "task.maxretries": 0, "oncelog.log.url": url,
-        "job.commit.on.executors": on_executors,
+        "job.commit.on.executors": on_executors, "job.commit.batch.records": batch_records,
     }
     path = base / f"{JOB}.yaml"
     path.write_text(yaml.safe_dump(job))
@@ -131,13 +138,14 @@ def child_scan(path: Path, run_id: str) -> dict[str, Any]:
 
     config = load_job_config(path)
     codec = EventCodec()
-    largest, largest_type, last_task, committed, events = 0, "", 0.0, 0.0, 0
+    largest, largest_type, last_task, committed, events, commit_records = 0, "", 0.0, 0.0, 0, 0
     started, planned = 0.0, 0.0
     with open_log(config.log_url, config.log_settings) as log:
         for record in log.read_records():
             if record.value is None:
                 continue
             events += 1
+            commit_records += record.key.startswith((b"commit/", b"batch/"))
             event = codec.decode(record.value, record.topic, record.partition, record.offset, record.key)
             if len(record.value) > largest:
                 largest, largest_type = len(record.value), event.event_type()
@@ -153,7 +161,7 @@ def child_scan(path: Path, run_id: str) -> dict[str, Any]:
             elif event.event_type() == "WorkUnitsPlanned" and not planned:
                 planned = at
     return {"commit_s": committed - last_task, "recovery_s": planned - started, "max_event_bytes": largest,
-            "max_event_type": largest_type, "events": events}
+            "max_event_type": largest_type, "events": events, "commit_records": commit_records}
 
 
 def child_main(argv: list[str]) -> None:
@@ -185,16 +193,17 @@ def log_url(template: str, folder: Path) -> str:
     return template.format(folder=folder, topic=f"bench-commit-scale-{uuid.uuid4().hex[:8]}")
 
 
-def measure(base: Path, template: str, datasets: int, records: int, on_executors: str, shards_on: str
-            ) -> dict[str, Any]:
+def measure(base: Path, template: str, datasets: int, records: int, on_executors: str, shards_on: str,
+            batch_records: bool) -> dict[str, Any]:
     """One path at one size: a full run, then a run killed after planning and its recovery."""
     where = {"ONCELOG_BENCH_SHARDS_ON": shards_on}
-    path = job_file(base / "run", log_url(template, base / "run"), datasets, records, on_executors)
+    path = job_file(base / "run", log_url(template, base / "run"), datasets, records, on_executors, batch_records)
     ran = child("run", str(path), env=where)
     if ran["status"] != "COMMITTED":
         raise RuntimeError(f"{datasets:,} datasets: the run ended {ran['status']}: {ran['error']}")
     scanned = child("scan", str(path), ran["run_id"])
-    crash = job_file(base / "crash", log_url(template, base / "crash"), datasets, records, on_executors)
+    crash = job_file(base / "crash", log_url(template, base / "crash"), datasets, records, on_executors,
+                     batch_records)
     killed = child("run", str(crash), env={**where, "ONCELOG_CRASH_AT": "after-planning"}, may_die=True)
     recovered = child("run", str(crash), env=where)
     if recovered["status"] != "COMMITTED":
@@ -211,6 +220,7 @@ def measure(base: Path, template: str, datasets: int, records: int, on_executors
         "recovery_run_peak_rss_mib": round(recovered["peak_rss_mib"], 1),
         "max_event_bytes": max(scanned["max_event_bytes"], crash_scan["max_event_bytes"]),
         "max_event_type": scanned["max_event_type"], "events": scanned["events"],
+        "commit_records_per_dataset": round(scanned["commit_records"] / datasets, 4),
     }
 
 
@@ -231,6 +241,12 @@ def paths(chosen: str) -> dict[str, str]:
             if chosen == "both" or (chosen == "driver-only") == bool(prefix)}
 
 
+def shapes(chosen: str) -> dict[str, bool]:
+    """The record shapes to measure (`--record-shapes`): figure prefix → job.commit.batch.records."""
+    return {prefix: value for prefix, value in RECORD_SHAPES.items()
+            if chosen == "both" or (chosen == "per-event") == bool(prefix)}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every size, both paths; the figures."""
     sizes = QUICK_SIZES if args.quick else tuple(int(s) for s in args.sizes.split(","))
@@ -239,24 +255,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         with log_template(args.log) as template:
             for datasets in sizes:
-                for prefix, on_executors in paths(args.paths).items():
-                    note(f"{datasets:,} datasets, {'driver only' if prefix else 'commit shards'}: running")
-                    found = measure(work / f"{prefix or 'sharded_'}{datasets}", template, datasets,
-                                    args.records_per_dataset, on_executors, args.shards_on)
-                    note(f"  commit {found['commit_s']:.2f}s of {found['job_s']:.2f}s, "
-                         f"{found['commit_us_per_dataset']:,.0f} µs/dataset, peak RSS "
-                         f"{found['driver_peak_rss_mib']:,.0f} MiB, recovery of {found['recovered']:,} sequences "
-                         f"{found['recovery_s']:.2f}s, largest event {found['max_event_bytes']:,} bytes "
-                         f"({found['max_event_type']})")
-                    for name, value in found.items():
-                        if name != "max_event_bytes":
-                            figures[f"{prefix}{name}_{datasets}"] = value
-                    key = f"{prefix}max_event_bytes"
-                    figures[key] = max(figures.get(key, 0), found["max_event_bytes"])
+                for shape, batch_records in shapes(args.record_shapes).items():
+                    for path_prefix, on_executors in paths(args.paths).items():
+                        prefix = shape + path_prefix
+                        note(f"{datasets:,} datasets, {'driver only' if path_prefix else 'commit shards'}, "
+                             f"{'a record per event' if shape else 'batched records'}: running")
+                        found = measure(work / f"{prefix or 'sharded_'}{datasets}", template, datasets,
+                                        args.records_per_dataset, on_executors, args.shards_on, batch_records)
+                        note(f"  commit {found['commit_s']:.2f}s of {found['job_s']:.2f}s, "
+                             f"{found['commit_us_per_dataset']:,.0f} µs/dataset, peak RSS "
+                             f"{found['driver_peak_rss_mib']:,.0f} MiB, recovery of {found['recovered']:,} sequences "
+                             f"{found['recovery_s']:.2f}s, largest event {found['max_event_bytes']:,} bytes "
+                             f"({found['max_event_type']})")
+                        for name, value in found.items():
+                            if name != "max_event_bytes":
+                                figures[f"{prefix}{name}_{datasets}"] = value
+                        key = f"{prefix}max_event_bytes"
+                        figures[key] = max(figures.get(key, 0), found["max_event_bytes"])
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    figures.update({"sizes": list(sizes), "paths": args.paths, "quick": args.quick, "log": args.log,
-                    "engine": "in-process", "shards_on": args.shards_on,
+    figures.update({"sizes": list(sizes), "paths": args.paths, "record_shapes": args.record_shapes,
+                    "quick": args.quick, "log": args.log, "engine": "in-process", "shards_on": args.shards_on,
                     "records_per_dataset": args.records_per_dataset, "cpus": os.cpu_count(),
                     "load_avg_1m": round(os.getloadavg()[0], 2)})
     for name, target in TARGETS.items():
@@ -276,6 +295,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--shards-on", choices=("spark", "in-process"), default="spark",
                         help="where the sharded path's shards commit: Spark tasks on local[*] executors (as on a "
                              "cluster), or one after another in the job's process")
+    parser.add_argument("--record-shapes", choices=("both", "batched", "per-event"), default="both",
+                        help="batched commit records (job.commit.batch.records, the default), a record per event "
+                             "(as before batches; figures prefixed per_event_), or both side by side")
     parser.add_argument("--records-per-dataset", type=int, default=2, help="records per dataset and run")
     return parser.parse_args()
 

@@ -125,6 +125,23 @@ def test_rename_is_atomic_where_the_store_says_so_and_refused_elsewhere(store: S
         assert store.fs.exists(src)
 
 
+def test_a_rename_makes_missing_folders_and_one_of_a_missing_source_fails(store: Store) -> None:
+    deep = store.at("a/b/c/dst")
+    if not store.fs.renames_atomically(deep):
+        return  # no rename on this store: the test above says so
+    near = store.at("a/near")
+    store.fs.rename(store.put("one", b"1"), deep)
+    store.fs.rename(store.put("two", b"22"), near)  # into a folder the first rename made
+    assert store.fs.holds(deep, 1, sha(b"1")) and store.fs.holds(near, 2, sha(b"22"))
+    with pytest.raises((OSError, FileSystemError)):
+        store.fs.rename(store.at("gone"), store.at("x/y/dst"))
+    assert not store.fs.exists(store.at("x/y/dst"))
+    many = [store.at(f"many/{i}") for i in range(40)]
+    for i, folder in enumerate(many):
+        store.fs.rename(store.put(f"m{i}", b"m"), f"{folder}/f")
+    store.fs.sync_folders(many)  # many folders at once: one sync of the file system where the store has one
+
+
 def test_copy_keeps_the_source_and_delete_of_a_missing_file_is_fine(store: Store) -> None:
     src = store.put("src", b"copied")
     store.fs.copy(src, store.at("copy/dst"))

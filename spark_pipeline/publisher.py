@@ -45,21 +45,23 @@ class BaseDataPublisher(DataPublisher):
             watermarks = dict(previous.watermarks) if previous else {}
             steps: list[CommitStepSpec] = []
             for result in output.results:
-                steps += [FsRenameStep(src=f.path, dst=self.destination(run_id, f.path, f.branch, f.folder),
+                steps += [FsRenameStep.trusted(src=f.path, dst=self.destination(run_id, f.path, f.branch, f.folder),
                                        size=f.size, checksum=f.checksum, records=f.records, partition=f.partition)
                           for f in result.output_files]
             for result in output.results:
                 # A partition seen for the first time records where it starts, even with nothing in range.
                 if result.partition not in watermarks or result.actual_high_watermark != watermarks[result.partition]:
-                    steps.append(HighWatermarkStep(partition=result.partition, low_watermark=result.low_watermark,
+                    steps.append(HighWatermarkStep.trusted(partition=result.partition, low_watermark=result.low_watermark,
                                                    value=result.actual_high_watermark))
                 watermarks[result.partition] = result.actual_high_watermark
             if not steps:
                 continue  # nothing extracted and no watermark moved: the dataset keeps its state
             records = sum(r.records_written for r in output.results)
             files = sum(len(r.output_files) for r in output.results)
-            steps.append(DatasetStateStep(watermarks=watermarks, records_published=records, files_published=files))
-            planned.append(CommitSequencePlanned(job=self.config.job_name, run_id=run_id,
-                                                 dataset_urn=output.dataset_urn, sequence_id=run_id,
-                                                 steps=tuple(steps)))
+            steps.append(DatasetStateStep.trusted(watermarks=watermarks, records_published=records,
+                                                  files_published=files))
+            # unvalidated (`trusted`): every value comes from the run's task results, validated as they were read
+            planned.append(CommitSequencePlanned.trusted(job=self.config.job_name, run_id=run_id,
+                                                         dataset_urn=output.dataset_urn, sequence_id=run_id,
+                                                         steps=tuple(steps)))
         return planned

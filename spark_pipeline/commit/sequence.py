@@ -37,6 +37,7 @@ from events.model import Event
 from events.published import published_events
 from filesystems import urls
 from filesystems.base import FileSystem, FileSystemError
+from projections.projector import fold_gc
 from projections.views import SequenceView
 from spark_pipeline.commit.faults import FaultPoint
 from spark_pipeline.commit.settings import CommitSettings
@@ -245,6 +246,7 @@ class Committer:
 
         results: list[CommitResult] = []
         with ExitStack() as pools:
+            pools.enter_context(fold_gc())  # what a commit allocates forms no cycles: no full collections mid-way
             # One worker: the sequences commit in this thread, in order, as that worker would (no thread to start)
             ended_in_order: Iterable[CommitResult] = map(commit, range(len(views))) if workers == 1 else (
                 pools.enter_context(ThreadPoolExecutor(max_workers=workers, thread_name_prefix="commit"))

@@ -19,8 +19,9 @@ from the record's envelope, its payload neither decoded nor built: `EventCodec.v
 event decoded and built, every record decoded: `EventCodec(memo=False)`, the path before the decoded memo);
 `codec_decode_first` (the default codec reading records for the first time: what the memo costs a first read)
 and `codec_decode_again` (the default codec reading records it decoded before: a window of 2,000 read over and
-over) beside `codec_decode_again_unremembered` (the same reads with every record decoded). `codec_*_us`: wall µs
-per event at the median repeat. Each figure is events/s at the median repeat (`*_eps`) and this
+over) beside `codec_decode_again_unremembered` (the same reads with every record decoded). Per event type
+(`typed_events`): `codec_<type>_encode`, `_decode`, its `_read` and `_validate` apart, and `_view`.
+`codec_*_us`: wall µs per event at the median repeat. Each figure is events/s at the median repeat (`*_eps`) and this
 process's CPU µs per event (`*_cpu_us`, steadier when the machine is loaded; the broker's CPU is not in it).
 The Kafka broker is `$KAFKA_BOOTSTRAP`, or a local one started for the run. Last line of stdout: the JSON figures.
 """

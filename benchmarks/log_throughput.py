@@ -19,8 +19,9 @@ from the record's envelope, its payload neither decoded nor built: `EventCodec.v
 event decoded and built, every record decoded: `EventCodec(memo=False)`, the path before the decoded memo);
 `codec_decode_first` (the default codec reading records for the first time: what the memo costs a first read)
 and `codec_decode_again` (the default codec reading records it decoded before: a window of 2,000 read over and
-over) beside `codec_decode_again_unremembered` (the same reads with every record decoded). `codec_*_us`: wall µs
-per event at the median repeat. Each figure is events/s at the median repeat (`*_eps`) and this
+over) beside `codec_decode_again_unremembered` (the same reads with every record decoded). Per event type
+(`typed_events`): `codec_<type>_encode`, `_decode`, its `_read` and `_validate` apart, and `_view`.
+`codec_*_us`: wall µs per event at the median repeat. Each figure is events/s at the median repeat (`*_eps`) and this
 process's CPU µs per event (`*_cpu_us`, steadier when the machine is loaded; the broker's CPU is not in it).
 The Kafka broker is `$KAFKA_BOOTSTRAP`, or a local one started for the run. Last line of stdout: the JSON figures.
 """
@@ -50,13 +51,14 @@ from benchmarks.common import (
 )
 from events.codec import EventCodec, Record
 from events.commit import (
+    CommitSequenceCompleted,
     CommitSequencePlanned,
     CommitStepApplied,
     DatasetStateStep,
     FsRenameStep,
     HighWatermarkStep,
 )
-from events.dataset import WatermarkAdvanced
+from events.dataset import DatasetStateCommitted, WatermarkAdvanced
 from events.log import EventLog, LogWriter, open_log
 from events.log.kafka.store import (
     BOUNDED_READ_SETTINGS,
@@ -68,7 +70,7 @@ from events.log.kafka.store import (
 from events.log.kafka.writer import PRODUCER_TUNING
 from events.log.sqlite import SqliteLog
 from events.model import Event, RunFields, SequenceFields
-from events.task import OutputFile, TaskSucceeded, WorkUnitResult
+from events.task import OutputFile, TaskStarted, TaskSucceeded, WorkUnitResult
 
 PARTITIONS = 3
 STORES = ("kafka", "sqlite")
@@ -79,6 +81,8 @@ CODEC_SAMPLE = 50_000
 REREAD_WINDOW = 2_000
 """`codec_decode_again` reads the first this many records over and over (a log read again, as a catch-up after each
 run of a simulation reads it): fewer than the decoded memo keeps (events.codec.DECODED_MEMO_SIZE)."""
+TYPE_SAMPLE = 10_000
+"""Events of each type the per-type codec figures (`codec_<type>_*_us`) are measured on."""
 T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 TARGETS = {"kafka_append_ratio": 0.5, "kafka_read_ratio": 0.5, "sqlite_append_eps": 50_000, "sqlite_read_eps": 100_000}
 
@@ -110,6 +114,24 @@ def dataset_events(i: int) -> list[Event]:
             for s in range(3)
         ),
         WatermarkAdvanced(**dataset, partition=partition, low_watermark=1000 * i, value=1000 * i + 998, emitted_at=at),
+    ]
+
+
+def typed_events(i: int) -> list[Event]:
+    """One event of each type oncelog writes and reads back by the thousand, for dataset `i` of a run: the mix's
+    four, and the task's start, the sequence's completion and the dataset's state."""
+    task, planned, applied, _, _, advanced = dataset_events(i)
+    assert isinstance(planned, CommitSequencePlanned) and isinstance(advanced, WatermarkAdvanced)
+    sequence: SequenceFields = {"job": planned.job, "run_id": planned.run_id, "dataset_urn": planned.dataset_urn,
+                                "sequence_id": planned.sequence_id}
+    at = planned.emitted_at
+    return [
+        TaskStarted(job=task.job, run_id=task.run_id, task_id=f"task-{i}", attempt=1, work_unit_ids=(f"wu-{i}",),
+                    executor="driver", emitted_at=at),
+        task, planned, applied, advanced,
+        DatasetStateCommitted(**sequence, watermarks={advanced.partition: advanced.value}, records_published=998,
+                              files_published=1, emitted_at=at),
+        CommitSequenceCompleted(**sequence, emitted_at=at),
     ]
 
 
@@ -189,6 +211,47 @@ def bench_codec(events: list[Event], records: list[Record], repeats: int) -> dic
         for name, run in runs.items():
             samples[name].append(time_once(partial(run, None)))
     return {name: Timing.of(values) for name, values in samples.items()}
+
+
+def bench_types(count: int, repeats: int) -> dict[str, Timing]:
+    """Per event type (`typed_events`), `count` events each: encode (`to_record`), decode (built and validated,
+    memo off), and decode split into its parts: `read` (frame, checksum, fastavro's reader: the fields as a dict)
+    and `validate` (pydantic-core building the event from them); `view` (the envelope alone). Repeats alternate."""
+    codec, unremembering = EventCodec(), EventCodec(memo=False)
+    by_type: dict[str, list[Event]] = {}
+    for i in range(count):
+        for event in typed_events(i):
+            by_type.setdefault(event.event_type(), []).append(event)
+    runs: dict[str, Callable[[], None]] = {}
+    for name, events in by_type.items():
+        records = [codec.to_record(e, PARTITIONS) for e in events]
+        schemas = unremembering._read(records[0].value or b"", "bench", 0, 0, records[0].key)[0]
+        read = [unremembering._read(r.value or b"", "bench", 0, 0, r.key)[1] for r in records]
+        runs[f"codec_{name}_encode"] = partial(_encode_all, codec, events)
+        runs[f"codec_{name}_decode"] = partial(_decode_all, unremembering.decode, records)
+        runs[f"codec_{name}_read"] = partial(_decode_all, unremembering._read, records)
+        runs[f"codec_{name}_validate"] = partial(_validate_all, schemas.validate, read)
+        runs[f"codec_{name}_view"] = partial(_decode_all, codec.view, records)
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            samples[name].append(time_once(run))
+    return {name: Timing.of(values) for name, values in samples.items()}
+
+
+def _encode_all(codec: EventCodec, events: list[Event]) -> None:
+    for event in events:
+        codec.to_record(event, PARTITIONS)
+
+
+def _decode_all(decode: Callable[[bytes, str, int, int, bytes], object], records: list[Record]) -> None:
+    for r in records:
+        decode(r.value or b"", "bench", r.partition, 0, r.key)
+
+
+def _validate_all(validate: Callable[[dict[str, Any]], Event], fields: list[dict[str, Any]]) -> None:
+    for given in fields:
+        validate(given)  # validation reads the dict, it does not change it
 
 
 def bench_sqlite(work_dir: Path, events: list[Event], batch: int, repeats: int) -> dict[str, Timing]:
@@ -372,6 +435,10 @@ def main(argv: list[str] | None = None) -> None:
     note(f"codec, on the first {sample:,} events")
     timings = bench_codec(events[:sample], records[:sample], args.repeats)
     counts = {name: sample for name in timings}
+    note(f"codec per event type, {TYPE_SAMPLE:,} events of each")
+    typed = bench_types(TYPE_SAMPLE, args.repeats)
+    timings |= typed
+    counts |= {name: TYPE_SAMPLE for name in typed}
     if "kafka" in stores:
         timings |= run_kafka(events, records, args.batch, args.repeats)
     if "sqlite" in stores:

@@ -243,6 +243,7 @@ def figures_of(prefix: str, result: dict[str, Any], count: int) -> dict[str, Any
     if "store" in t:  # the store's read + decode: splits the gap to raw into the store's share and the fold's
         figures[f"{prefix}store_read_eps"] = round(t["store"].rate(count))
         figures[f"{prefix}store_read_cpu_us"] = round(t["store"].cpu_us(count), 2)
+        figures[f"{prefix}fold_cpu_us"] = round(t["full"].cpu_us(count) - t["store"].cpu_us(count), 2)
     figures[f"{prefix}replay_ratio"] = round(figures[f"{prefix}replay_eps"] / figures[f"{prefix}raw_decode_eps"], 3)
     figures[f"{prefix}snapshot_share"] = round(t["snapshot"].median / t["full"].median, 4)
     for name, timing in t.items():

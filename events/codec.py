@@ -348,6 +348,16 @@ class EventCodec:
             memo.put(key, value, event)
         return event
 
+    def decode_unless(self, value: bytes, topic: str, partition: int, offset: int, key: bytes | None,
+                      viewed: frozenset[bytes]) -> Event | EventView:
+        """`decode`, except for a record whose type is named in `viewed` (names in ASCII): that one is only viewed,
+        its checksum and envelope checked as `view` checks them, its payload neither decoded nor validated. For a
+        reader that does nothing with those types' payloads (the fold and DatasetPublished), which would otherwise
+        decode and validate every one of them to drop it."""
+        if len(value) > 2 and value[2 : 2 + value[1]] in viewed:
+            return self.view(value, topic, partition, offset, key)
+        return self.decode(value, topic, partition, offset, key)
+
     def view(self, value: bytes, topic: str, partition: int, offset: int, key: bytes | None) -> EventView:
         """The record read as far as its envelope (type, job, run, dataset, time), checked as `decode` checks it,
         its payload left undecoded: what a reader that needs a few of those reads. `fields()` and `event()` decode

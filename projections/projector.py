@@ -13,16 +13,20 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from events.codec import EventView
 from events.errors import EventDecodeError, OncelogError
 from events.log import EventLog, Snapshot
 from events.model import Position
 from projections.snapshot_codec import SnapshotFormatError, decode_state, encode_state
-from projections.state import DETAIL_RUNS, State
+from projections.state import DETAIL_RUNS, NOT_FOLDED, State
 
 DEFAULT_SNAPSHOT = "state"
 PROGRESS_EVERY = 10_000
 FOLD_YOUNG_COLLECTION_EVERY = 100_000
 """While folding, the young generation is collected after this many allocations, not CPython's 700 (see fold_gc)."""
+
+NOT_FOLDED_NAMES = frozenset(t.event_type().encode("ascii") for t in NOT_FOLDED)
+"""The names of the event types whose records the fold only views (`EventCodec.decode_unless`)."""
 
 Progress = Callable[[int], None]
 """Called with the number of events folded so far, every PROGRESS_EVERY events and at the end."""
@@ -99,7 +103,7 @@ class Projector:
         Records are decoded and folded here, as `EventLog.read` would hand them over (tombstones skipped, a bad
         record to the error handling) but without a `LoggedEvent` for each: the record says where the event lies.
         """
-        decode, apply_at = self.log.codec.decode, state.apply_at
+        decode, apply_at = self.log.codec.decode_unless, state.apply_at
         folded = 0
         with fold_gc():
             for record in self.log.read_records(start=state.offsets, until=until):
@@ -107,11 +111,15 @@ class Projector:
                     state.apply_tombstone(record.key, record)  # a deletion by `oncelog gc`, honoured at once
                     continue
                 try:
-                    event = decode(record.value, record.topic, record.partition, record.offset, record.key)
+                    event = decode(record.value, record.topic, record.partition, record.offset, record.key,
+                                   NOT_FOLDED_NAMES)
                 except EventDecodeError as error:
                     self._undecodable(state, error)
                     continue
-                apply_at(event, record)
+                if isinstance(event, EventView):  # a type the fold does nothing with: checked, not built
+                    state.skip_to({record.partition: record.offset + 1})
+                else:
+                    apply_at(event, record)
                 folded += 1
                 if progress is not None and folded % PROGRESS_EVERY == 0:
                     progress(folded)

@@ -415,6 +415,8 @@ def _task_event(state: State, event: Event, position: Where | None) -> None:
             unit = units.get(result.work_unit_id)
             if unit is not None:
                 units[result.work_unit_id] = work_unit_ended(unit, event.task_id, event.attempt, result, error)
+        if type(event) is TaskSucceeded and not state.lean:
+            return  # the usual success: nothing more to do, no attempt to look up (a generator over the attempts)
         attempt = _attempt(tasks[event.task_id], event.attempt)
         if isinstance(event, TaskFailed) and attempt is not None and attempt.complete:
             # Once every part is in, the work units no part has a result for got nothing done (those with one
@@ -484,6 +486,10 @@ def _for_consumers(state: State, event: Event, position: Where | None) -> None:
     """DatasetPublished is for downstream consumers: the state has what it says already (the plan and its steps)."""
 
 
+NOT_FOLDED: frozenset[type[Event]] = frozenset({DatasetPublished})
+"""Event types the fold does nothing with: the projector reads only their envelope (`EventCodec.decode_unless`)."""
+
+
 def _batch_event(state: State, event: Event, position: Where | None) -> None:
     """A batched commit record: each of the events it stands for, at its position."""
     for member in unpack(event):
@@ -491,7 +497,7 @@ def _batch_event(state: State, event: Event, position: Where | None) -> None:
 
 
 HANDLERS: dict[type[Event], Handler] = {
-    DatasetPublished: _for_consumers,
+    **{t: _for_consumers for t in NOT_FOLDED},
     CommitSequencesPlanned: _batch_event,
     CommitSequencesCompleted: _batch_event,
     **{t: _run_event for t in (JobRunStarted, WorkUnitsPlanned, JobRunSucceeded, JobRunCommitted, JobRunFailed,

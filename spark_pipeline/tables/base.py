@@ -18,7 +18,9 @@ from filesystems import urls
 from projections.views import DatasetView
 from spark_pipeline.constructs import DatasetOutput
 from spark_pipeline.jobfile.config import WriterOutputFormat
+from spark_pipeline.jobfile.partitions import partitioning_of
 from spark_pipeline.publisher import BaseDataPublisher
+from spark_pipeline.tables.partitioning import PARTITION_SPEC, table_partitioning
 
 FORMAT_KEY = "writer.output.format"
 
@@ -84,6 +86,11 @@ class TablePublisher(BaseDataPublisher):
     def table_step(self, settings: Any, warehouse: str, location: str, sequence: CommitSequencePlanned,
                    output: DatasetOutput, previous: DatasetView | None) -> CommitStepSpec:
         """The step that commits the sequence's files (moved under `location`) to the table."""
+
+    def partition_summary(self) -> dict[str, str]:
+        """The partitioning a table this job creates gets, from the job's time partitioner (none: unpartitioned)."""
+        partitioning = table_partitioning(partitioning_of(self.config.properties))
+        return {PARTITION_SPEC: partitioning.encode()} if partitioning is not None else {}
 
     def state_properties(self, previous: DatasetView | None, commits: bool) -> dict[str, str]:
         """Properties the sequence's DatasetState step records beside its watermarks (`commits`: whether the sequence

@@ -26,8 +26,10 @@ from deltalake import exceptions as delta_errors
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from events.commit import TABLE_COMMIT_ID, DeltaCommitStep
+from spark_pipeline.tables.delta_partitions import DeltaPartitioning, delta_partitioning, partition_values
 from spark_pipeline.tables.errors import TableError
 from spark_pipeline.tables.files import files_schema, first_line, local, mismatched
+from spark_pipeline.tables.partitioning import PARTITION_SPEC, TablePartitioning
 
 COMMIT_ID = TABLE_COMMIT_ID
 """The commit info key naming the sequence that made the commit (`job/dataset/sequence`)."""
@@ -128,23 +130,25 @@ def commit(ref: DeltaRef, files: Sequence[str], app_id: str, version: int, commi
            metadata: dict[str, str]) -> None:
     """Add `files` (Parquet, under the table's root) to the table in one write transaction carrying the app
     transaction (`app_id`, `version`) and `commit_id` with `metadata` in its commit info; the table created with the
-    data's schema by that commit if it does not exist, and the data's new columns added to its schema just before.
-    Looks for the app transaction first, and again after another writer's commit came in between: never twice."""
+    data's schema by that commit if it does not exist (partitioned as `metadata`'s `oncelog.partition-spec` says: an
+    existing table keeps its partition columns), and the data's new columns added to its schema just before. Looks
+    for the app transaction first, and again after another writer's commit came in between: never twice."""
     properties = CommitProperties(custom_metadata={**metadata, COMMIT_ID: commit_id},
                                   app_transactions=[Transaction(app_id, version)])
+    spec = metadata.get(PARTITION_SPEC)
     with _lock(ref):
         for _ in range(COMMIT_ATTEMPTS):
             table = load_table(ref)
             if table is not None and _holds(table, ref, app_id, version):
                 return
             schema = files_schema(files)
-            actions = [_add_action(ref, path) for path in files]
+            partitioning = (delta_partitioning(TablePartitioning.decode(spec), schema, ref.describe())
+                            if spec else None)
             try:
                 if table is None:
-                    create_table_with_add_actions(str(ref.root), _delta_schema(ref, schema), actions, mode="error",
-                                                  commit_properties=properties)
+                    _create(ref, schema, partitioning, files, properties)
                 else:
-                    _append(ref, table, schema, actions, properties, commit_id)
+                    _append(ref, table, schema, partitioning, files, properties, commit_id)
             except delta_errors.CommitFailedError:
                 continue  # another writer's commit came in between: look again, then try on top of it
             except LIBRARY_ERRORS as e:
@@ -159,22 +163,36 @@ def commit(ref: DeltaRef, files: Sequence[str], app_id: str, version: int, commi
     raise TableError(f"{ref.describe()}: {COMMIT_ATTEMPTS} commits of {commit_id} lost to other writers' commits")
 
 
-def _append(ref: DeltaRef, table: DeltaTable, schema: pa.Schema, actions: list[AddAction],
-            properties: CommitProperties, commit_id: str) -> None:
-    """The files added to an existing table, after the data's new columns (a commit of their own: delta-rs's
-    add-actions commit keeps the table's schema)."""
+def _create(ref: DeltaRef, schema: pa.Schema, partitioning: DeltaPartitioning | None, files: Sequence[str],
+            properties: CommitProperties) -> None:
+    """The table created by the commit adding `files`, with the data's schema and, if the job partitions by time, the
+    partition column (not in the files: each add action carries its file's value)."""
+    columns = [partitioning.name] if partitioning is not None else []
+    table_schema = schema.append(partitioning.field) if partitioning is not None else schema
+    actions = [_add_action(ref, path, partitioning, columns) for path in files]
+    create_table_with_add_actions(str(ref.root), _delta_schema(ref, table_schema), actions, mode="error",
+                                  partition_by=columns or None, commit_properties=properties)
+
+
+def _append(ref: DeltaRef, table: DeltaTable, schema: pa.Schema, partitioning: DeltaPartitioning | None,
+            files: Sequence[str], properties: CommitProperties, commit_id: str) -> None:
+    """The files added to an existing table (each in its partition, if the table has a partition column), after the
+    data's new columns (a commit of their own: delta-rs's add-actions commit keeps the table's schema)."""
     columns = pa.schema(table.schema().to_arrow())
     wrong = mismatched(columns, schema)
     if wrong:
-        raise TableError(f"{ref.describe()} cannot take the data (the first file {actions[0].path}): "
+        raise TableError(f"{ref.describe()} cannot take the data (the first file {files[0]}): "
                          f"{'; '.join(wrong)}; nothing was committed")
+    partition_columns = list(table.metadata().partition_columns)
+    actions = [_add_action(ref, path, partitioning, partition_columns) for path in files]
     new = [field for field in schema if columns.get_field_index(field.name) < 0]
     if new:
         added = _delta_schema(ref, pa.schema([field.with_nullable(True) for field in new])).fields
         table.alter.add_columns(added, commit_properties=CommitProperties(
             custom_metadata={"oncelog.columns-added-for": commit_id}))
     changes: list[AddAction | RemoveAction] = [*actions]
-    table.create_write_transaction(changes, "append", table.schema(), commit_properties=properties)
+    table.create_write_transaction(changes, "append", table.schema(), partition_by=partition_columns or None,
+                                   commit_properties=properties)
 
 
 def _delta_schema(ref: DeltaRef, schema: pa.Schema) -> Schema:
@@ -186,8 +204,10 @@ def _delta_schema(ref: DeltaRef, schema: pa.Schema) -> Schema:
                          f"({', '.join(f'{f.name}: {f.type}' for f in schema)}): {first_line(e)}") from e
 
 
-def _add_action(ref: DeltaRef, path: str) -> AddAction:
-    """The add action of a data file under the table's root: its relative path, size, time and record count."""
+def _add_action(ref: DeltaRef, path: str, partitioning: DeltaPartitioning | None, columns: Sequence[str]
+                ) -> AddAction:
+    """The add action of a data file under the table's root: its relative path, partition values (for a table
+    partitioned by `columns`), size, time and record count."""
     file = Path(local(path))
     try:
         relative = file.relative_to(ref.root)
@@ -199,4 +219,6 @@ def _add_action(ref: DeltaRef, path: str) -> AddAction:
     except (OSError, pa.ArrowException) as e:
         raise TableError(f"{ref.describe()}: cannot read the data file {path}: {first_line(e)}") from e
     stats: dict[str, Any] = {"numRecords": records}
-    return AddAction(relative.as_posix(), stat.st_size, {}, stat.st_mtime_ns // 1_000_000, True, json.dumps(stats))
+    values = partition_values(partitioning, columns, path, ref.describe())
+    return AddAction(relative.as_posix(), stat.st_size, values, stat.st_mtime_ns // 1_000_000, True,
+                     json.dumps(stats))

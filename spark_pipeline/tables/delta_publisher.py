@@ -64,7 +64,7 @@ class DeltaTablePublisher(TablePublisher):
             table=settings.table, location=location, app_id=app_id(sequence.job, sequence.dataset_urn),
             version=last_version(previous) + 1,
             commit_id=commit_id(sequence.job, sequence.dataset_urn, sequence.sequence_id),
-            metadata=snapshot_summary(sequence, output))
+            metadata={**snapshot_summary(sequence, output), **self.partition_summary()})
 
     def state_properties(self, previous: DatasetView | None, commits: bool) -> dict[str, str]:
         """The dataset's app transaction version: the next one when the sequence commits, else the last one."""

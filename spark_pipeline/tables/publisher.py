@@ -20,9 +20,7 @@ from events.commit import CommitSequencePlanned, TableCommitStep
 from filesystems import urls
 from projections.views import DatasetView
 from spark_pipeline.constructs import DatasetOutput
-from spark_pipeline.jobfile.partitions import partitioning_of
 from spark_pipeline.tables.base import TablePublisher, TableSettings, commit_id, snapshot_summary
-from spark_pipeline.tables.partitioning import PARTITION_SPEC, table_partitioning
 
 TABLE_KEY = "iceberg.table"
 CATALOG_URI_KEY = "iceberg.catalog.uri"
@@ -78,11 +76,6 @@ class IcebergTablePublisher(TablePublisher):
             table=settings.table, location=location,
             commit_id=commit_id(sequence.job, sequence.dataset_urn, sequence.sequence_id),
             summary={**snapshot_summary(sequence, output), **self.partition_summary()})
-
-    def partition_summary(self) -> dict[str, str]:
-        """The partition spec a table this job creates gets, from the job's time partitioner (none: unpartitioned)."""
-        partitioning = table_partitioning(partitioning_of(self.config.properties))
-        return {PARTITION_SPEC: partitioning.encode()} if partitioning is not None else {}
 
 
 def catalog_problem(settings: IcebergSettings, warehouse: str, timeout_s: float) -> str | None:

@@ -36,12 +36,18 @@ class TableSettings(BaseModel):
     output_format: str = Field(alias="writer.output.format")
     """Required here (the job's default is AVRO): Parquet only."""
 
+    REMOTE_WAREHOUSES: ClassVar[tuple[str, ...]] = ()
+    """The URL schemes of the warehouses beside local disk that the format's publisher works on."""
+    UNSUPPORTED: ClassVar[str] = "HDFS and S3 warehouses are not supported"
+    """Why the other warehouses are refused."""
+
     @field_validator("warehouse")
     @classmethod
-    def _local_warehouse(cls, value: str) -> str:
-        if urls.has_scheme(value) and not value.startswith("file:"):
-            raise ValueError(f"{value!r}: the {cls.FORMAT} publisher's warehouse is on local disk for now (HDFS and "
-                             f"S3 warehouses are not supported yet)")
+    def _supported_warehouse(cls, value: str) -> str:
+        if urls.has_scheme(value) and not value.startswith(("file:", *cls.REMOTE_WAREHOUSES)):
+            raise ValueError(f"{value!r}: the {cls.FORMAT} publisher's warehouse must be on local disk"
+                             f"{' or ' + ', '.join(cls.REMOTE_WAREHOUSES) if cls.REMOTE_WAREHOUSES else ''}: "
+                             f"{cls.UNSUPPORTED}")
         return value
 
     @field_validator("output_format")

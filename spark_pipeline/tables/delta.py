@@ -15,21 +15,23 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake import exceptions as delta_errors
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from events.commit import TABLE_COMMIT_ID, DeltaCommitStep
+from filesystems import urls
 from spark_pipeline.tables.delta_partitions import DeltaPartitioning, delta_partitioning, partition_values
 from spark_pipeline.tables.errors import TableError
 from spark_pipeline.tables.files import files_schema, first_line, local, mismatched
 from spark_pipeline.tables.partitioning import PARTITION_SPEC, TablePartitioning
+from spark_pipeline.tables.storage import TableStorage
 
 COMMIT_ID = TABLE_COMMIT_ID
 """The commit info key naming the sequence that made the commit (`job/dataset/sequence`)."""
@@ -44,18 +46,25 @@ LIBRARY_ERRORS: tuple[type[Exception], ...] = (delta_errors.DeltaError, OSError,
 
 @dataclass(frozen=True)
 class DeltaRef:
-    """Where a Delta table is: its name in the job file and its root folder."""
+    """Where a Delta table is: its name in the job file, its root folder, and how its files are reached."""
 
     table: str
     location: str
+    storage: TableStorage = field(default_factory=TableStorage, compare=False)
 
     @classmethod
-    def of(cls, step: DeltaCommitStep) -> DeltaRef:
-        return cls(step.table, step.location)
+    def of(cls, step: DeltaCommitStep, storage: TableStorage | None = None) -> DeltaRef:
+        return cls(step.table, step.location, storage or TableStorage())
 
     @property
-    def root(self) -> Path:
-        return Path(local(self.location))
+    def uri(self) -> str:
+        """The table's root as delta-rs opens it (a local path, or the s3a:// URL)."""
+        return local(self.location)
+
+    @property
+    def options(self) -> dict[str, str]:
+        """delta-rs's storage options for the table (S3's endpoint and credentials)."""
+        return self.storage.delta_options(self.location)
 
     def describe(self) -> str:
         return f"Delta table {self.table!r} at {self.location}"
@@ -68,23 +77,23 @@ _table_locks: dict[str, threading.Lock] = {}
 def _lock(ref: DeltaRef) -> threading.Lock:
     """One commit at a time per table in this process (datasets commit in parallel)."""
     with _locks_lock:
-        return _table_locks.setdefault(str(ref.root), threading.Lock())
+        return _table_locks.setdefault(ref.uri, threading.Lock())
 
 
 def load_table(ref: DeltaRef) -> DeltaTable | None:
     """The table, or None when its location holds no Delta log yet."""
     try:
-        if not (ref.root / LOG_FOLDER).exists():
+        if not ref.storage.exists(urls.join(ref.location, LOG_FOLDER)):
             return None
-        return DeltaTable(str(ref.root))
+        return DeltaTable(ref.uri, storage_options=ref.options or None)
     except LIBRARY_ERRORS as e:
         raise TableError(f"cannot open {ref.describe()}: {first_line(e)}") from e
 
 
-def open_problem(location: str) -> str | None:
+def open_problem(location: str, storage: TableStorage) -> str | None:
     """Why the Delta table at `location` cannot be opened, or None (what a pre-flight check asks)."""
     try:
-        DeltaTable(local(location))
+        DeltaTable(local(location), storage_options=storage.delta_options(location) or None)
     except LIBRARY_ERRORS as e:
         return first_line(e)
     return None
@@ -141,7 +150,7 @@ def commit(ref: DeltaRef, files: Sequence[str], app_id: str, version: int, commi
             table = load_table(ref)
             if table is not None and _holds(table, ref, app_id, version):
                 return
-            schema = files_schema(files)
+            schema = files_schema(files, ref.storage)
             partitioning = (delta_partitioning(TablePartitioning.decode(spec), schema, ref.describe())
                             if spec else None)
             try:
@@ -170,8 +179,9 @@ def _create(ref: DeltaRef, schema: pa.Schema, partitioning: DeltaPartitioning | 
     columns = [partitioning.name] if partitioning is not None else []
     table_schema = schema.append(partitioning.field) if partitioning is not None else schema
     actions = [_add_action(ref, path, partitioning, columns) for path in files]
-    create_table_with_add_actions(str(ref.root), _delta_schema(ref, table_schema), actions, mode="error",
-                                  partition_by=columns or None, commit_properties=properties)
+    create_table_with_add_actions(ref.uri, _delta_schema(ref, table_schema), actions, mode="error",
+                                  partition_by=columns or None, storage_options=ref.options or None,
+                                  commit_properties=properties)
 
 
 def _append(ref: DeltaRef, table: DeltaTable, schema: pa.Schema, partitioning: DeltaPartitioning | None,
@@ -208,17 +218,19 @@ def _add_action(ref: DeltaRef, path: str, partitioning: DeltaPartitioning | None
                 ) -> AddAction:
     """The add action of a data file under the table's root: its relative path, partition values (for a table
     partitioned by `columns`), size, time and record count."""
-    file = Path(local(path))
     try:
-        relative = file.relative_to(ref.root)
+        relative = urls.relative_to(path, ref.location)
     except ValueError as e:
         raise TableError(f"{ref.describe()}: the data file {path} lies outside the table's folder") from e
+    fs, where = ref.storage.arrow(path)
     try:
-        stat = file.stat()
-        records = pq.ParquetFile(file).metadata.num_rows
+        info = fs.get_file_info(where)
+        if info.type != pafs.FileType.File or info.size is None:
+            raise FileNotFoundError(f"no file {path}")
+        records = pq.read_metadata(where, filesystem=fs).num_rows
     except (OSError, pa.ArrowException) as e:
         raise TableError(f"{ref.describe()}: cannot read the data file {path}: {first_line(e)}") from e
     stats: dict[str, Any] = {"numRecords": records}
-    values = partition_values(partitioning, columns, path, ref.describe())
-    return AddAction(relative.as_posix(), stat.st_size, values, stat.st_mtime_ns // 1_000_000, True,
-                     json.dumps(stats))
+    values = partition_values(partitioning, columns, path, ref.storage, ref.describe())
+    modified = info.mtime_ns // 1_000_000 if info.mtime_ns is not None else 0
+    return AddAction(relative, info.size, values, modified, True, json.dumps(stats))

@@ -20,7 +20,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -31,6 +30,7 @@ from spark_pipeline.jobfile.partitions import COLUMNS_KEY
 from spark_pipeline.tables.errors import TableError
 from spark_pipeline.tables.files import first_line
 from spark_pipeline.tables.partitioning import Period, TablePartitioning, column_type
+from spark_pipeline.tables.storage import TableStorage
 
 DateLike = TypeVar("DateLike", dt.date, dt.datetime)
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S"
@@ -61,10 +61,10 @@ def delta_partitioning(partitioning: TablePartitioning, schema: pa.Schema, where
     return None
 
 
-def partition_value(partitioning: DeltaPartitioning, path: str, where: str) -> str | None:
+def partition_value(partitioning: DeltaPartitioning, path: str, storage: TableStorage, where: str) -> str | None:
     """The file's value of the partition column, as Delta writes it: the one period its column's values lie in (None:
     the column is null throughout); a TableError naming the file if they lie in two."""
-    low, high = _min_max(Path(path), partitioning.partitioning.column, where)
+    low, high = _min_max(path, storage, partitioning.partitioning.column, where)
     if low is None or high is None:
         return None
     first, last = (_period_start(partitioning, v) for v in (low, high))
@@ -76,12 +76,12 @@ def partition_value(partitioning: DeltaPartitioning, path: str, where: str) -> s
     return _text(first)
 
 
-def _min_max(path: Path, column: str, where: str) -> tuple[Any, Any]:
+def _min_max(path: str, storage: TableStorage, column: str, where: str) -> tuple[Any, Any]:
     """The least and greatest value of `column` in the file: its row groups' statistics where every one has them,
     else the column read."""
     try:
-        parquet = pq.ParquetFile(path)
-        metadata = parquet.metadata
+        fs, file = storage.arrow(path)
+        metadata = pq.read_metadata(file, filesystem=fs)
         index = next((i for i in range(metadata.num_columns) if metadata.schema.column(i).path == column), None)
         stats = [metadata.row_group(g).column(index).statistics for g in range(metadata.num_row_groups)
                  ] if index is not None else []
@@ -91,7 +91,7 @@ def _min_max(path: Path, column: str, where: str) -> tuple[Any, Any]:
                 return None, None
             if all(isinstance(v, dt.datetime | dt.date | int) for b in bounds for v in b):
                 return min(b[0] for b in bounds), max(b[1] for b in bounds)
-        values = pq.read_table(path, columns=[column]).column(0)
+        values = pq.read_table(file, columns=[column], filesystem=fs).column(0)
         both = pc.min_max(values)
         return both["min"].as_py(), both["max"].as_py()
     except (OSError, ValueError, KeyError, pa.ArrowException) as e:
@@ -134,7 +134,7 @@ def _text(value: int | dt.datetime | dt.date) -> str:
 
 
 def partition_values(partitioning: DeltaPartitioning | None, columns: Sequence[str], path: str,
-                     where: str) -> dict[str, str | None]:
+                     storage: TableStorage, where: str) -> dict[str, str | None]:
     """A file's partition values for a table partitioned by `columns`: the job's partition column's, if the table's
     is it; a TableError naming the keys if the table is partitioned by a column the job's partitioner does not make."""
     if not columns:
@@ -144,4 +144,4 @@ def partition_values(partitioning: DeltaPartitioning | None, columns: Sequence[s
         raise TableError(f"{where} is partitioned by {', '.join(columns)}; the job's time partitioner makes {made} "
                          f"(writer.partitioner.class, {COLUMNS_KEY}, writer.partition.pattern): nothing was "
                          f"committed")
-    return {partitioning.name: partition_value(partitioning, path, where)}
+    return {partitioning.name: partition_value(partitioning, path, storage, where)}

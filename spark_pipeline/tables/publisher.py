@@ -49,6 +49,10 @@ class IcebergSettings(TableSettings):
     """The keys the Iceberg publisher reads; the warehouse is the job's data.publisher.final.dir."""
 
     FORMAT: ClassVar[str] = "Iceberg"
+    UNSUPPORTED: ClassVar[str] = (
+        "HDFS and S3 are not supported yet (pyiceberg opens hdfs:// through Arrow's HadoopFileSystem, which needs "
+        "libhdfs.so: not installed here; on S3 the catalog would need the store's endpoint and credentials as its "
+        "own properties, and the default SQLite catalog cannot live in a bucket)")
 
     table: Annotated[str, AfterValidator(_identifier)] = Field(alias="iceberg.table")
     catalog_uri: Annotated[str, AfterValidator(_catalog_uri)] | None = Field(default=None, alias="iceberg.catalog.uri")

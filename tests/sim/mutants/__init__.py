@@ -66,6 +66,9 @@ MUTANTS = (
     Mutant("table-commit-unverified", "the TableCommit step never finds its snapshot by its commit id, so a table "
            "commit made before a crash, or whose answer was lost, is made again",
            "the TableCommit step found done by the table's history (tables/iceberg.py: snapshot_of)", 0, 40),
+    Mutant("delta-commit-any-version", "the Delta commit takes any app transaction of its dataset for its own (not "
+           "its version), so a dataset's later sequences add nothing to the table",
+           "the app transaction's version decides whether a DeltaCommit is done (tables/delta.py: _holds)", 0, 80),
 )
 
 

@@ -58,6 +58,7 @@ from spark_pipeline.sources.directory_settings import (
 from spark_pipeline.sources.kafka_topic import KafkaSourceSettings, SourceCluster, select_topics
 from spark_pipeline.tables.delta_publisher import DeltaSettings, DeltaTablePublisher, location_problem
 from spark_pipeline.tables.publisher import CATALOG_URI_KEY, IcebergSettings, IcebergTablePublisher, catalog_problem
+from spark_pipeline.tables.storage import TableStorage
 
 QUIET = logging.getLogger("oncelog.preflight.kafka")
 """Where the Kafka probe's client logs: nowhere (its failures are the probe's findings)."""
@@ -340,7 +341,7 @@ def delta_problems(config: JobConfig, publisher: type[DeltaTablePublisher]) -> l
     settings = config.construct_settings(publisher, 0)
     assert isinstance(settings, DeltaSettings)
     location = settings.location(urls.resolve_folder(str(config.branch(0).publisher_final_dir)))
-    problem = location_problem(location)
+    problem = location_problem(location, TableStorage(FileSystemSettings.of(config.properties)))
     return [Finding("delta.table", f"'delta.table': Delta table {settings.table!r}: {problem}")] if problem else []
 
 

@@ -28,6 +28,7 @@ from events.errors import OncelogError
 from events.model import Event, SequenceFields
 from filesystems import urls
 from filesystems.base import FileSystem
+from filesystems.local import LOCAL
 from projections.state import State
 from projections.views import DatasetView
 
@@ -279,14 +280,15 @@ class DeltaCommitCommitStep(CommitStep):
     before its record never commits twice. deltalake is loaded here, on first use only.
     """
 
-    def __init__(self, spec: DeltaCommitStep, files: Sequence[str]) -> None:
+    def __init__(self, spec: DeltaCommitStep, files: Sequence[str], fs: FileSystem = LOCAL) -> None:
         self.spec = spec
         self.files = tuple(files)
+        self.fs = fs  # an S3 warehouse's endpoint and credentials: the job's keys, never recorded
 
     def verify(self) -> bool:
         from spark_pipeline.tables import delta
 
-        ref, spec = delta.DeltaRef.of(self.spec), self.spec
+        ref, spec = delta.DeltaRef.of(self.spec, delta.TableStorage.of(self.fs)), self.spec
         try:
             found = delta.latest_version(ref, spec.app_id)
         except delta.TableError as e:
@@ -301,7 +303,8 @@ class DeltaCommitCommitStep(CommitStep):
 
         spec = self.spec
         try:
-            delta.commit(delta.DeltaRef.of(spec), self.files, spec.app_id, spec.version, spec.commit_id, spec.metadata)
+            delta.commit(delta.DeltaRef.of(spec, delta.TableStorage.of(self.fs)), self.files, spec.app_id,
+                         spec.version, spec.commit_id, spec.metadata)
         except delta.TableError as e:
             if self.verify():
                 return []
@@ -316,7 +319,7 @@ def step_for(spec: CommitStepSpec, sequence: SequenceRef, state: State, fs: File
         case TableCommitStep():
             return TableCommitCommitStep(spec, [s.dst for s in plan if isinstance(s, FsRenameStep)])
         case DeltaCommitStep():
-            return DeltaCommitCommitStep(spec, [s.dst for s in plan if isinstance(s, FsRenameStep)])
+            return DeltaCommitCommitStep(spec, [s.dst for s in plan if isinstance(s, FsRenameStep)], fs)
         case FsRenameStep():
             return FsRenameCommitStep(spec, fs)
         case HighWatermarkStep():

@@ -18,7 +18,9 @@ from filesystems import urls
 from projections.views import DatasetView
 from spark_pipeline.constructs import DatasetOutput
 from spark_pipeline.jobfile.config import WriterOutputFormat
+from spark_pipeline.jobfile.partitions import partitioning_of
 from spark_pipeline.publisher import BaseDataPublisher
+from spark_pipeline.tables.partitioning import PARTITION_SPEC, table_partitioning
 
 FORMAT_KEY = "writer.output.format"
 
@@ -34,12 +36,18 @@ class TableSettings(BaseModel):
     output_format: str = Field(alias="writer.output.format")
     """Required here (the job's default is AVRO): Parquet only."""
 
+    REMOTE_WAREHOUSES: ClassVar[tuple[str, ...]] = ()
+    """The URL schemes of the warehouses beside local disk that the format's publisher works on."""
+    UNSUPPORTED: ClassVar[str] = "HDFS and S3 warehouses are not supported"
+    """Why the other warehouses are refused."""
+
     @field_validator("warehouse")
     @classmethod
-    def _local_warehouse(cls, value: str) -> str:
-        if urls.has_scheme(value) and not value.startswith("file:"):
-            raise ValueError(f"{value!r}: the {cls.FORMAT} publisher's warehouse is on local disk for now (HDFS and "
-                             f"S3 warehouses are not supported yet)")
+    def _supported_warehouse(cls, value: str) -> str:
+        if urls.has_scheme(value) and not value.startswith(("file:", *cls.REMOTE_WAREHOUSES)):
+            raise ValueError(f"{value!r}: the {cls.FORMAT} publisher's warehouse must be on local disk"
+                             f"{' or ' + ', '.join(cls.REMOTE_WAREHOUSES) if cls.REMOTE_WAREHOUSES else ''}: "
+                             f"{cls.UNSUPPORTED}")
         return value
 
     @field_validator("output_format")
@@ -84,6 +92,11 @@ class TablePublisher(BaseDataPublisher):
     def table_step(self, settings: Any, warehouse: str, location: str, sequence: CommitSequencePlanned,
                    output: DatasetOutput, previous: DatasetView | None) -> CommitStepSpec:
         """The step that commits the sequence's files (moved under `location`) to the table."""
+
+    def partition_summary(self) -> dict[str, str]:
+        """The partitioning a table this job creates gets, from the job's time partitioner (none: unpartitioned)."""
+        partitioning = table_partitioning(partitioning_of(self.config.properties))
+        return {PARTITION_SPEC: partitioning.encode()} if partitioning is not None else {}
 
     def state_properties(self, previous: DatasetView | None, commits: bool) -> dict[str, str]:
         """Properties the sequence's DatasetState step records beside its watermarks (`commits`: whether the sequence

@@ -15,19 +15,23 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake import exceptions as delta_errors
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from events.commit import TABLE_COMMIT_ID, DeltaCommitStep
+from filesystems import urls
+from spark_pipeline.tables.delta_partitions import DeltaPartitioning, delta_partitioning, partition_values
 from spark_pipeline.tables.errors import TableError
 from spark_pipeline.tables.files import files_schema, first_line, local, mismatched
+from spark_pipeline.tables.partitioning import PARTITION_SPEC, TablePartitioning
+from spark_pipeline.tables.storage import TableStorage
 
 COMMIT_ID = TABLE_COMMIT_ID
 """The commit info key naming the sequence that made the commit (`job/dataset/sequence`)."""
@@ -42,18 +46,25 @@ LIBRARY_ERRORS: tuple[type[Exception], ...] = (delta_errors.DeltaError, OSError,
 
 @dataclass(frozen=True)
 class DeltaRef:
-    """Where a Delta table is: its name in the job file and its root folder."""
+    """Where a Delta table is: its name in the job file, its root folder, and how its files are reached."""
 
     table: str
     location: str
+    storage: TableStorage = field(default_factory=TableStorage, compare=False)
 
     @classmethod
-    def of(cls, step: DeltaCommitStep) -> DeltaRef:
-        return cls(step.table, step.location)
+    def of(cls, step: DeltaCommitStep, storage: TableStorage | None = None) -> DeltaRef:
+        return cls(step.table, step.location, storage or TableStorage())
 
     @property
-    def root(self) -> Path:
-        return Path(local(self.location))
+    def uri(self) -> str:
+        """The table's root as delta-rs opens it (a local path, or the s3a:// URL)."""
+        return local(self.location)
+
+    @property
+    def options(self) -> dict[str, str]:
+        """delta-rs's storage options for the table (S3's endpoint and credentials)."""
+        return self.storage.delta_options(self.location)
 
     def describe(self) -> str:
         return f"Delta table {self.table!r} at {self.location}"
@@ -66,23 +77,23 @@ _table_locks: dict[str, threading.Lock] = {}
 def _lock(ref: DeltaRef) -> threading.Lock:
     """One commit at a time per table in this process (datasets commit in parallel)."""
     with _locks_lock:
-        return _table_locks.setdefault(str(ref.root), threading.Lock())
+        return _table_locks.setdefault(ref.uri, threading.Lock())
 
 
 def load_table(ref: DeltaRef) -> DeltaTable | None:
     """The table, or None when its location holds no Delta log yet."""
     try:
-        if not (ref.root / LOG_FOLDER).exists():
+        if not ref.storage.exists(urls.join(ref.location, LOG_FOLDER)):
             return None
-        return DeltaTable(str(ref.root))
+        return DeltaTable(ref.uri, storage_options=ref.options or None)
     except LIBRARY_ERRORS as e:
         raise TableError(f"cannot open {ref.describe()}: {first_line(e)}") from e
 
 
-def open_problem(location: str) -> str | None:
+def open_problem(location: str, storage: TableStorage) -> str | None:
     """Why the Delta table at `location` cannot be opened, or None (what a pre-flight check asks)."""
     try:
-        DeltaTable(local(location))
+        DeltaTable(local(location), storage_options=storage.delta_options(location) or None)
     except LIBRARY_ERRORS as e:
         return first_line(e)
     return None
@@ -128,23 +139,25 @@ def commit(ref: DeltaRef, files: Sequence[str], app_id: str, version: int, commi
            metadata: dict[str, str]) -> None:
     """Add `files` (Parquet, under the table's root) to the table in one write transaction carrying the app
     transaction (`app_id`, `version`) and `commit_id` with `metadata` in its commit info; the table created with the
-    data's schema by that commit if it does not exist, and the data's new columns added to its schema just before.
-    Looks for the app transaction first, and again after another writer's commit came in between: never twice."""
+    data's schema by that commit if it does not exist (partitioned as `metadata`'s `oncelog.partition-spec` says: an
+    existing table keeps its partition columns), and the data's new columns added to its schema just before. Looks
+    for the app transaction first, and again after another writer's commit came in between: never twice."""
     properties = CommitProperties(custom_metadata={**metadata, COMMIT_ID: commit_id},
                                   app_transactions=[Transaction(app_id, version)])
+    spec = metadata.get(PARTITION_SPEC)
     with _lock(ref):
         for _ in range(COMMIT_ATTEMPTS):
             table = load_table(ref)
             if table is not None and _holds(table, ref, app_id, version):
                 return
-            schema = files_schema(files)
-            actions = [_add_action(ref, path) for path in files]
+            schema = files_schema(files, ref.storage)
+            partitioning = (delta_partitioning(TablePartitioning.decode(spec), schema, ref.describe())
+                            if spec else None)
             try:
                 if table is None:
-                    create_table_with_add_actions(str(ref.root), _delta_schema(ref, schema), actions, mode="error",
-                                                  commit_properties=properties)
+                    _create(ref, schema, partitioning, files, properties)
                 else:
-                    _append(ref, table, schema, actions, properties, commit_id)
+                    _append(ref, table, schema, partitioning, files, properties, commit_id)
             except delta_errors.CommitFailedError:
                 continue  # another writer's commit came in between: look again, then try on top of it
             except LIBRARY_ERRORS as e:
@@ -159,22 +172,37 @@ def commit(ref: DeltaRef, files: Sequence[str], app_id: str, version: int, commi
     raise TableError(f"{ref.describe()}: {COMMIT_ATTEMPTS} commits of {commit_id} lost to other writers' commits")
 
 
-def _append(ref: DeltaRef, table: DeltaTable, schema: pa.Schema, actions: list[AddAction],
-            properties: CommitProperties, commit_id: str) -> None:
-    """The files added to an existing table, after the data's new columns (a commit of their own: delta-rs's
-    add-actions commit keeps the table's schema)."""
+def _create(ref: DeltaRef, schema: pa.Schema, partitioning: DeltaPartitioning | None, files: Sequence[str],
+            properties: CommitProperties) -> None:
+    """The table created by the commit adding `files`, with the data's schema and, if the job partitions by time, the
+    partition column (not in the files: each add action carries its file's value)."""
+    columns = [partitioning.name] if partitioning is not None else []
+    table_schema = schema.append(partitioning.field) if partitioning is not None else schema
+    actions = [_add_action(ref, path, partitioning, columns) for path in files]
+    create_table_with_add_actions(ref.uri, _delta_schema(ref, table_schema), actions, mode="error",
+                                  partition_by=columns or None, storage_options=ref.options or None,
+                                  commit_properties=properties)
+
+
+def _append(ref: DeltaRef, table: DeltaTable, schema: pa.Schema, partitioning: DeltaPartitioning | None,
+            files: Sequence[str], properties: CommitProperties, commit_id: str) -> None:
+    """The files added to an existing table (each in its partition, if the table has a partition column), after the
+    data's new columns (a commit of their own: delta-rs's add-actions commit keeps the table's schema)."""
     columns = pa.schema(table.schema().to_arrow())
     wrong = mismatched(columns, schema)
     if wrong:
-        raise TableError(f"{ref.describe()} cannot take the data (the first file {actions[0].path}): "
+        raise TableError(f"{ref.describe()} cannot take the data (the first file {files[0]}): "
                          f"{'; '.join(wrong)}; nothing was committed")
+    partition_columns = list(table.metadata().partition_columns)
+    actions = [_add_action(ref, path, partitioning, partition_columns) for path in files]
     new = [field for field in schema if columns.get_field_index(field.name) < 0]
     if new:
         added = _delta_schema(ref, pa.schema([field.with_nullable(True) for field in new])).fields
         table.alter.add_columns(added, commit_properties=CommitProperties(
             custom_metadata={"oncelog.columns-added-for": commit_id}))
     changes: list[AddAction | RemoveAction] = [*actions]
-    table.create_write_transaction(changes, "append", table.schema(), commit_properties=properties)
+    table.create_write_transaction(changes, "append", table.schema(), partition_by=partition_columns or None,
+                                   commit_properties=properties)
 
 
 def _delta_schema(ref: DeltaRef, schema: pa.Schema) -> Schema:
@@ -186,17 +214,23 @@ def _delta_schema(ref: DeltaRef, schema: pa.Schema) -> Schema:
                          f"({', '.join(f'{f.name}: {f.type}' for f in schema)}): {first_line(e)}") from e
 
 
-def _add_action(ref: DeltaRef, path: str) -> AddAction:
-    """The add action of a data file under the table's root: its relative path, size, time and record count."""
-    file = Path(local(path))
+def _add_action(ref: DeltaRef, path: str, partitioning: DeltaPartitioning | None, columns: Sequence[str]
+                ) -> AddAction:
+    """The add action of a data file under the table's root: its relative path, partition values (for a table
+    partitioned by `columns`), size, time and record count."""
     try:
-        relative = file.relative_to(ref.root)
+        relative = urls.relative_to(path, ref.location)
     except ValueError as e:
         raise TableError(f"{ref.describe()}: the data file {path} lies outside the table's folder") from e
+    fs, where = ref.storage.arrow(path)
     try:
-        stat = file.stat()
-        records = pq.ParquetFile(file).metadata.num_rows
+        info = fs.get_file_info(where)
+        if info.type != pafs.FileType.File or info.size is None:
+            raise FileNotFoundError(f"no file {path}")
+        records = pq.read_metadata(where, filesystem=fs).num_rows
     except (OSError, pa.ArrowException) as e:
         raise TableError(f"{ref.describe()}: cannot read the data file {path}: {first_line(e)}") from e
     stats: dict[str, Any] = {"numRecords": records}
-    return AddAction(relative.as_posix(), stat.st_size, {}, stat.st_mtime_ns // 1_000_000, True, json.dumps(stats))
+    values = partition_values(partitioning, columns, path, ref.storage, ref.describe())
+    modified = info.mtime_ns // 1_000_000 if info.mtime_ns is not None else 0
+    return AddAction(relative, info.size, values, modified, True, json.dumps(stats))

@@ -23,6 +23,7 @@ from projections.views import DatasetView
 from spark_pipeline.constructs import DatasetOutput
 from spark_pipeline.tables.base import TablePublisher, TableSettings, commit_id, snapshot_summary
 from spark_pipeline.tables.files import local
+from spark_pipeline.tables.storage import TableStorage, is_s3
 
 TABLE_KEY = "delta.table"
 VERSION_PROPERTY = "oncelog.delta.txn-version"
@@ -41,6 +42,11 @@ class DeltaSettings(TableSettings):
     """The keys the Delta publisher reads; the table lies under the job's data.publisher.final.dir."""
 
     FORMAT: ClassVar[str] = "Delta"
+    REMOTE_WAREHOUSES: ClassVar[tuple[str, ...]] = ("s3a://", "s3://")
+    UNSUPPORTED: ClassVar[str] = (
+        "HDFS is not supported (delta-rs speaks hdfs:// and webhdfs://, but each add action needs its file's size and "
+        "Parquet footer (records, partition statistics), which oncelog reads through Arrow, whose HDFS client needs "
+        "libhdfs.so: not installed here, and not in Hadoop's Maven jars)")
 
     table: Annotated[str, AfterValidator(_name)] = Field(alias="delta.table")
 
@@ -64,7 +70,7 @@ class DeltaTablePublisher(TablePublisher):
             table=settings.table, location=location, app_id=app_id(sequence.job, sequence.dataset_urn),
             version=last_version(previous) + 1,
             commit_id=commit_id(sequence.job, sequence.dataset_urn, sequence.sequence_id),
-            metadata=snapshot_summary(sequence, output))
+            metadata={**snapshot_summary(sequence, output), **self.partition_summary()})
 
     def state_properties(self, previous: DatasetView | None, commits: bool) -> dict[str, str]:
         """The dataset's app transaction version: the next one when the sequence commits, else the last one."""
@@ -83,16 +89,22 @@ def last_version(dataset: DatasetView | None) -> int:
     return int(recorded) if recorded.isdigit() else 0
 
 
-def location_problem(location: str) -> str | None:
+def location_problem(location: str, storage: TableStorage) -> str | None:
     """Why a Delta table cannot be created or opened at `location`, or None; writes nothing. An existing table must
-    open (deltalake loaded for it alone); otherwise the nearest existing folder must be one this process may write
-    into."""
-    root = Path(local(location))
-    if (root / "_delta_log").exists():
+    open (deltalake loaded for it alone); otherwise, on local disk, the nearest existing folder must be one this
+    process may write into; in a bucket, the bucket must answer."""
+    try:
+        has_log = storage.exists(urls.join(location, "_delta_log"))
+    except OSError as e:
+        return f"the table's folder {location} cannot be read: {e}"
+    if has_log:
         from spark_pipeline.tables import delta
 
-        problem = delta.open_problem(str(root))
-        return f"the Delta table at {root} cannot be opened: {problem}" if problem else None
+        problem = delta.open_problem(location, storage)
+        return f"the Delta table at {location} cannot be opened: {problem}" if problem else None
+    if is_s3(location):
+        return None  # the bucket answered the look for the log
+    root = Path(local(location))
     existing = next((p for p in (root, *root.parents) if p.exists()), None)
     if existing is None or not existing.is_dir():
         return f"the table's folder {root} cannot be created: {existing} is no folder"

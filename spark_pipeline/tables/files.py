@@ -5,21 +5,33 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spark_pipeline.tables.errors import TableError
 
+if TYPE_CHECKING:
+    from spark_pipeline.tables.storage import TableStorage
 
-def files_schema(files: Sequence[str]) -> pa.Schema:
-    """The Arrow schema of the data: every file's columns, in order of first appearance."""
+
+def files_schema(files: Sequence[str], storage: TableStorage | None = None) -> pa.Schema:
+    """The Arrow schema of the data: every file's columns, in order of first appearance (read through `storage`'s file
+    system; none: local disk)."""
     try:
-        schemas = [pq.read_schema(local(path)) for path in files]
+        schemas = [_read_schema(path, storage) for path in files]
         return pa.unify_schemas(schemas, promote_options="permissive")
     except (OSError, ValueError, TypeError, pa.ArrowException) as e:
         raise TableError(f"cannot read the Parquet schema of the data files (the first {files[0]}): "
                          f"{first_line(e)}") from e
+
+
+def _read_schema(path: str, storage: TableStorage | None) -> pa.Schema:
+    if storage is None:
+        return pq.read_schema(local(path))
+    fs, where = storage.arrow(path)
+    return pq.read_schema(where, filesystem=fs)
 
 
 def mismatched(columns: pa.Schema, data: pa.Schema) -> list[str]:

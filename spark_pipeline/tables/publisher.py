@@ -20,9 +20,7 @@ from events.commit import CommitSequencePlanned, TableCommitStep
 from filesystems import urls
 from projections.views import DatasetView
 from spark_pipeline.constructs import DatasetOutput
-from spark_pipeline.jobfile.partitions import partitioning_of
 from spark_pipeline.tables.base import TablePublisher, TableSettings, commit_id, snapshot_summary
-from spark_pipeline.tables.partitioning import PARTITION_SPEC, table_partitioning
 
 TABLE_KEY = "iceberg.table"
 CATALOG_URI_KEY = "iceberg.catalog.uri"
@@ -51,6 +49,10 @@ class IcebergSettings(TableSettings):
     """The keys the Iceberg publisher reads; the warehouse is the job's data.publisher.final.dir."""
 
     FORMAT: ClassVar[str] = "Iceberg"
+    UNSUPPORTED: ClassVar[str] = (
+        "HDFS and S3 are not supported yet (pyiceberg opens hdfs:// through Arrow's HadoopFileSystem, which needs "
+        "libhdfs.so: not installed here; on S3 the catalog would need the store's endpoint and credentials as its "
+        "own properties, and the default SQLite catalog cannot live in a bucket)")
 
     table: Annotated[str, AfterValidator(_identifier)] = Field(alias="iceberg.table")
     catalog_uri: Annotated[str, AfterValidator(_catalog_uri)] | None = Field(default=None, alias="iceberg.catalog.uri")
@@ -78,11 +80,6 @@ class IcebergTablePublisher(TablePublisher):
             table=settings.table, location=location,
             commit_id=commit_id(sequence.job, sequence.dataset_urn, sequence.sequence_id),
             summary={**snapshot_summary(sequence, output), **self.partition_summary()})
-
-    def partition_summary(self) -> dict[str, str]:
-        """The partition spec a table this job creates gets, from the job's time partitioner (none: unpartitioned)."""
-        partitioning = table_partitioning(partitioning_of(self.config.properties))
-        return {PARTITION_SPEC: partitioning.encode()} if partitioning is not None else {}
 
 
 def catalog_problem(settings: IcebergSettings, warehouse: str, timeout_s: float) -> str | None:

@@ -81,7 +81,7 @@ from tests.sim.faults import (
     damaged_value,
     sha256_of,
 )
-from tests.sim.tables import FaultyTables, parquet_records, table_records
+from tests.sim.tables import PUBLISHER_KEYS, TABLE_KEYS, FaultyTables, TableFormat, parquet_records, table_records
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -97,8 +97,10 @@ ZOMBIE_RATE = 0.15
 LOSE_END_RATE = 0.05
 """Of the steps: how many are followed by a sequence's end lost from the log (then restored)."""
 TABLE_RATE = 0.1
-"""Of the scenarios: how many have their second job publish into an Iceberg table (Parquet on the records engine,
-a SQLite catalog of the scenario's own) instead of into folders."""
+"""Of the scenarios: how many have their second job publish into a table (Parquet on the records engine) instead of
+into folders: half of them an Iceberg table (a SQLite catalog of the scenario's own), half a Delta table."""
+DELTA_SHARE = 0.5
+"""Of the table scenarios: how many publish into a Delta table (the others: Iceberg)."""
 PUBLISH_CALLS = frozenset({"rename", "copy"})
 """The file calls that publish: a `stuck-publish` step fails every one of them for a whole run."""
 
@@ -199,9 +201,11 @@ def kafka_log_at(bootstrap: str) -> OpenLog:
                                  f"&{KAFKA_CLIENT_SETTINGS}")
 
 
-def write_job(base: Path, name: str, url: str, rng: random.Random, table: str | None = None) -> JobConfig:
+def write_job(base: Path, name: str, url: str, rng: random.Random, table: str | None = None,
+              kind: TableFormat = TableFormat.ICEBERG) -> JobConfig:
     """A synthetic job of two datasets of one to three partitions under base/<name>, with seeded retry, attempt and
-    commit-shard settings; with `table`, published into that Iceberg table (its warehouse: base/<name>/published)."""
+    commit-shard settings; with `table`, published into that table of format `kind` (its warehouse:
+    base/<name>/published)."""
     root = base / name
     job = {
         "job.name": name, "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",
@@ -219,8 +223,8 @@ def write_job(base: Path, name: str, url: str, rng: random.Random, table: str | 
     # were): both shapes of the log are played.
     job["job.commit.batch.records"] = job["source.synthetic.records.per.run"] != 4
     if table is not None:
-        job |= {"data.publisher.type": "spark_pipeline.tables.publisher.IcebergTablePublisher", "iceberg.table": table,
-                "writer.output.format": "PARQUET", "writer.builder.class": "tests.sim.tables.ParquetDataWriterBuilder"}
+        job |= {**PUBLISHER_KEYS[kind], TABLE_KEYS[kind]: table, "writer.output.format": "PARQUET",
+                "writer.builder.class": "tests.sim.tables.ParquetDataWriterBuilder"}
     path = base / f"{name}.yaml"
     path.write_text(yaml.safe_dump(job))
     return load_job_config(path)
@@ -244,13 +248,17 @@ class Scenario:
         self.fs = FaultyFileSystem(LOCAL, self.plan, object_store=self.object_store)
         table_job = random.Random(seed * 9973 + 11).random() < TABLE_RATE
         self.tables = {JOBS[1]: f"lake.{JOBS[1].lower()}"} if table_job else {}
-        """The jobs that publish into an Iceberg table, and their table."""
+        """The jobs that publish into a table, and their table."""
+        delta_table = random.Random(seed * 6007 + 5).random() < DELTA_SHARE
+        self.table_format = TableFormat.DELTA if delta_table else TableFormat.ICEBERG
+        """The format of the scenario's table (if a job publishes into one)."""
         self.faulty_tables = FaultyTables(self.plan, base / "foreign")
-        self.configs = {name: write_job(base, name, self.inner.url, self.rng, self.tables.get(name)) for name in JOBS}
+        self.configs = {name: write_job(base, name, self.inner.url, self.rng, self.tables.get(name), self.table_format)
+                        for name in JOBS}
         self.outcome = Outcome(seed)
         self.outcome.steps["object-store" if self.object_store else "rename-store"] += 1
         if self.tables:
-            self.outcome.steps["iceberg-table"] += 1
+            self.outcome.steps[f"{self.table_format}-table"] += 1
         self.late_shards: list[Assignment] = []
         """Shard tasks in flight when their driver was killed: they may run after it."""
         self.end_rng = random.Random(seed * 104_729 + 3)
@@ -667,7 +675,7 @@ class Scenario:
     def _check_table(self, name: str, published: Counter[tuple[str, int, int]]) -> None:
         """A scan of the job's table reads exactly the records its data folder holds, each once (another writer's
         records aside)."""
-        scanned = table_records(self.base / name / "published", self.tables[name])
+        scanned = table_records(self.base / name / "published", self.tables[name], self.table_format)
         if scanned != published:
             self._fail(f"{name}: the table {self.tables[name]} reads {sum(scanned.values())} records, its data folder "
                        f"holds {sum(published.values())}; twice {sorted(k for k, n in scanned.items() if n > 1)[:5]}, "

@@ -1,5 +1,5 @@
-"""The simulation's Iceberg tables: a Parquet writer for the records engine, the faults of a table commit, and what a
-table holds.
+"""The simulation's Iceberg and Delta tables: a Parquet writer for the records engine, the faults of a table commit,
+and what a table holds.
 
 A scenario's table job writes Parquet (`ParquetDataWriterBuilder`, pyarrow in this process: the records engine's
 Avro writer cannot feed a table) and publishes it through the real `IcebergTablePublisher` into a table of a SQLite
@@ -8,6 +8,12 @@ FileSystem): a table commit that fails (nothing committed), one that commits but
 raises), a crash either side, a failed read of the table's history (the step's verify), and another writer's commit
 between our load of the table and our commit (pyiceberg's optimistic concurrency refuses ours; the append tries again
 on top of theirs).
+
+A Delta scenario publishes through the real `DeltaTablePublisher` (deltalake in this process) with the same faults at
+the DeltaCommit step's write (the table's creation or the append), at the read of the table's app transaction (the
+step's verify), and another writer's append (or the table's creation) between our load of the table and our commit
+(delta-rs's conflict check lets an append through on top of it; a creation that lost the race is tried again as an
+append).
 """
 
 from __future__ import annotations
@@ -18,18 +24,20 @@ import itertools
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable, write_deltalake
 
 from events.task import OutputFile
 from filesystems import urls
 from spark_pipeline.constructs import DataWriter, DataWriterBuilder, Record, WriterDestination
 from spark_pipeline.sources.synthetic import SCHEMA
-from spark_pipeline.tables import iceberg
+from spark_pipeline.tables import delta, iceberg
 from spark_pipeline.writers import move_to_task_output, path_segment, unit_file_name
 from tests.sim.faults import Fault, FaultPlan, SimulatedCrash
 
@@ -44,6 +52,20 @@ COMMIT_FAULTS = {Fault.CRASH_BEFORE: 0.05, Fault.CRASH_AFTER: 0.1, Fault.IO_ERRO
 """The faults of a table commit while armed, and how often each (more often than those of a file call: a scenario
 makes few table commits while faults are on, most runs end before their commit). APPEND_DURABLE_THEN_ERROR: the
 commit is made, but its answer is lost (the step raises)."""
+
+
+class TableFormat(StrEnum):
+    """The table format a scenario's table job publishes into."""
+
+    ICEBERG = "iceberg"
+    DELTA = "delta"
+
+
+PUBLISHER_KEYS = {
+    TableFormat.ICEBERG: {"data.publisher.type": "spark_pipeline.tables.publisher.IcebergTablePublisher"},
+    TableFormat.DELTA: {"data.publisher.type": "spark_pipeline.tables.delta_publisher.DeltaTablePublisher"},
+}
+TABLE_KEYS = {TableFormat.ICEBERG: "iceberg.table", TableFormat.DELTA: "delta.table"}
 
 
 def arrow_schema(schema: dict[str, Any]) -> pa.Schema:
@@ -110,6 +132,9 @@ class FaultyTables:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(iceberg, "_append_once", self._wrap_append(iceberg._append_once))
             patch.setattr(iceberg, "committed", self._wrap_read(iceberg.committed))
+            patch.setattr(delta, "_create", self._wrap_delta_write(delta._create, creates=True))
+            patch.setattr(delta, "_append", self._wrap_delta_write(delta._append, creates=False))
+            patch.setattr(delta, "latest_version", self._wrap_delta_read(delta.latest_version))
             yield
 
     def _wrap_append(self, append_once: Callable[..., None]) -> Callable[..., None]:
@@ -153,6 +178,45 @@ class FaultyTables:
 
         return faulty
 
+    def _wrap_delta_write(self, write: Callable[..., None], creates: bool) -> Callable[..., None]:
+        """The DeltaCommit's write (the table's creation, or an append to it) with the plan's faults."""
+        def faulty(ref: delta.DeltaRef, *args: Any) -> None:
+            if self.plan.armed and self.plan.rng.random() < CONCURRENT_RATE:
+                self._foreign_delta_commit(ref, creates)
+            fault = self._decide()
+            if fault is Fault.CRASH_BEFORE:
+                raise SimulatedCrash(f"Delta commit to {ref.table}")
+            if fault is Fault.IO_ERROR:
+                raise delta.TableError(f"simulated: the commit to {ref.describe()} failed; nothing committed")
+            write(ref, *args)
+            if fault is Fault.CRASH_AFTER:
+                raise SimulatedCrash(f"after the Delta commit to {ref.table}")
+            if fault is Fault.APPEND_DURABLE_THEN_ERROR:
+                raise delta.TableError(f"simulated: the commit to {ref.describe()} is made, but its answer was lost")
+
+        return faulty
+
+    def _wrap_delta_read(self, latest: Callable[[delta.DeltaRef, str], int | None]
+                         ) -> Callable[[delta.DeltaRef, str], int | None]:
+        """The read of the table's app transaction (the DeltaCommit step's verify) with the plan's faults."""
+        def faulty(ref: delta.DeltaRef, app_id: str) -> int | None:
+            fault = self.plan.decide("table-read")
+            if fault in (Fault.CRASH_BEFORE, Fault.CRASH_AFTER):
+                raise SimulatedCrash(f"read of {ref.table}")
+            if fault is Fault.IO_ERROR:
+                raise delta.TableError(f"simulated: {ref.describe()} could not be read")
+            return latest(ref, app_id)
+
+        return faulty
+
+    def _foreign_delta_commit(self, ref: delta.DeltaRef, creates: bool) -> None:
+        """Another writer appends its own records to the Delta table after we loaded it (or creates the table, when
+        we were about to): a file of its own in the table's folder, beside `data/`."""
+        self.plan.injected["table-commit:concurrent-writer"] += 1
+        rows = [{"dataset": FOREIGN, "partition": 0, "offset": i, "amount": 0, "payload": ""} for i in range(2)]
+        write_deltalake(ref.uri, pa.Table.from_pylist(rows, schema=arrow_schema(SCHEMA)),
+                        mode="error" if creates else "append")
+
     def _foreign_commit(self, ref: iceberg.TableRef) -> None:
         """Another writer appends a file of its own records to the table, after we loaded it (ours is now stale)."""
         self.plan.injected["table-commit:concurrent-writer"] += 1
@@ -174,13 +238,24 @@ def parquet_records(path: Path) -> Counter[tuple[str, int, int]]:
                        strict=True))
 
 
-def table_records(warehouse: Path, table: str) -> Counter[tuple[str, int, int]]:
+def table_records(warehouse: Path, table: str, kind: TableFormat) -> Counter[tuple[str, int, int]]:
     """(dataset, partition, offset) of every record a scan of the table reads, other writers' left out."""
+    if kind is TableFormat.DELTA:
+        return delta_records(warehouse / Path(*table.split(".")))
     ref = iceberg.TableRef("oncelog", f"sqlite:///{warehouse / 'iceberg-catalog.db'}", str(warehouse), table,
                            urls.join(str(warehouse), *table.split(".")))
     loaded = iceberg.load_table(ref)
     if loaded is None:
         return Counter()
     rows = loaded.scan(selected_fields=("dataset", "partition", "offset")).to_arrow()
+    return Counter(k for k in zip(rows["dataset"].to_pylist(), rows["partition"].to_pylist(),
+                                  rows["offset"].to_pylist(), strict=True) if k[0] != FOREIGN)
+
+
+def delta_records(root: Path) -> Counter[tuple[str, int, int]]:
+    """(dataset, partition, offset) of every record deltalake's reader reads from the Delta table, others' left out."""
+    if not (root / delta.LOG_FOLDER).exists():
+        return Counter()
+    rows = DeltaTable(str(root)).to_pyarrow_table(columns=["dataset", "partition", "offset"])
     return Counter(k for k in zip(rows["dataset"].to_pylist(), rows["partition"].to_pylist(),
                                   rows["offset"].to_pylist(), strict=True) if k[0] != FOREIGN)

@@ -69,6 +69,9 @@ MUTANTS = (
     Mutant("batch-members-skipped", "a fold of events read one by one (verify, audit) takes each member of a batched "
            "commit record after the first for one already folded (they share the record's offset) and skips it",
            "projections/state.py: State.apply folds a batch's later members (LoggedEvent.member)", 0, 40),
+    Mutant("delta-commit-any-version", "the Delta commit takes any app transaction of its dataset for its own (not "
+           "its version), so a dataset's later sequences add nothing to the table",
+           "the app transaction's version decides whether a DeltaCommit is done (tables/delta.py: _holds)", 0, 80),
 )
 
 

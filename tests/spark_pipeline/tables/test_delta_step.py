@@ -21,6 +21,7 @@ from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.steps import CommitStepError, DeltaCommitCommitStep, PublishRoots, UnsettledCommitStepError
 from spark_pipeline.tables.delta import COMMIT_ID
 from spark_pipeline.tables.delta_publisher import location_problem
+from spark_pipeline.tables.storage import LOCAL_STORAGE
 
 APP = "oncelog/job/ds"
 
@@ -99,10 +100,10 @@ def test_a_table_that_cannot_be_opened_fails_the_step_and_the_preflight_naming_i
     step = DeltaCommitCommitStep(delta_step(table, 1, "run-1"), [parquet(table / "data" / "a.parquet", 0)])
     with pytest.raises(UnsettledCommitStepError, match=f"cannot open Delta table 'lake.events' at {table}"):
         step.verify()
-    assert "cannot be opened" in str(location_problem(str(table)))
-    assert location_problem(str(tmp_path / "new" / "table")) is None  # created by the first commit
+    assert "cannot be opened" in str(location_problem(str(table), LOCAL_STORAGE))
+    assert location_problem(str(tmp_path / "new" / "table"), LOCAL_STORAGE) is None  # created by the first commit
     (tmp_path / "file").write_text("")
-    assert "is no folder" in str(location_problem(str(tmp_path / "file" / "table")))
+    assert "is no folder" in str(location_problem(str(tmp_path / "file" / "table"), LOCAL_STORAGE))
 
 
 @pytest.mark.parametrize("breakage", ["log-entry-a-folder", "log-folder-a-file"])

@@ -46,13 +46,15 @@ class BaseDataPublisher(DataPublisher):
             steps: list[CommitStepSpec] = []
             for result in output.results:
                 steps += [FsRenameStep.trusted(src=f.path, dst=self.destination(run_id, f.path, f.branch, f.folder),
-                                       size=f.size, checksum=f.checksum, records=f.records, partition=f.partition)
+                                               size=f.size, checksum=f.checksum, records=f.records,
+                                               partition=f.partition)
                           for f in result.output_files]
             for result in output.results:
                 # A partition seen for the first time records where it starts, even with nothing in range.
                 if result.partition not in watermarks or result.actual_high_watermark != watermarks[result.partition]:
-                    steps.append(HighWatermarkStep.trusted(partition=result.partition, low_watermark=result.low_watermark,
-                                                   value=result.actual_high_watermark))
+                    steps.append(HighWatermarkStep.trusted(partition=result.partition,
+                                                           low_watermark=result.low_watermark,
+                                                           value=result.actual_high_watermark))
                 watermarks[result.partition] = result.actual_high_watermark
             if not steps:
                 continue  # nothing extracted and no watermark moved: the dataset keeps its state

@@ -18,7 +18,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 from pydantic import Field
 
@@ -93,7 +93,12 @@ class SequenceEnd(Frozen):
 
 
 class CommitSequencesPlanned(Event):
-    """The plans of many datasets' sequences of one run, in one record (see the module's docstring)."""
+    """The plans of many datasets' sequences of one run, in one record (see the module's docstring).
+
+    v2: its plans' steps are CommitSequencePlanned's of version 5 (a TableCommit step may belong to its run's group).
+    """
+
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     sequences: tuple[SequencePlan, ...]
     members: str

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
@@ -46,6 +47,33 @@ TABLE_COMMIT_ID = "oncelog.commit-id"
 """The snapshot summary property naming the sequence that made the snapshot (`job/dataset/sequence`)."""
 TABLE_WATERMARKS = "oncelog.watermarks"
 """The snapshot summary property holding each source partition's published range (`{"partition": [low, high]}`)."""
+TABLE_GROUP = "oncelog.group"
+"""The snapshot summary property naming the run whose sequences the snapshot commits together (`job/run`)."""
+TABLE_MEMBERS = "oncelog.members"
+"""The snapshot summary property listing the group's sequences it commits, by number (`0-41,43-99`)."""
+
+
+def encode_members(numbers: Iterable[int]) -> str:
+    """Members' numbers as runs (`0-41,43,45-99`): a run's thousands of sequences in a few characters."""
+    runs: list[list[int]] = []
+    for number in sorted(set(numbers)):
+        if runs and runs[-1][1] == number - 1:
+            runs[-1][1] = number
+        else:
+            runs.append([number, number])
+    return ",".join(f"{low}" if low == high else f"{low}-{high}" for low, high in runs)
+
+
+def decode_members(text: str) -> frozenset[int]:
+    """The numbers `encode_members` wrote; a ValueError naming the text if it is no such list."""
+    numbers: set[int] = set()
+    for run in filter(None, text.split(",")):
+        low, _, high = run.partition("-")
+        try:
+            numbers.update(range(int(low), int(high or low) + 1))
+        except ValueError as e:
+            raise ValueError(f"{TABLE_MEMBERS} {text!r} is no list of member numbers") from e
+    return frozenset(numbers)
 
 
 class TableCommitStep(Frozen):
@@ -66,6 +94,12 @@ class TableCommitStep(Frozen):
     """`job/dataset/sequence`: the snapshot summary property `oncelog.commit-id` that verify() looks for."""
     summary: dict[str, str] = Field(default_factory=dict)
     """The other snapshot summary properties: run, dataset, sequence and each partition's watermark range."""
+    group: str | None = None
+    """`job/run`: the run's table commit, shared by its datasets' sequences (one snapshot for many of them, whose
+    summary's `oncelog.group` and `oncelog.members` name them); None in plans recorded before version 5 (a snapshot
+    per sequence, named by `commit_id`)."""
+    member: Count | None = None
+    """The sequence's number in its group (what the snapshot's `oncelog.members` lists)."""
 
 
 class PartitionBounds(Frozen):
@@ -125,9 +159,10 @@ class CommitSequencePlanned(DatasetEvent, Parted):
     sequence is applied only once every part of its plan is folded. v3: each FsRename names its file's time partition,
     and a step may be a TableCommit. v4: a step may be a DeltaCommit, or a Completeness step (partition
     completeness).
+    v5: a TableCommit step may belong to its run's group (`group`, `member`): one snapshot for many sequences.
     """
 
-    SCHEMA_VERSION: ClassVar[int] = 4
+    SCHEMA_VERSION: ClassVar[int] = 5
     PARTED_FIELDS: ClassVar[tuple[str, ...]] = ("steps",)
 
     steps: tuple[CommitStepSpec, ...]

@@ -1,10 +1,11 @@
 """`oncelog verify`'s check of the Iceberg tables a log's TableCommit steps committed to, read through pyiceberg.
 
-For each table: every TableCommit of a completed sequence is exactly one snapshot of the table's history carrying its
-commit id, in the current snapshot's ancestry (not rolled back), adding exactly the files the sequence published;
-every snapshot of ours (its commit id names a job of the log) belongs to a completed or pending sequence; no data file
-is added by two snapshots of the current history; no source offset is in two of our snapshots (their
-`oncelog.watermarks` ranges never overlap per dataset and partition). pyiceberg is loaded only when the log holds a
+For each table: every TableCommit of a completed sequence is in exactly one snapshot of the table's history (the one
+carrying its commit id, or its group's that lists its number), in the current snapshot's ancestry (not rolled back);
+each snapshot of ours adds exactly the files its sequences published; every snapshot of ours (its commit id names a job
+of the log) belongs to completed or pending sequences; no data file is added by two snapshots of the current history;
+no source offset is in two of our snapshots (the ranges their sequences' plans publish never overlap per dataset and
+partition). pyiceberg is loaded only when the log holds a
 TableCommit step.
 """
 
@@ -18,7 +19,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from events.commit import TABLE_COMMIT_ID, TABLE_WATERMARKS, TableCommitStep
+from events.commit import (
+    TABLE_COMMIT_ID,
+    TABLE_GROUP,
+    TABLE_MEMBERS,
+    TABLE_WATERMARKS,
+    TableCommitStep,
+    decode_members,
+)
 from filesystems import urls
 
 SQLITE_PREFIX = "sqlite:///"
@@ -61,14 +69,32 @@ class TableFinding:
 
 @dataclass(frozen=True)
 class _Ours:
-    """A snapshot of the table whose summary carries one of our commit ids."""
+    """A snapshot of the table whose summary carries one of our commit ids: the commits it makes (`commit_key`)."""
 
     snapshot: Snapshot
     commit_id: str
+    keys: frozenset[str]
 
     @property
     def id(self) -> int:
         return self.snapshot.snapshot_id
+
+
+def commit_key(step: TableCommitStep) -> str:
+    """What names a TableCommit in the table: its commit id, or its group and number there (`job/run#7`)."""
+    return step.commit_id if step.group is None or step.member is None else f"{step.group}#{step.member}"
+
+
+def _keys(snapshot: Snapshot, commit_id: str) -> frozenset[str]:
+    """The commits a snapshot of ours makes: its group's members it lists, or the one its commit id names."""
+    properties = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+    group = properties.get(TABLE_GROUP)
+    if group is None:
+        return frozenset({commit_id})
+    try:
+        return frozenset(f"{group}#{number}" for number in decode_members(properties.get(TABLE_MEMBERS, "")))
+    except ValueError:
+        return frozenset()
 
 
 def check_tables(commits: Sequence[TableCommitPlanned], jobs: set[str]) -> list[TableFinding]:
@@ -104,9 +130,10 @@ def _check_table(name: str, uri: str, warehouse: str, identifier: str, planned: 
         completed = [c for c in planned if c.status is SequenceStatus.COMPLETED]
         return [TableFinding("table-missing", f"{where} does not exist, yet {len(completed)} sequence(s) committed "
                              f"to it (the first: {completed[0].sequence})", completed[0].at)] if completed else []
-    return [*_check_commits(where, planned, history), *_check_unknown(where, planned, history.ours),
-            *_check_files_once(where, history.added),
-            *_check_offsets_once(where, [o for o in history.ours if o.id in history.ancestry])]
+    current = [o for o in history.ours if o.id in history.ancestry]
+    return [*_check_commits(where, planned, history), *_check_added(where, planned, current, history.added),
+            *_check_unknown(where, planned, history.ours), *_check_files_once(where, history.added),
+            *_check_offsets_once(where, planned, current)]
 
 
 def _read(name: str, uri: str, warehouse: str, identifier: str, jobs: set[str]) -> _History | None:
@@ -114,59 +141,65 @@ def _read(name: str, uri: str, warehouse: str, identifier: str, jobs: set[str]) 
     table = _load(name, uri, warehouse, identifier)
     if table is None:
         return None
-    ours = [_Ours(s, cid) for s in table.metadata.snapshots
+    ours = [_Ours(s, cid, _keys(s, cid)) for s in table.metadata.snapshots
             if (cid := _commit_id(s)) is not None and cid.split("/", 1)[0] in jobs]
     ancestry = {s.snapshot_id for s in _ancestry(table)}
     return _History(ours, ancestry, _added_files(table, ancestry))
 
 
 def _check_commits(where: str, planned: list[TableCommitPlanned], history: _History) -> Iterator[TableFinding]:
-    """Each completed commit is one snapshot in the current history adding its files; an abandoned one made none."""
-    by_id: dict[str, list[_Ours]] = defaultdict(list)
+    """Each completed commit is in one snapshot of the current history; an abandoned one is in none."""
+    by_key: dict[str, list[_Ours]] = defaultdict(list)
     for snapshot in history.ours:
-        by_id[snapshot.commit_id].append(snapshot)
+        for key in snapshot.keys:
+            by_key[key].append(snapshot)
     for commit in planned:
-        found = by_id.get(commit.step.commit_id, [])
+        key = commit_key(commit.step)
+        found = by_key.get(key, [])
         if commit.status is SequenceStatus.ABANDONED and found:
-            yield TableFinding("table-commit-by-abandoned", f"{where}: snapshot {found[0].id} carries the commit id "
-                               f"{commit.step.commit_id!r} of {commit.sequence}, which was abandoned: its files are in "
-                               f"the table while its watermarks never moved", commit.at)
+            yield TableFinding("table-commit-by-abandoned", f"{where}: snapshot {found[0].id} commits {key!r} of "
+                               f"{commit.sequence}, which was abandoned: its files are in the table while its "
+                               f"watermarks never moved", commit.at)
         if commit.status is not SequenceStatus.COMPLETED:
             continue
         if not found:
-            yield TableFinding("table-commit-missing", f"{where} holds no snapshot carrying the commit id "
-                               f"{commit.step.commit_id!r} of {commit.sequence}, which completed (the snapshot was "
-                               f"expired or removed): its files are not in the table", commit.at)
+            yield TableFinding("table-commit-missing", f"{where} holds no snapshot committing {key!r} of "
+                               f"{commit.sequence}, which completed (the snapshot was expired or removed): its files "
+                               f"are not in the table", commit.at)
             continue
         if len(found) > 1:
-            yield TableFinding("table-committed-twice", f"{where}: snapshots {[s.id for s in found]} all carry the "
-                               f"commit id {commit.step.commit_id!r} of {commit.sequence}", commit.at)
-        current = [s for s in found if s.id in history.ancestry]
-        if not current:
+            yield TableFinding("table-committed-twice", f"{where}: snapshots {[s.id for s in found]} all commit "
+                               f"{key!r} of {commit.sequence}", commit.at)
+        if not any(s.id in history.ancestry for s in found):
             yield TableFinding("table-commit-rolled-back", f"{where}: snapshot {found[0].id} of {commit.sequence} "
-                               f"(commit id {commit.step.commit_id!r}) is not in the current snapshot's history "
-                               f"(rolled back): its files are no longer in the table", commit.at)
-        for snapshot in current:
-            yield from _check_added(where, commit, snapshot.id, history.added.get(snapshot.id, []))
+                               f"(committing {key!r}) is not in the current snapshot's history (rolled back): its "
+                               f"files are no longer in the table", commit.at)
 
 
-def _check_added(where: str, commit: TableCommitPlanned, snapshot: int, files: list[str]) -> Iterator[TableFinding]:
-    """The snapshot added exactly the files the sequence published."""
-    made = {_canonical(f) for f in files}
-    expected = {_canonical(f) for f in commit.files}
-    for path in sorted(expected - made):
-        yield TableFinding("table-file-missing", f"{where}: snapshot {snapshot} of {commit.sequence} did not add "
-                           f"{path}, which the sequence published", commit.at)
-    for path in sorted(made - expected):
-        yield TableFinding("table-file-unplanned", f"{where}: snapshot {snapshot} of {commit.sequence} added {path}, "
-                           f"which the sequence did not publish", commit.at)
+def _check_added(where: str, planned: list[TableCommitPlanned], current: list[_Ours], added: dict[int, list[str]]
+                 ) -> Iterator[TableFinding]:
+    """Each snapshot of ours in the current history added exactly the files its commits' sequences published."""
+    by_key = {commit_key(commit.step): commit for commit in planned}
+    for snapshot in current:
+        commits = [by_key[key] for key in sorted(snapshot.keys) if key in by_key]
+        if not commits:
+            continue
+        expected = {_canonical(f): commit for commit in commits for f in commit.files}
+        made = {_canonical(f) for f in added.get(snapshot.id, [])}
+        for path in sorted(set(expected) - made):
+            commit = expected[path]
+            yield TableFinding("table-file-missing", f"{where}: snapshot {snapshot.id} of {commit.sequence} did not "
+                               f"add {path}, which the sequence published", commit.at)
+        for path in sorted(made - set(expected)):
+            yield TableFinding("table-file-unplanned", f"{where}: snapshot {snapshot.id} of {commits[0].sequence} "
+                               f"added {path}, which none of its sequences published", commits[0].at)
 
 
 def _check_unknown(where: str, planned: list[TableCommitPlanned], ours: list[_Ours]) -> Iterator[TableFinding]:
     """Each snapshot carrying a commit id of one of the log's jobs belongs to a sequence the log planned."""
-    known = {c.step.commit_id for c in planned}
+    known = {commit_key(c.step) for c in planned}
     for snapshot in ours:
-        if snapshot.commit_id not in known:
+        if not snapshot.keys or not snapshot.keys <= known:
             yield TableFinding("table-snapshot-unknown", f"{where}: snapshot {snapshot.id} carries the commit id "
                                f"{snapshot.commit_id!r}, which no sequence of the log planned")
 
@@ -183,14 +216,21 @@ def _check_files_once(where: str, added: dict[int, list[str]]) -> Iterator[Table
                                f"{sorted(snapshots)}: its records are in the table twice")
 
 
-def _check_offsets_once(where: str, ours: list[_Ours]) -> Iterator[TableFinding]:
-    """No source offset is in two snapshots of ours: per dataset and partition, their ranges never overlap."""
+def _check_offsets_once(where: str, planned: list[TableCommitPlanned], current: list[_Ours]
+                        ) -> Iterator[TableFinding]:
+    """No source offset is in two snapshots of ours: per dataset and partition, the ranges their commits' plans
+    publish never overlap."""
+    by_key = {commit_key(commit.step): commit for commit in planned}
     ranges: dict[tuple[str, str], list[tuple[int, int, int]]] = defaultdict(list)
-    for snapshot in ours:
-        dataset = snapshot.commit_id.rsplit("/", 1)[0]
-        for partition, (low, high) in _watermarks(snapshot.snapshot).items():
-            if high > low:
-                ranges[(dataset, partition)].append((low, high, snapshot.id))
+    for snapshot in current:
+        for key in snapshot.keys:
+            commit = by_key.get(key)
+            if commit is None:
+                continue
+            for partition, (low, high) in _watermarks(commit.step).items():
+                if high > low:
+                    ranges[(commit.step.summary.get("oncelog.dataset", key), partition)].append((low, high,
+                                                                                                 snapshot.id))
     for (dataset, partition), spans in sorted(ranges.items()):
         spans.sort()
         for (low, high, first), (next_low, next_high, second) in zip(spans, spans[1:]):
@@ -254,10 +294,9 @@ def _commit_id(snapshot: Snapshot) -> str | None:
     return summary.additional_properties.get(TABLE_COMMIT_ID) if summary is not None else None
 
 
-def _watermarks(snapshot: Snapshot) -> dict[str, tuple[int, int]]:
-    """The source ranges a snapshot of ours says it holds (none if its summary has none, or unreadable ones)."""
-    summary = snapshot.summary
-    text = summary.additional_properties.get(TABLE_WATERMARKS) if summary is not None else None
+def _watermarks(step: TableCommitStep) -> dict[str, tuple[int, int]]:
+    """The source ranges a TableCommit's plan says it publishes (none if it says none, or unreadable ones)."""
+    text = step.summary.get(TABLE_WATERMARKS)
     if not text:
         return {}
     try:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 
@@ -28,6 +28,7 @@ from events.commit import (
     CommitStepApplied,
     CommitStepFailed,
     CommitStepRolledBack,
+    CommitStepSpec,
     CompletenessStep,
     FsRenameStep,
     HighWatermarkStep,
@@ -50,6 +51,7 @@ from spark_pipeline.commit.steps import (
     UnsettledCommitStepError,
     step_for,
 )
+from spark_pipeline.commit.tables import TableMember, TableOutcome, commit_together, grouped
 
 UNDOABLE = {"HighWatermark": "its watermarks moved", "DatasetState": "its watermarks moved",
             "TableCommit": "its files were committed to the table (a snapshot carries its id)",
@@ -81,6 +83,19 @@ class CommitResult:
     verified: int = 0
 
 
+@dataclass
+class _Progress:
+    """How far a sequence's commit got: kept across a pause at its table step."""
+
+    next_index: int = 0
+    started: float = field(default_factory=time.perf_counter)
+    effects: list[Event] = field(default_factory=list)
+    applied: list[Event] = field(default_factory=list)
+    """Recorded only if a later step fails (and, for steps found done, with the completion)."""
+    counts: dict[str, int] = field(default_factory=lambda: {"executed": 0, "verified": 0})
+    step_ms: dict[int, float] = field(default_factory=dict)
+
+
 class CommitSequence:
     """The steps that publish one dataset's output of one run, and the loop that applies them."""
 
@@ -96,6 +111,11 @@ class CommitSequence:
         self.ref = SequenceRef(view.job, view.run_id, view.dataset_urn, view.sequence_id)
         self.renamed_into: set[str] = set()
         """Folders its renames changed: to be made durable before the renames are recorded."""
+        self._progress = _Progress()
+        self.waiting_at: int | None = None
+        """The table step it paused at (`commit(pause=True)`), for the committer to make with others'."""
+        self.table_outcome: TableOutcome | None = None
+        """That step's outcome, once the committer made it."""
 
     @property
     def dataset_urn(self) -> str:
@@ -107,66 +127,90 @@ class CommitSequence:
         A step done but not yet recorded when the process dies is found done by verify() on recovery. A failure
         is recorded with the steps applied before it; `record` (default: the sink) receives every batch.
         """
-        record = record or self.record_now
-        started = time.perf_counter()
+        result = self._advance(record or self.record_now, pause=False)
+        if result is None:
+            raise RuntimeError(f"sequence {self.view.sequence_id} paused though told not to")
+        return result
+
+    def commit_or_wait(self, record: Record) -> CommitResult | None:
+        """`commit`, but stop at a table step made together with other sequences' (None; `waiting_at` says where):
+        the committer makes it for them all, gives this sequence its `table_outcome`, then calls `commit` to go on."""
+        return self._advance(record, pause=True)
+
+    def _advance(self, record: Record, pause: bool) -> CommitResult | None:
+        """Apply the steps from where the last call stopped (see `commit`, `commit_or_wait`)."""
+        progress = self._progress
         fields = self.ref.fields()
-        try:
-            for index, spec in enumerate(self.view.steps):
-                self.settings.roots.check(index, spec)
-        except UnsafeCommitStepError as e:
-            record([CommitSequenceAbandoned(**fields, attempts=self.view.attempts_failed, error=str(e))])
-            return self._result(Outcome.ABANDONED, str(e))
-        effects_so_far: list[Event] = []
-        applied: list[Event] = []  # recorded only if a later step fails (and, when found done, on completion)
-        counts = {"executed": 0, "verified": 0}
-        step_ms: dict[int, float] = {}
-        for index, spec in enumerate(self.view.steps):
+        if self.waiting_at is None:
+            try:
+                for index, spec in enumerate(self.view.steps):
+                    self.settings.roots.check(index, spec)
+            except UnsafeCommitStepError as e:
+                record([CommitSequenceAbandoned(**fields, attempts=self.view.attempts_failed, error=str(e))])
+                return self._result(Outcome.ABANDONED, str(e))
+        for index in range(progress.next_index, len(self.view.steps)):
+            spec = self.view.steps[index]
             if index in self.view.applied:
                 continue
+            together = self.table_outcome is not None and isinstance(spec, TABLE_STEPS)
+            if pause and not together and grouped(spec):
+                progress.next_index = index
+                self.waiting_at = index
+                return None
             if isinstance(spec, HighWatermarkStep):
                 self.faults.reached(FaultPoint.BEFORE_WATERMARK)
-            if isinstance(spec, TABLE_STEPS):
+            if isinstance(spec, TABLE_STEPS) and not together:
                 self.faults.reached(FaultPoint.BEFORE_TABLE_COMMIT)
-            step = step_for(spec, self.ref, self.sink.state, self.fs, self.view.steps)
             step_started = time.perf_counter()
             try:
-                done = step.verify()
-                if not done and isinstance(spec, (FsRenameStep, *TABLE_STEPS)):
-                    # a superseded writer must move or commit nothing (FencedError)
-                    self.sink.check_fenced(among_others=self.among_others)
-                effects: list[Event] = [] if done else step.execute()
+                done, effects = self._apply(index, spec)
             except (OSError, FileSystemError, CommitStepError) as e:
                 # never given up once it may have taken effect, or a step that cannot be undone has: a release
                 # would have to roll back what it cannot
-                abandon = not isinstance(e, UnsettledCommitStepError) and not self._took_effect(applied)
+                abandon = not isinstance(e, UnsettledCommitStepError) and not self._took_effect(progress.applied)
                 if abandon and self.view.attempts_failed + 1 >= self.settings.max_attempts:
                     abandon = not self._table_committed()
-                record([*effects_so_far, *applied, *self._failure(index, f"step {index} ({spec.kind}): {e}", abandon)])
-                return self._result(self._after_failure(abandon), f"step {index} ({spec.kind}): {e}")
+                error = f"step {index} ({spec.kind}): {e}"
+                record([*progress.effects, *progress.applied, *self._failure(index, error, abandon)])
+                return self._result(self._after_failure(abandon), error)
             outcome: Literal["executed", "verified"] = "verified" if done else "executed"
-            counts[outcome] += 1
-            effects_so_far += effects
-            step_ms[index] = (time.perf_counter() - step_started) * 1000
-            applied.append(CommitStepApplied.trusted(**fields, step_index=index, outcome=outcome,
-                                                   duration_ms=step_ms[index]))
+            progress.counts[outcome] += 1
+            progress.effects += effects
+            progress.step_ms[index] = (time.perf_counter() - step_started) * 1000
+            progress.applied.append(CommitStepApplied.trusted(**fields, step_index=index, outcome=outcome,
+                                                              duration_ms=progress.step_ms[index]))
             if isinstance(spec, FsRenameStep):
                 if not done:
                     self.renamed_into.add(urls.parent(spec.dst))
                 self.faults.reached(FaultPoint.AFTER_RENAME)
             elif isinstance(spec, HighWatermarkStep):
                 self.faults.reached(FaultPoint.AFTER_WATERMARK)
-            elif isinstance(spec, TABLE_STEPS):
+            elif isinstance(spec, TABLE_STEPS) and not together:
                 self.faults.reached(FaultPoint.AFTER_TABLE_COMMIT)
             elif isinstance(spec, CompletenessStep):
                 self.faults.reached(FaultPoint.AFTER_COMPLETENESS)
         self.faults.reached(FaultPoint.BEFORE_COMPLETION)
+        counts = progress.counts
         completed = CommitSequenceCompleted.trusted(
-            **fields, duration_ms=(time.perf_counter() - started) * 1000, steps_applied=len(self.view.steps),
+            **fields, duration_ms=(time.perf_counter() - progress.started) * 1000, steps_applied=len(self.view.steps),
             executed=counts["executed"], verified=counts["verified"],
-            step_ms=step_timings(step_ms, len(self.view.steps)))
-        verified = [event for event in applied if isinstance(event, CommitStepApplied) and event.outcome == "verified"]
-        record([*effects_so_far, *verified, completed, *published_events(fields, self.view.steps)])
+            step_ms=step_timings(progress.step_ms, len(self.view.steps)))
+        verified = [e for e in progress.applied if isinstance(e, CommitStepApplied) and e.outcome == "verified"]
+        record([*progress.effects, *verified, completed, *published_events(fields, self.view.steps)])
         return self._result(Outcome.COMPLETED, executed=counts["executed"], verified=counts["verified"])
+
+    def _apply(self, index: int, spec: CommitStepSpec) -> tuple[bool, list[Event]]:
+        """Whether step `index` was found done, and the events of its effect: the outcome of a table commit made
+        for many (`table_outcome`), else its verify(), then (not done) its execute()."""
+        if self.table_outcome is not None and isinstance(spec, TABLE_STEPS):
+            outcome, self.table_outcome = self.table_outcome, None
+            return outcome.result(), []
+        step = step_for(spec, self.ref, self.sink.state, self.fs, self.view.steps)
+        done = step.verify()
+        if not done and isinstance(spec, (FsRenameStep, *TABLE_STEPS)):
+            # a superseded writer must move or commit nothing (FencedError)
+            self.sink.check_fenced(among_others=self.among_others)
+        return done, [] if done else step.execute()
 
     def record_now(self, events: Sequence[Event]) -> None:
         """Record events through the sink, once the renames they record are durable."""
@@ -227,55 +271,77 @@ class Committer:
                    ) -> list[CommitResult]:
         """Commit every sequence (one dataset each): their steps in parallel, their records in batches of up to
         `batch_events` events as the sequences end, in the order given (each sequence's events in one batch, after
-        its renames are durable). Results in the order given; `done` hears how many sequences have ended so far."""
+        its renames are durable). The sequences' table steps are made together, one commit per table, when every
+        sequence has reached its own (`commit_tables`). Results in the order given; `done` hears how many sequences
+        have ended so far."""
         if len(views) <= 1:
             alone = [self.sequence(v).commit() for v in views]
             done(len(alone))
             return alone
         workers = max(1, min(self.settings.parallelism, len(views))) if self._round_trips(views) else 1
-        batches: list[list[Event]] = [[] for _ in views]
         sequences = [self.sequence(v, among_others=workers > 1) for v in views]
+        batches: list[list[Event]] = [[] for _ in views]
         ended = itertools.count(1)
         lock = threading.Lock()
 
-        def commit(index: int) -> CommitResult:
-            result = sequences[index].commit(record=batches[index].extend)
-            with lock:
-                done(next(ended))
+        def commit(index: int, pause: bool) -> CommitResult | None:
+            sequence, record = sequences[index], batches[index].extend
+            result = sequence.commit_or_wait(record) if pause else sequence.commit(record)
+            if result is not None:
+                with lock:
+                    done(next(ended))
             return result
 
-        results: list[CommitResult] = []
+        results: dict[int, CommitResult] = {}
+        records = _Records(self)
         with ExitStack() as pools:
             pools.enter_context(fold_gc())  # what a commit allocates forms no cycles: no full collections mid-way
-            # One worker: the sequences commit in this thread, in order, as that worker would (no thread to start)
-            ended_in_order: Iterable[CommitResult] = map(commit, range(len(views))) if workers == 1 else (
-                pools.enter_context(ThreadPoolExecutor(max_workers=workers, thread_name_prefix="commit"))
-                .map(commit, range(len(views))))
-            events: list[Event] = []
-            folders: set[str] = set()
-            for index, result in enumerate(ended_in_order):
-                results.append(result)
-                batch, batches[index] = batches[index], []  # recorded below: not kept twice
-                if events and len(events) + len(batch) > self.batch_events:
-                    self._record(events, folders)
-                    events, folders = [], set()
-                events += batch
-                folders |= sequences[index].renamed_into
-            self._record(events, folders)
-        return results
+            pool = (pools.enter_context(ThreadPoolExecutor(max_workers=workers, thread_name_prefix="commit"))
+                    if workers > 1 else None)
+
+            def run(indices: Sequence[int], pause: bool) -> list[int]:
+                """Commit the sequences at `indices`, recording each as it ends; those paused at a table step."""
+                # One worker: the sequences commit in this thread, in order, as that worker would (no thread to start)
+                ended_in_order: Iterable[CommitResult | None] = (
+                    pool.map(commit, indices, itertools.repeat(pause)) if pool is not None
+                    else (commit(index, pause) for index in indices))
+                paused = []
+                for index, result in zip(indices, ended_in_order, strict=True):
+                    if result is None:
+                        paused.append(index)
+                        continue
+                    results[index] = result
+                    batch, batches[index] = batches[index], []  # recorded below: not kept twice
+                    records.add(batch, sequences[index].renamed_into)
+                return paused
+
+            waiting = run(range(len(views)), pause=True)
+            if waiting:
+                self.commit_tables([sequences[index] for index in waiting])
+                run(waiting, pause=False)
+            records.flush()
+        return [results[index] for index in range(len(views))]
+
+    def commit_tables(self, sequences: list[CommitSequence]) -> None:
+        """Make the table steps the sequences wait at, one commit per table, and give each its outcome: their renames
+        made durable first (a table must not name a file a crash could lose), the writer found not fenced."""
+        folders = set().union(*(sequence.renamed_into for sequence in sequences))
+        if folders:
+            self.fs.sync_folders(folders)
+        for sequence in sequences:
+            sequence.renamed_into.clear()
+        self.settings.faults.reached(FaultPoint.BEFORE_TABLE_COMMIT)
+        self.sink.check_fenced()
+        members = [TableMember.of(s.view, s.waiting_at) for s in sequences if s.waiting_at is not None]
+        for sequence, outcome in zip(sequences, commit_together(members, self.fs), strict=True):
+            sequence.table_outcome = outcome
+        self.settings.faults.reached(FaultPoint.AFTER_TABLE_COMMIT)
 
     def _round_trips(self, views: list[SequenceView]) -> bool:
         """Whether the sequences' file calls wait on round trips (then they commit in parallel): asked of the first
         file published; under one GIL, local renames and checks go faster one after another."""
         published = next((s.dst for v in views for s in v.steps if isinstance(s, FsRenameStep)), None)
         return published is None or self.fs.round_trips(published)
-
-    def _record(self, events: list[Event], folders: set[str]) -> None:
-        """Make the renames into `folders` durable, in one call (the file system chooses how: the local one syncs
-        each folder, or each file system holding many at once), then append `events` (which record them)."""
-        if folders:
-            self.fs.sync_folders(folders)
-        self.sink.emit(events)
 
     def release(self, job: str, dataset_urn: str, reason: str) -> str:
         """Free a dataset blocked by an abandoned sequence: first roll back what that sequence published (each file
@@ -317,6 +383,31 @@ class Committer:
     def recover(self, job: str) -> list[CommitResult]:
         """Finish every planned-but-incomplete sequence of a job (what a run does before extracting anything)."""
         return self.commit_all(self.sink.state.pending_sequences(job))
+
+
+class _Records:
+    """The ended sequences' events, appended in batches of up to the committer's `batch_events`, each batch after the
+    renames it records are durable (one call: the local file system syncs each folder, or each file system holding
+    many at once)."""
+
+    def __init__(self, committer: Committer) -> None:
+        self.committer = committer
+        self.events: list[Event] = []
+        self.folders: set[str] = set()
+
+    def add(self, events: list[Event], folders: set[str]) -> None:
+        """One sequence's events, never split from each other."""
+        if self.events and len(self.events) + len(events) > self.committer.batch_events:
+            self.flush()
+        self.events += events
+        self.folders |= folders
+
+    def flush(self) -> None:
+        if self.folders:
+            self.committer.fs.sync_folders(self.folders)
+        if self.events:
+            self.committer.sink.emit(self.events)
+        self.events, self.folders = [], set()
 
 
 def step_timings(step_ms: dict[int, float], steps: int) -> tuple[float, ...]:

@@ -241,10 +241,12 @@ class CompletenessCommitStep(StateStep[CompletenessStep]):
 
 
 class TableCommitCommitStep(CommitStep):
-    """Append the files the sequence published to an Iceberg table, as one snapshot named by the sequence.
+    """Append the files the sequence published to an Iceberg table, in a snapshot that names the sequence: by its
+    number in its run's group (`oncelog.members`; the committer appends a group's sequences together), or by its
+    commit id (plans recorded before version 5).
 
-    Done when the table's history holds a snapshot whose summary carries the step's commit id: a crash after the
-    table commit and before its record never commits twice. pyiceberg is loaded here, on first use only.
+    Done when the table's history holds such a snapshot: a crash after the table commit and before its record never
+    commits twice. pyiceberg is loaded here, on first use only.
     """
 
     def __init__(self, spec: TableCommitStep, files: Sequence[str]) -> None:
@@ -254,8 +256,11 @@ class TableCommitCommitStep(CommitStep):
     def verify(self) -> bool:
         from spark_pipeline.tables import iceberg
 
+        spec, ref = self.spec, iceberg.TableRef.of(self.spec)
         try:
-            return iceberg.committed(iceberg.TableRef.of(self.spec), self.spec.commit_id)
+            if spec.group is not None and spec.member is not None:
+                return spec.member in iceberg.committed_members(ref, spec.group)
+            return iceberg.committed(ref, spec.commit_id)
         except iceberg.TableError as e:
             raise UnsettledCommitStepError(str(e)) from e
 
@@ -263,8 +268,12 @@ class TableCommitCommitStep(CommitStep):
         """Append; when the append fails, ask the table again: a commit made whose answer was lost is done."""
         from spark_pipeline.tables import iceberg
 
+        spec, ref = self.spec, iceberg.TableRef.of(self.spec)
         try:
-            iceberg.append(iceberg.TableRef.of(self.spec), self.files, self.spec.commit_id, self.spec.summary)
+            if spec.group is not None and spec.member is not None:
+                iceberg.append_group(ref, spec.group, [iceberg.GroupMember(spec.member, self.files, spec.summary)])
+            else:
+                iceberg.append(ref, self.files, spec.commit_id, spec.summary)
         except iceberg.TableError as e:
             if self.verify():
                 return []

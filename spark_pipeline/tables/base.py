@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -69,6 +69,7 @@ class TablePublisher(BaseDataPublisher):
         warehouse = str(self.config.branch(0).publisher_final_dir)
         location = self.table_location(settings, warehouse)
         planned = []
+        members = 0
         for sequence in super().plan(run_id, outputs, dataset_states):
             renames = [s for s in sequence.steps if isinstance(s, FsRenameStep)]
             previous = dataset_states.get(sequence.dataset_urn)
@@ -80,7 +81,8 @@ class TablePublisher(BaseDataPublisher):
             moved = [s.model_copy(update={"dst": urls.join(location, "data", urls.relative_to(s.dst, warehouse))})
                      for s in renames]
             output = next(o for o in outputs if o.dataset_urn == sequence.dataset_urn)
-            step = self.table_step(settings, warehouse, location, sequence, output, previous)
+            step = self.table_step(settings, warehouse, location, sequence, output, previous, members)
+            members += 1
             planned.append(sequence.model_copy(update={"steps": (*moved, step, *others)}))
         return planned
 
@@ -90,8 +92,9 @@ class TablePublisher(BaseDataPublisher):
 
     @abstractmethod
     def table_step(self, settings: Any, warehouse: str, location: str, sequence: CommitSequencePlanned,
-                   output: DatasetOutput, previous: DatasetView | None) -> CommitStepSpec:
-        """The step that commits the sequence's files (moved under `location`) to the table."""
+                   output: DatasetOutput, previous: DatasetView | None, member: int) -> CommitStepSpec:
+        """The step that commits the sequence's files (moved under `location`) to the table; `member`: the sequence's
+        number among the run's sequences that commit to it (their table commits are made together)."""
 
     def partition_summary(self) -> dict[str, str]:
         """The partitioning a table this job creates gets, from the job's time partitioner (none: unpartitioned)."""
@@ -124,3 +127,27 @@ def snapshot_summary(sequence: CommitSequencePlanned, output: DatasetOutput) -> 
             "oncelog.sequence-id": sequence.sequence_id,
             "oncelog.records": str(sum(r.records_written for r in output.results)),
             TABLE_WATERMARKS: json.dumps(ranges, sort_keys=True, separators=(",", ":"))}
+
+
+DATASET_WATERMARKS = "oncelog.dataset-watermarks"
+"""The property of a commit made for many sequences holding each dataset's ranges (`{"dataset": {"partition": [low,
+high]}}`), left out beyond DATASET_WATERMARKS_MAX characters: an Iceberg table keeps every snapshot's summary in each
+new metadata file, and the log holds the ranges anyway (each sequence's plan)."""
+DATASET_WATERMARKS_MAX = 16_384
+
+
+def shared_summary(summaries: Sequence[Mapping[str, str]]) -> dict[str, str]:
+    """The properties of one table commit made for many sequences: those they share (job, run, partitioning; all of
+    a lone sequence's), how many they are, their records, and each dataset's ranges while they stay small."""
+    shared = dict(summaries[0])
+    for summary in summaries[1:]:
+        shared = {key: value for key, value in shared.items() if summary.get(key) == value}
+    properties = {**shared, "oncelog.sequences": str(len(summaries)),
+                  "oncelog.records": str(sum(int(summary.get("oncelog.records", "0")) for summary in summaries))}
+    if len(summaries) > 1:
+        ranges = {s.get("oncelog.dataset", str(i)): json.loads(s.get(TABLE_WATERMARKS, "{}"))
+                  for i, s in enumerate(summaries)}
+        text = json.dumps(ranges, sort_keys=True, separators=(",", ":"))
+        if len(text) <= DATASET_WATERMARKS_MAX:
+            properties[DATASET_WATERMARKS] = text
+    return properties

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,8 +27,9 @@ from deltalake.transaction import AddAction, RemoveAction, create_table_with_add
 
 from events.commit import TABLE_COMMIT_ID, DeltaCommitStep
 from filesystems import urls
+from spark_pipeline.tables.base import shared_summary
 from spark_pipeline.tables.delta_partitions import DeltaPartitioning, delta_partitioning, partition_values
-from spark_pipeline.tables.errors import TableError
+from spark_pipeline.tables.errors import TableDataError, TableError
 from spark_pipeline.tables.files import files_schema, first_line, local, mismatched
 from spark_pipeline.tables.partitioning import PARTITION_SPEC, TablePartitioning
 from spark_pipeline.tables.storage import TableStorage
@@ -114,18 +115,10 @@ def latest_version(ref: DeltaRef, app_id: str) -> int | None:
     return transaction_version(table, ref, app_id) if table is not None else None
 
 
-def committed(ref: DeltaRef, app_id: str, version: int) -> bool:
-    """Whether the table holds the commit of `app_id` at `version` (a table not yet created holds none)."""
+def versions_of(ref: DeltaRef, app_ids: Sequence[str]) -> dict[str, int | None]:
+    """The latest version of each app transaction in the table, read once (None: it never committed, or no table)."""
     table = load_table(ref)
-    return table is not None and _holds(table, ref, app_id, version)
-
-
-def _holds(table: DeltaTable, ref: DeltaRef, app_id: str, version: int) -> bool:
-    """Whether `table` holds the commit of `app_id` at `version`; a later version of it is refused (`ahead`)."""
-    found = transaction_version(table, ref, app_id)
-    if found is not None and found > version:
-        raise TableError(ahead(ref, app_id, found, version))
-    return found == version
+    return {app_id: transaction_version(table, ref, app_id) if table is not None else None for app_id in app_ids}
 
 
 def ahead(ref: DeltaRef, app_id: str, found: int, version: int) -> str:
@@ -135,41 +128,107 @@ def ahead(ref: DeltaRef, app_id: str, found: int, version: int) -> str:
             f"another writer (or oncelog with another event log) commits under this app id; nothing was committed")
 
 
+@dataclass(frozen=True)
+class DeltaMember:
+    """A sequence's share of a table commit: its dataset's app transaction (id, version), commit id, files, metadata."""
+
+    app_id: str
+    version: int
+    commit_id: str
+    files: tuple[str, ...]
+    metadata: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class GroupOutcome:
+    """What a commit of many sequences found: those the table held already, and those it refuses (`ahead`)."""
+
+    found: frozenset[str] = frozenset()
+    """The app ids whose transaction the table held at their version before this commit (an earlier attempt's)."""
+    refused: Mapping[str, str] = field(default_factory=dict)
+    """Why, per app id, a member was left out: the table's app transaction is past its version."""
+
+
 def commit(ref: DeltaRef, files: Sequence[str], app_id: str, version: int, commit_id: str,
            metadata: dict[str, str]) -> None:
-    """Add `files` (Parquet, under the table's root) to the table in one write transaction carrying the app
-    transaction (`app_id`, `version`) and `commit_id` with `metadata` in its commit info; the table created with the
-    data's schema by that commit if it does not exist (partitioned as `metadata`'s `oncelog.partition-spec` says: an
-    existing table keeps its partition columns), and the data's new columns added to its schema just before. Looks
-    for the app transaction first, and again after another writer's commit came in between: never twice."""
-    properties = CommitProperties(custom_metadata={**metadata, COMMIT_ID: commit_id},
-                                  app_transactions=[Transaction(app_id, version)])
-    spec = metadata.get(PARTITION_SPEC)
+    """Add `files` in one write transaction carrying the app transaction (`app_id`, `version`) and `commit_id`
+    (`commit_group` of one member); a TableError if the table's app transaction is past `version`."""
+    outcome = commit_group(ref, [DeltaMember(app_id, version, commit_id, tuple(files), metadata)])
+    if app_id in outcome.refused:
+        raise TableError(outcome.refused[app_id])
+
+
+def commit_group(ref: DeltaRef, members: Sequence[DeltaMember]) -> GroupOutcome:
+    """Add the files of `members` (Parquet, under the table's root) to the table in one write transaction carrying
+    each one's app transaction, and with their shared metadata in its commit info (a lone member's commit id too); the
+    table created with the data's schema by that commit if it does not exist (partitioned as the metadata's
+    `oncelog.partition-spec` says: an existing table keeps its partition columns), and the data's new columns added
+    to its schema just before. Leaves out the members the table holds already, and refuses those whose app
+    transaction it holds at a later version; looks again after another writer's commit came in between: never twice."""
+    found: frozenset[str] | None = None
     with _lock(ref):
         for _ in range(COMMIT_ATTEMPTS):
             table = load_table(ref)
-            if table is not None and _holds(table, ref, app_id, version):
-                return
-            schema = files_schema(files, ref.storage)
-            partitioning = (delta_partitioning(TablePartitioning.decode(spec), schema, ref.describe())
-                            if spec else None)
-            try:
-                if table is None:
-                    _create(ref, schema, partitioning, files, properties)
-                else:
-                    _append(ref, table, schema, partitioning, files, properties, commit_id)
-            except delta_errors.CommitFailedError:
-                continue  # another writer's commit came in between: look again, then try on top of it
-            except LIBRARY_ERRORS as e:
-                if table is None and load_table(ref) is not None:
-                    continue  # another writer created the table in between
-                raise TableError(f"{ref.describe()} cannot take the data of {len(files)} file(s) (the first "
-                                 f"{files[0]}): {first_line(e)}; nothing was committed") from e
-            if not committed(ref, app_id, version):
-                raise TableError(f"{ref.describe()}: the commit of {commit_id} returned, yet the table holds no "
-                                 f"app transaction {app_id!r} at version {version}")
-            return
-    raise TableError(f"{ref.describe()}: {COMMIT_ATTEMPTS} commits of {commit_id} lost to other writers' commits")
+            versions = {m.app_id: transaction_version(table, ref, m.app_id) if table is not None else None
+                        for m in members}
+            refused = {m.app_id: ahead(ref, m.app_id, seen, m.version) for m in members
+                       if (seen := versions[m.app_id]) is not None and seen > m.version}
+            held = frozenset(m.app_id for m in members if versions[m.app_id] == m.version)
+            found = held if found is None else found
+            todo = [m for m in members if m.app_id not in held and m.app_id not in refused]
+            if not todo:
+                return GroupOutcome(found, refused)
+            if _commit_once(ref, table, todo):
+                _check_committed(ref, todo)
+                return GroupOutcome(found, refused)
+    raise TableError(f"{ref.describe()}: {COMMIT_ATTEMPTS} commits of {_label(members)} lost to other writers' "
+                     f"commits")
+
+
+def _commit_once(ref: DeltaRef, table: DeltaTable | None, members: Sequence[DeltaMember]) -> bool:
+    """One write transaction adding the members' files (the table created by it if `table` is None); False when
+    another writer's commit (or creation) came in between."""
+    files = [path for member in members for path in member.files]
+    metadata = _shared(members)
+    properties = CommitProperties(custom_metadata=metadata,
+                                  app_transactions=[Transaction(m.app_id, m.version) for m in members])
+    spec = metadata.get(PARTITION_SPEC)
+    schema = files_schema(files, ref.storage)
+    partitioning = delta_partitioning(TablePartitioning.decode(spec), schema, ref.describe()) if spec else None
+    try:
+        if table is None:
+            _create(ref, schema, partitioning, files, properties)
+        else:
+            _append(ref, table, schema, partitioning, files, properties, _label(members))
+    except delta_errors.CommitFailedError:
+        return False
+    except LIBRARY_ERRORS as e:
+        if table is None and load_table(ref) is not None:
+            return False  # another writer created the table in between
+        raise TableError(f"{ref.describe()} cannot take the data of {len(files)} file(s) (the first "
+                         f"{files[0]}): {first_line(e)}; nothing was committed") from e
+    return True
+
+
+def _check_committed(ref: DeltaRef, members: Sequence[DeltaMember]) -> None:
+    """The table holds every member's app transaction at its version, as the commit that just returned said."""
+    table = load_table(ref)
+    missing = [m for m in members if table is None or transaction_version(table, ref, m.app_id) != m.version]
+    if missing:
+        raise TableError(f"{ref.describe()}: the commit of {_label(members)} returned, yet the table holds no app "
+                         f"transaction {missing[0].app_id!r} at version {missing[0].version}")
+
+
+def _shared(members: Sequence[DeltaMember]) -> dict[str, str]:
+    """The commit info's custom metadata: what the members share (`shared_summary`; a lone member's all), and a lone
+    member's commit id."""
+    metadata = shared_summary([member.metadata for member in members])
+    return {**metadata, COMMIT_ID: members[0].commit_id} if len(members) == 1 else metadata
+
+
+def _label(members: Sequence[DeltaMember]) -> str:
+    """The members, as a message names them."""
+    return members[0].commit_id if len(members) == 1 else f"{len(members)} sequences (the first {members[0].commit_id})"
 
 
 def _create(ref: DeltaRef, schema: pa.Schema, partitioning: DeltaPartitioning | None, files: Sequence[str],
@@ -191,7 +250,7 @@ def _append(ref: DeltaRef, table: DeltaTable, schema: pa.Schema, partitioning: D
     columns = pa.schema(table.schema().to_arrow())
     wrong = mismatched(columns, schema)
     if wrong:
-        raise TableError(f"{ref.describe()} cannot take the data (the first file {files[0]}): "
+        raise TableDataError(f"{ref.describe()} cannot take the data (the first file {files[0]}): "
                          f"{'; '.join(wrong)}; nothing was committed")
     partition_columns = list(table.metadata().partition_columns)
     actions = [_add_action(ref, path, partitioning, partition_columns) for path in files]

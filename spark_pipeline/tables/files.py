@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from spark_pipeline.tables.errors import TableError
+from spark_pipeline.tables.errors import TableDataError, TableError
 
 if TYPE_CHECKING:
     from spark_pipeline.tables.storage import TableStorage
@@ -21,10 +21,14 @@ def files_schema(files: Sequence[str], storage: TableStorage | None = None) -> p
     system; none: local disk)."""
     try:
         schemas = [_read_schema(path, storage) for path in files]
-        return pa.unify_schemas(schemas, promote_options="permissive")
     except (OSError, ValueError, TypeError, pa.ArrowException) as e:
         raise TableError(f"cannot read the Parquet schema of the data files (the first {files[0]}): "
                          f"{first_line(e)}") from e
+    try:
+        return pa.unify_schemas(schemas, promote_options="permissive")
+    except (ValueError, TypeError, pa.ArrowException) as e:  # files whose columns no one table can take together
+        raise TableDataError(f"the data files' columns do not agree (the first {files[0]}, of {len(files)}): "
+                             f"{first_line(e)}") from e
 
 
 def _read_schema(path: str, storage: TableStorage | None) -> pa.Schema:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,8 +30,16 @@ from pyiceberg.transforms import (
     YearTransform,
 )
 
-from events.commit import TABLE_COMMIT_ID, TableCommitStep
-from spark_pipeline.tables.errors import TableError
+from events.commit import (
+    TABLE_COMMIT_ID,
+    TABLE_GROUP,
+    TABLE_MEMBERS,
+    TableCommitStep,
+    decode_members,
+    encode_members,
+)
+from spark_pipeline.tables.base import shared_summary
+from spark_pipeline.tables.errors import TableDataError, TableError
 from spark_pipeline.tables.files import files_schema, mismatched
 from spark_pipeline.tables.partitioning import PARTITION_SPEC, Period, TablePartitioning, column_type
 
@@ -129,6 +137,74 @@ def committed(ref: TableRef, commit_id: str) -> bool:
     return table is not None and snapshot_of(table, commit_id) is not None
 
 
+@dataclass(frozen=True)
+class GroupMember:
+    """A sequence's share of its run's table commit: its number in the group, the files it adds, its summary."""
+
+    number: int
+    files: tuple[str, ...]
+    summary: Mapping[str, str]
+
+
+def members_in(snapshot: Snapshot, group: str) -> frozenset[int]:
+    """The numbers of `group`'s sequences a snapshot commits (none: another group's, or no group's)."""
+    summary = snapshot.summary
+    properties = summary.additional_properties if summary is not None else {}
+    if properties.get(TABLE_GROUP) != group:
+        return frozenset()
+    return decode_members(properties.get(TABLE_MEMBERS, ""))
+
+
+def group_members(table: Table, group: str) -> frozenset[int]:
+    """The numbers of `group`'s sequences the table's history commits, in any of its snapshots."""
+    return frozenset().union(*(members_in(snapshot, group) for snapshot in table.metadata.snapshots))
+
+
+def committed_members(ref: TableRef, group: str) -> frozenset[int]:
+    """The numbers of `group`'s sequences the table holds (none when the table does not exist yet)."""
+    table = load_table(ref)
+    return group_members(table, group) if table is not None else frozenset()
+
+
+def append_group(ref: TableRef, group: str, members: Sequence[GroupMember]) -> frozenset[int]:
+    """Append the files of `members` in one snapshot whose summary names `group` and lists them (`oncelog.members`),
+    leaving out any the table's history already holds (an earlier attempt's commit whose answer was lost). Returns the
+    numbers of those found there; the table is created, and its schema evolved, as `append` does. Never commits a member
+    twice: the history is read again after another writer's commit came in between."""
+    if not members:
+        return frozenset()
+    spec = members[0].summary.get(PARTITION_SPEC)
+    partitioning = TablePartitioning.decode(spec) if spec else None
+    wanted = {member.number for member in members}
+    found: frozenset[int] | None = None
+    with _table_locks.setdefault(ref, threading.Lock()):
+        for _ in range(COMMIT_ATTEMPTS):
+            table = load_table(ref) or _create(ref, members[0].files, partitioning)
+            held = group_members(table, group)
+            found = held & wanted if found is None else found
+            todo = [member for member in members if member.number not in held]
+            if not todo:
+                return found
+            try:
+                _append_once(ref, table, [f for member in todo for f in member.files], group_summary(group, todo))
+            except iceberg_errors.CommitFailedException:
+                continue  # another writer's snapshot came in between: look again, then try on top of it
+            made = load_table(ref)
+            if made is None or not {member.number for member in todo} <= group_members(made, group):
+                raise TableError(f"{ref.describe()}: the append of {len(todo)} sequence(s) of {group} returned, yet no "
+                                 f"snapshot lists them")
+            return found
+    raise TableError(f"{ref.describe()}: {COMMIT_ATTEMPTS} appends of {group} lost to other writers' commits")
+
+
+def group_summary(group: str, members: Sequence[GroupMember]) -> dict[str, str]:
+    """The snapshot summary of a group's commit: what its members share (`shared_summary`), the group, and the
+    members it commits (`oncelog.members`, also in its commit id)."""
+    numbers = encode_members(member.number for member in members)
+    return {**shared_summary([member.summary for member in members]), TABLE_GROUP: group, TABLE_MEMBERS: numbers,
+            TABLE_COMMIT_ID: f"{group}#{numbers}"}
+
+
 def append(ref: TableRef, files: Sequence[str], commit_id: str, summary: dict[str, str]) -> Snapshot:
     """Append `files` (Parquet) to the table in one snapshot carrying `commit_id` and `summary`, the table created
     from the first file's schema if it does not exist and its schema evolved by the files' new columns in the same
@@ -158,7 +234,7 @@ def _append_once(ref: TableRef, table: Table, files: Sequence[str], properties: 
     schema = files_schema(files)
     mismatched = _mismatched(table, schema)
     if mismatched:
-        raise TableError(f"{ref.describe()} cannot take the data of {len(files)} file(s) (the first {files[0]}): "
+        raise TableDataError(f"{ref.describe()} cannot take the data of {len(files)} file(s) (the first {files[0]}): "
                          f"{'; '.join(mismatched)}; nothing was committed")
     try:
         with table.transaction() as transaction:

@@ -1,8 +1,9 @@
 """The Iceberg table publisher (`data.publisher.type: spark_pipeline.tables.IcebergTablePublisher`).
 
 Per dataset, the sequence: an FsRename per Parquet file its tasks wrote (from the attempt's task-output folder into
-the table's `data/` folder under the file's watermark-range name), then one TableCommit (a pyiceberg append of those
-files: one snapshot whose summary carries the sequence's id and each partition's watermark range), then the
+the table's `data/` folder under the file's watermark-range name), then one TableCommit of the run's group (the
+committer appends the files of all the run's sequences that reach it together, in one snapshot whose summary lists
+them: `spark_pipeline.commit.tables`), then the
 HighWatermark and DatasetState steps as the folder publisher plans them. pyiceberg itself is loaded only by the
 TableCommit step and the table's pre-flight check (spark_pipeline/tables/iceberg.py).
 """
@@ -66,7 +67,8 @@ class IcebergSettings(TableSettings):
 
 class IcebergTablePublisher(TablePublisher):
     """Publishes each dataset's Parquet files into one Iceberg table: files moved under the table's data folder,
-    then one table commit per dataset sequence, then the watermarks and the dataset state."""
+    then the run's table commit (one snapshot for the datasets that commit together), then the watermarks and the
+    dataset state."""
 
     CONFIG_MODEL = IcebergSettings
 
@@ -74,12 +76,13 @@ class IcebergTablePublisher(TablePublisher):
         return urls.join(warehouse, *settings.table.split("."))
 
     def table_step(self, settings: IcebergSettings, warehouse: str, location: str, sequence: CommitSequencePlanned,
-                   output: DatasetOutput, previous: DatasetView | None) -> TableCommitStep:
+                   output: DatasetOutput, previous: DatasetView | None, member: int) -> TableCommitStep:
         return TableCommitStep(
             catalog_uri=settings.catalog(warehouse), catalog_name=settings.catalog_name, warehouse=warehouse,
             table=settings.table, location=location,
             commit_id=commit_id(sequence.job, sequence.dataset_urn, sequence.sequence_id),
-            summary={**snapshot_summary(sequence, output), **self.partition_summary()})
+            summary={**snapshot_summary(sequence, output), **self.partition_summary()},
+            group=f"{sequence.job}/{sequence.run_id}", member=member)
 
 
 def catalog_problem(settings: IcebergSettings, warehouse: str, timeout_s: float) -> str | None:

@@ -14,24 +14,36 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from events.commit import TABLE_COMMIT_ID, CommitSequenceCompleted
+from events.commit import (
+    TABLE_GROUP,
+    TABLE_MEMBERS,
+    TABLE_STEPS,
+    CommitSequenceCompleted,
+    CommitSequencePlanned,
+    DeltaCommitStep,
+    TableCommitStep,
+    decode_members,
+)
 from events.log import open_log
 from projections.projector import Projector
 from projections.views import RunStatus
+from replay.tables import commit_key
 from replay.verify import verify
 from spark_pipeline.commit.faults import CRASH_EXIT_CODE, FaultPoint
 from spark_pipeline.jobs import load_job_config
 from spark_pipeline.launcher import JobLauncher
-from spark_pipeline.tables import delta, iceberg
-from spark_pipeline.tables.base import commit_id
+from spark_pipeline.tables import iceberg
+from spark_pipeline.tables.base import DATASET_WATERMARKS
 from spark_pipeline.tables.delta_publisher import app_id
 from tests.fault.in_process_crash import driver_killed_in_process
 from tests.fault.pipeline_checks import DATASETS, PARTITIONS, RECORDS, run_cli, write_job
@@ -100,22 +112,25 @@ def table_ref(base: Path) -> iceberg.TableRef:
 
 
 def table_holds_exactly_once(base: Path, runs: int) -> None:
-    """Read back through pyiceberg: every record up to each committed watermark once, and nothing else; every
-    snapshot is one completed sequence's (its id, its watermark ranges), no data file added twice; verify passes."""
+    """Read back through pyiceberg: every record up to each committed watermark once, and nothing else; one snapshot
+    per run, listing the run's completed sequences (its datasets' watermark ranges), each completed sequence in one
+    snapshot, no data file added twice; verify passes."""
     table = iceberg.load_table(table_ref(base))
     assert table is not None
     completed = records_once_as_the_log_says(base, table.scan(selected_fields=("dataset", "partition", "offset"))
                                              .to_arrow(), runs)
-    ids = [s.summary.additional_properties.get(TABLE_COMMIT_ID, "") for s in table.metadata.snapshots if s.summary]
-    assert sorted(ids) == sorted(completed), "each snapshot is exactly one completed sequence's"
+    listed = [f"{props[TABLE_GROUP]}#{n}" for s in table.metadata.snapshots if s.summary
+              for props in [s.summary.additional_properties] for n in decode_members(props[TABLE_MEMBERS])]
+    assert sorted(listed) == sorted(commit_key(s) for s in completed if isinstance(s, TableCommitStep)), (
+        "each completed sequence is in exactly one snapshot, and no other")
+    assert len(table.metadata.snapshots) == runs, "one snapshot per run, whatever the datasets"
     added = sum(int(s.summary.additional_properties["added-data-files"]) for s in table.metadata.snapshots
                 if s.summary)
     files = table.inspect.files()["file_path"].to_pylist()
     assert len(files) == len(set(files)) == added, "a data file in two snapshots"
     for snapshot in table.metadata.snapshots:
         assert snapshot.summary is not None
-        ranges = json.loads(snapshot.summary.additional_properties["oncelog.watermarks"])
-        assert {high - low for low, high in ranges.values()} == {RECORDS}, ranges
+        assert_ranges(snapshot.summary.additional_properties)
 
 
 def delta_table_holds_exactly_once(base: Path, runs: int) -> None:
@@ -126,22 +141,28 @@ def delta_table_holds_exactly_once(base: Path, runs: int) -> None:
     table = DeltaTable(str(location))
     completed = records_once_as_the_log_says(
         base, table.to_pyarrow_table(columns=["dataset", "partition", "offset"]), runs)
-    commits = table.history()
-    assert sorted(h.get(delta.COMMIT_ID, "") for h in commits) == sorted(completed), (
-        "each commit is exactly one completed sequence's")
+    commits = [h for h in table.history() if "oncelog.sequences" in h]
+    assert len(commits) == runs, "one commit per run, whatever the datasets"
+    assert sum(int(h["oncelog.sequences"]) for h in commits) == len(completed) == DATASETS * runs
     assert {table.transaction_version(app_id("crashy", f"ds.{d}")) for d in range(DATASETS)} == {runs}
     actions = [json.loads(line) for entry in sorted((location / "_delta_log").glob("*.json"))
                for line in entry.read_text().splitlines()]
     added = [action["add"]["path"] for action in actions if "add" in action]
     assert len(added) == len(set(added)) == len(table.file_uris()), "a data file added twice"
     for commit in commits:
-        ranges = json.loads(commit["oncelog.watermarks"])
-        assert {high - low for low, high in ranges.values()} == {RECORDS}, ranges
+        assert_ranges(commit)
 
 
-def records_once_as_the_log_says(base: Path, rows: pa.Table, runs: int) -> list[str]:
+def assert_ranges(properties: Mapping[str, Any]) -> None:
+    """A run's table commit says each of its datasets' ranges, each `RECORDS` offsets long."""
+    ranges = json.loads(properties[DATASET_WATERMARKS])
+    assert set(ranges) == {f"ds.{d}" for d in range(DATASETS)}
+    assert {high - low for dataset in ranges.values() for low, high in dataset.values()} == {RECORDS}, ranges
+
+
+def records_once_as_the_log_says(base: Path, rows: pa.Table, runs: int) -> list[TableCommitStep | DeltaCommitStep]:
     """`rows` (dataset, partition, offset) hold every record up to each committed watermark once, and nothing else;
-    verify passes, no sequence is pending, each partition's watermark is `runs` runs' records. Returns the commit ids
+    verify passes, no sequence is pending, each partition's watermark is `runs` runs' records. Returns the table steps
     of the completed sequences."""
     seen = Counter(zip(rows["dataset"].to_pylist(), rows["partition"].to_pylist(), rows["offset"].to_pylist(),
                        strict=True))
@@ -150,8 +171,10 @@ def records_once_as_the_log_says(base: Path, rows: pa.Table, runs: int) -> list[
     with open_log(f"sqlite:///{base / 'log.db'}") as log:
         state, _ = Projector(log).rebuild(use_snapshot=False)
         report = verify(log)
-        completed = [commit_id(e.event.job, e.event.dataset_urn, e.event.sequence_id) for e in log.read()
-                     if isinstance(e.event, CommitSequenceCompleted)]
+        events = [e.event for e in log.read()]
+        ended = {e.sequence_id for e in events if isinstance(e, CommitSequenceCompleted)}
+        completed = [step for e in events if isinstance(e, CommitSequencePlanned) and e.sequence_id in ended
+                     for step in e.steps if isinstance(step, TABLE_STEPS)]
     assert report.ok, "\n".join(str(v) for v in report.violations)
     assert state.pending_sequences("crashy") == []
     watermarks = {(urn, p): v for (_, urn), d in state.datasets.items() for p, v in d.watermarks.items()}

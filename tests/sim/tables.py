@@ -9,6 +9,9 @@ raises), a crash either side, a failed read of the table's history (the step's v
 between our load of the table and our commit (pyiceberg's optimistic concurrency refuses ours; the append tries again
 on top of theirs).
 
+The committer makes the table steps of a run's sequences together (one append, or one Delta transaction, for many
+datasets): the same faults then hit that one commit, and a failed read after it leaves all its sequences unsettled.
+
 A Delta scenario publishes through the real `DeltaTablePublisher` (deltalake in this process) with the same faults at
 the DeltaCommit step's write (the table's creation or the append), at the read of the table's app transaction (the
 step's verify), and another writer's append (or the table's creation) between our load of the table and our commit
@@ -26,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -41,6 +44,8 @@ from spark_pipeline.tables import delta, iceberg
 from spark_pipeline.writers import move_to_task_output, path_segment, unit_file_name
 from tests.sim.faults import Fault, FaultPlan, SimulatedCrash
 
+T = TypeVar("T")
+A = TypeVar("A")
 ARROW_TYPES = {"string": pa.string(), "int": pa.int32(), "long": pa.int64(), "double": pa.float64(),
                "boolean": pa.bool_(), "bytes": pa.binary()}
 FOREIGN = "foreign"
@@ -132,9 +137,11 @@ class FaultyTables:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(iceberg, "_append_once", self._wrap_append(iceberg._append_once))
             patch.setattr(iceberg, "committed", self._wrap_read(iceberg.committed))
+            patch.setattr(iceberg, "committed_members", self._wrap_read(iceberg.committed_members))
             patch.setattr(delta, "_create", self._wrap_delta_write(delta._create, creates=True))
             patch.setattr(delta, "_append", self._wrap_delta_write(delta._append, creates=False))
             patch.setattr(delta, "latest_version", self._wrap_delta_read(delta.latest_version))
+            patch.setattr(delta, "versions_of", self._wrap_delta_read(delta.versions_of))
             yield
 
     def _wrap_append(self, append_once: Callable[..., None]) -> Callable[..., None]:
@@ -167,8 +174,9 @@ class FaultyTables:
             roll -= rate
         return None
 
-    def _wrap_read(self, committed: Callable[[iceberg.TableRef, str], bool]) -> Callable[[iceberg.TableRef, str], bool]:
-        def faulty(ref: iceberg.TableRef, commit_id: str) -> bool:
+    def _wrap_read(self, committed: Callable[[iceberg.TableRef, str], T]) -> Callable[[iceberg.TableRef, str], T]:
+        """A read of the table's history (by commit id, or a group's members) with the plan's faults."""
+        def faulty(ref: iceberg.TableRef, commit_id: str) -> T:
             fault = self.plan.decide("table-read")
             if fault in (Fault.CRASH_BEFORE, Fault.CRASH_AFTER):
                 raise SimulatedCrash(f"read of {ref.table}")
@@ -196,10 +204,9 @@ class FaultyTables:
 
         return faulty
 
-    def _wrap_delta_read(self, latest: Callable[[delta.DeltaRef, str], int | None]
-                         ) -> Callable[[delta.DeltaRef, str], int | None]:
-        """The read of the table's app transaction (the DeltaCommit step's verify) with the plan's faults."""
-        def faulty(ref: delta.DeltaRef, app_id: str) -> int | None:
+    def _wrap_delta_read(self, latest: Callable[[delta.DeltaRef, A], T]) -> Callable[[delta.DeltaRef, A], T]:
+        """A read of the table's app transactions (the DeltaCommit step's verify, or many's) with the plan's faults."""
+        def faulty(ref: delta.DeltaRef, app_id: A) -> T:
             fault = self.plan.decide("table-read")
             if fault in (Fault.CRASH_BEFORE, Fault.CRASH_AFTER):
                 raise SimulatedCrash(f"read of {ref.table}")

@@ -68,13 +68,13 @@ def show_table(console: Console, log: EventLog, job: str, run_id: str) -> None:
     console.print(f"catalog {ref.catalog_uri}\npartition spec: {spec or 'none'}; {table.scan().to_arrow().num_rows} "
                   f"records", markup=False)
     snapshots = Table("snapshot", Column("oncelog.commit-id", overflow="fold"), "files", "records",
-                      Column("oncelog.watermarks", overflow="fold"), title="Snapshots (the last 4)",
+                      Column("watermarks", overflow="fold"), title="Snapshots (the last 4)",
                       title_justify="left")
     for snapshot in table.snapshots()[-4:]:
         summary = snapshot.summary.additional_properties if snapshot.summary is not None else {}
         snapshots.add_row(str(snapshot.snapshot_id), summary.get("oncelog.commit-id", "-"),
                           f"+{summary.get('added-data-files', '0')}", f"+{summary.get('added-records', '0')}",
-                          summary.get("oncelog.watermarks", "-"))
+                          summary.get("oncelog.watermarks") or summary.get("oncelog.dataset-watermarks", "-"))
     console.print(snapshots)
     completed = [e.event for e in decode_records(log.codec, log.read_records(), raise_error)
                  if isinstance(e.event, PartitionCompleted) and e.event.job == job and e.event.run_id == run_id]

@@ -509,7 +509,8 @@ def describe_step(step: CommitStepSpec) -> str:
         case DatasetStateStep():
             return f"{step.records_published} records, {step.files_published} files"
         case TableCommitStep():
-            return f"commit {step.table} ({step.commit_id})"
+            group = f", run's snapshot {step.group} #{step.member}" if step.group is not None else ""
+            return f"commit {step.table} ({step.commit_id}{group})"
         case DeltaCommitStep():
             return f"commit Delta table {step.table} ({step.commit_id}, app transaction {step.app_id} v{step.version})"
     return repr(step)

@@ -48,7 +48,7 @@ TABLE_COMMIT_ID = "oncelog.commit-id"
 TABLE_WATERMARKS = "oncelog.watermarks"
 """The snapshot summary property holding each source partition's published range (`{"partition": [low, high]}`)."""
 TABLE_GROUP = "oncelog.group"
-"""The snapshot summary property naming the run whose sequences the snapshot commits together (`job/run`)."""
+"""The snapshot summary property naming the group whose sequences the snapshot commits (`job/run/<digest>`)."""
 TABLE_MEMBERS = "oncelog.members"
 """The snapshot summary property listing the group's sequences it commits, by number (`0-41,43-99`)."""
 
@@ -95,9 +95,9 @@ class TableCommitStep(Frozen):
     summary: dict[str, str] = Field(default_factory=dict)
     """The other snapshot summary properties: run, dataset, sequence and each partition's watermark range."""
     group: str | None = None
-    """`job/run`: the run's table commit, shared by its datasets' sequences (one snapshot for many of them, whose
-    summary's `oncelog.group` and `oncelog.members` name them); None in plans recorded before version 5 (a snapshot
-    per sequence, named by `commit_id`)."""
+    """`job/run/<digest>`: the sequences planned together (a run's, or a commit shard's), whose table commits are made
+    together (one snapshot, whose summary's `oncelog.group` and `oncelog.members` name them); None in plans recorded
+    before version 5 (a snapshot per sequence, named by `commit_id`)."""
     member: Count | None = None
     """The sequence's number in its group (what the snapshot's `oncelog.members` lists)."""
 

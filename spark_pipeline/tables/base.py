@@ -6,6 +6,7 @@ Loads no table library: each publisher's commit step loads its own (pyiceberg, d
 
 from __future__ import annotations
 
+import hashlib
 import json
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
@@ -70,7 +71,9 @@ class TablePublisher(BaseDataPublisher):
         location = self.table_location(settings, warehouse)
         planned = []
         members = 0
-        for sequence in super().plan(run_id, outputs, dataset_states):
+        sequences = super().plan(run_id, outputs, dataset_states)
+        group = group_of(sequences)
+        for sequence in sequences:
             renames = [s for s in sequence.steps if isinstance(s, FsRenameStep)]
             previous = dataset_states.get(sequence.dataset_urn)
             properties = self.state_properties(previous, commits=bool(renames))
@@ -81,7 +84,7 @@ class TablePublisher(BaseDataPublisher):
             moved = [s.model_copy(update={"dst": urls.join(location, "data", urls.relative_to(s.dst, warehouse))})
                      for s in renames]
             output = next(o for o in outputs if o.dataset_urn == sequence.dataset_urn)
-            step = self.table_step(settings, warehouse, location, sequence, output, previous, members)
+            step = self.table_step(settings, warehouse, location, sequence, output, previous, group, members)
             members += 1
             planned.append(sequence.model_copy(update={"steps": (*moved, step, *others)}))
         return planned
@@ -92,9 +95,9 @@ class TablePublisher(BaseDataPublisher):
 
     @abstractmethod
     def table_step(self, settings: Any, warehouse: str, location: str, sequence: CommitSequencePlanned,
-                   output: DatasetOutput, previous: DatasetView | None, member: int) -> CommitStepSpec:
+                   output: DatasetOutput, previous: DatasetView | None, group: str, member: int) -> CommitStepSpec:
         """The step that commits the sequence's files (moved under `location`) to the table; `member`: the sequence's
-        number among the run's sequences that commit to it (their table commits are made together)."""
+        number in `group`, the sequences planned with it (their table commits are made together)."""
 
     def partition_summary(self) -> dict[str, str]:
         """The partitioning a table this job creates gets, from the job's time partitioner (none: unpartitioned)."""
@@ -112,6 +115,15 @@ def _with_properties(step: CommitStepSpec, properties: dict[str, str]) -> Commit
     if not properties or not isinstance(step, DatasetStateStep):
         return step
     return step.model_copy(update={"properties": {**step.properties, **properties}})
+
+
+def group_of(sequences: Sequence[CommitSequencePlanned]) -> str:
+    """The group of sequences planned together: `<job>/<run>/<digest of their datasets>` (a run plans once on the
+    driver, or once per commit shard: each shard's sequences are a group of their own, numbered from 0)."""
+    if not sequences:
+        return ""
+    datasets = "\n".join(sorted(sequence.dataset_urn for sequence in sequences))
+    return f"{sequences[0].job}/{sequences[0].run_id}/{hashlib.sha256(datasets.encode()).hexdigest()[:8]}"
 
 
 def commit_id(job: str, dataset_urn: str, sequence_id: str) -> str:

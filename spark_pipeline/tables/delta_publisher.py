@@ -65,7 +65,7 @@ class DeltaTablePublisher(TablePublisher):
         return settings.location(warehouse)
 
     def table_step(self, settings: DeltaSettings, warehouse: str, location: str, sequence: CommitSequencePlanned,
-                   output: DatasetOutput, previous: DatasetView | None, member: int) -> DeltaCommitStep:
+                   output: DatasetOutput, previous: DatasetView | None, group: str, member: int) -> DeltaCommitStep:
         return DeltaCommitStep(
             table=settings.table, location=location, app_id=app_id(sequence.job, sequence.dataset_urn),
             version=last_version(previous) + 1,

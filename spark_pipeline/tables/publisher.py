@@ -76,13 +76,13 @@ class IcebergTablePublisher(TablePublisher):
         return urls.join(warehouse, *settings.table.split("."))
 
     def table_step(self, settings: IcebergSettings, warehouse: str, location: str, sequence: CommitSequencePlanned,
-                   output: DatasetOutput, previous: DatasetView | None, member: int) -> TableCommitStep:
+                   output: DatasetOutput, previous: DatasetView | None, group: str, member: int) -> TableCommitStep:
         return TableCommitStep(
             catalog_uri=settings.catalog(warehouse), catalog_name=settings.catalog_name, warehouse=warehouse,
             table=settings.table, location=location,
             commit_id=commit_id(sequence.job, sequence.dataset_urn, sequence.sequence_id),
             summary={**snapshot_summary(sequence, output), **self.partition_summary()},
-            group=f"{sequence.job}/{sequence.run_id}", member=member)
+            group=group, member=member)
 
 
 def catalog_problem(settings: IcebergSettings, warehouse: str, timeout_s: float) -> str | None:

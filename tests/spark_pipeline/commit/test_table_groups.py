@@ -12,15 +12,22 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from pyiceberg.table import Table
 
-from events.commit import TABLE_GROUP, TABLE_MEMBERS, DeltaCommitStep, TableCommitStep, decode_members
+from events.commit import (
+    TABLE_GROUP,
+    TABLE_MEMBERS,
+    CommitSequencePlanned,
+    DeltaCommitStep,
+    TableCommitStep,
+    decode_members,
+)
 from filesystems.local import LOCAL
 from spark_pipeline.commit.steps import CommitStepError, DeltaCommitCommitStep, TableCommitCommitStep
 from spark_pipeline.commit.tables import TableMember, TableOutcome, commit_together
 from spark_pipeline.tables import iceberg
-from spark_pipeline.tables.base import DATASET_WATERMARKS
+from spark_pipeline.tables.base import DATASET_WATERMARKS, group_of
 
 DATASETS = 5
-GROUP = "job/run-1"
+GROUP = "job/run-1/0f0f0f0f"
 
 
 def parquet(path: Path, dataset: str, amount: pa.Array | None = None) -> str:
@@ -37,16 +44,18 @@ def summary(dataset: str) -> dict[str, str]:
             "oncelog.watermarks": json.dumps({f"{dataset}:0": [0, 3]})}
 
 
-def iceberg_members(warehouse: Path, bad: int | None = None) -> list[TableMember]:
-    """A member per dataset, each with one file in the table's data folder (dataset `bad`'s amounts are text)."""
+def iceberg_members(warehouse: Path, bad: int | None = None, group: str = GROUP, first: int = 0
+                    ) -> list[TableMember]:
+    """A member per dataset (`first` on), each with one file in the table's data folder (dataset `bad`'s amounts are
+    text), numbered from 0 in `group`."""
     members = []
-    for d in range(DATASETS):
+    for d in range(first, first + DATASETS):
         text = pa.array(["x", "y", "z"]) if d == bad else None
         file = parquet(warehouse / "lake" / "events" / "data" / f"ds.{d}.parquet", f"ds.{d}", text)
         spec = TableCommitStep(catalog_uri=f"sqlite:///{warehouse / 'iceberg-catalog.db'}", catalog_name="oncelog",
                                warehouse=str(warehouse), table="lake.events",
                                location=str(warehouse / "lake" / "events"), commit_id=f"job/ds.{d}/seq-{d}",
-                               summary=summary(f"ds.{d}"), group=GROUP, member=d)
+                               summary=summary(f"ds.{d}"), group=group, member=d - first)
         members.append(TableMember(spec, (file,)))
     return members
 
@@ -94,6 +103,19 @@ def test_a_runs_iceberg_commits_are_one_snapshot_found_again_by_each_member(tmp_
         assert TableCommitCommitStep(spec, member.files).verify()
     assert done(commit_together(members, LOCAL)) == ["verified"] * DATASETS  # a rerun: nothing committed again
     assert len(table_of(members[0]).metadata.snapshots) == 1
+
+
+def test_the_groups_of_one_runs_shards_are_told_apart(tmp_path: Path) -> None:
+    """A run whose commit is sharded plans each shard's sequences apart, numbered from 0: each shard's group is its
+    own, so a shard's members are never taken for another's already committed."""
+    shards = [CommitSequencePlanned(job="job", run_id="run-1", dataset_urn=f"ds.{d}", sequence_id=f"seq-{d}", steps=())
+              for d in range(2 * DATASETS)]
+    first, second = group_of(shards[:DATASETS]), group_of(shards[DATASETS:])
+    assert first != second and first.startswith("job/run-1/") and group_of(shards[:DATASETS]) == first
+    assert done(commit_together(iceberg_members(tmp_path, group=first), LOCAL)) == ["executed"] * DATASETS
+    members = iceberg_members(tmp_path, group=second, first=DATASETS)
+    assert done(commit_together(members, LOCAL)) == ["executed"] * DATASETS
+    assert len(table_of(members[0]).scan().to_arrow()) == 2 * 3 * DATASETS
 
 
 def test_a_dataset_whose_data_the_table_refuses_fails_alone(tmp_path: Path) -> None:

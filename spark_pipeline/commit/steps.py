@@ -247,15 +247,17 @@ class TableCommitCommitStep(CommitStep):
     table commit and before its record never commits twice. pyiceberg is loaded here, on first use only.
     """
 
-    def __init__(self, spec: TableCommitStep, files: Sequence[str]) -> None:
+    def __init__(self, spec: TableCommitStep, files: Sequence[str], fs: FileSystem = LOCAL) -> None:
         self.spec = spec
         self.files = tuple(files)
+        self.fs = fs  # an S3 or HDFS warehouse's endpoint and credentials: the job's keys, never recorded
 
     def verify(self) -> bool:
         from spark_pipeline.tables import iceberg
 
         try:
-            return iceberg.committed(iceberg.TableRef.of(self.spec), self.spec.commit_id)
+            return iceberg.committed(iceberg.TableRef.of(self.spec, iceberg.TableStorage.of(self.fs)),
+                                     self.spec.commit_id)
         except iceberg.TableError as e:
             raise UnsettledCommitStepError(str(e)) from e
 
@@ -264,7 +266,8 @@ class TableCommitCommitStep(CommitStep):
         from spark_pipeline.tables import iceberg
 
         try:
-            iceberg.append(iceberg.TableRef.of(self.spec), self.files, self.spec.commit_id, self.spec.summary)
+            iceberg.append(iceberg.TableRef.of(self.spec, iceberg.TableStorage.of(self.fs)), self.files,
+                           self.spec.commit_id, self.spec.summary)
         except iceberg.TableError as e:
             if self.verify():
                 return []
@@ -317,7 +320,7 @@ def step_for(spec: CommitStepSpec, sequence: SequenceRef, state: State, fs: File
     """The runnable step of a recorded step spec (`plan`: its sequence's steps, whose files a table commit adds)."""
     match spec:
         case TableCommitStep():
-            return TableCommitCommitStep(spec, [s.dst for s in plan if isinstance(s, FsRenameStep)])
+            return TableCommitCommitStep(spec, [s.dst for s in plan if isinstance(s, FsRenameStep)], fs)
         case DeltaCommitStep():
             return DeltaCommitCommitStep(spec, [s.dst for s in plan if isinstance(s, FsRenameStep)], fs)
         case FsRenameStep():

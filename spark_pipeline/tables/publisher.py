@@ -14,7 +14,7 @@ import sqlite3
 from pathlib import Path
 from typing import Annotated, ClassVar
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from events.commit import CommitSequencePlanned, TableCommitStep
 from filesystems import urls
@@ -49,15 +49,29 @@ class IcebergSettings(TableSettings):
     """The keys the Iceberg publisher reads; the warehouse is the job's data.publisher.final.dir."""
 
     FORMAT: ClassVar[str] = "Iceberg"
-    UNSUPPORTED: ClassVar[str] = (
-        "HDFS and S3 are not supported yet (pyiceberg opens hdfs:// through Arrow's HadoopFileSystem, which needs "
-        "libhdfs.so: not installed here; on S3 the catalog would need the store's endpoint and credentials as its "
-        "own properties, and the default SQLite catalog cannot live in a bucket)")
+    REMOTE_WAREHOUSES: ClassVar[tuple[str, ...]] = ("hdfs://", "webhdfs://", "s3a://", "s3://")
 
     table: Annotated[str, AfterValidator(_identifier)] = Field(alias="iceberg.table")
-    catalog_uri: Annotated[str, AfterValidator(_catalog_uri)] | None = Field(default=None, alias="iceberg.catalog.uri")
-    """None: pyiceberg's SQL catalog on `<warehouse>/iceberg-catalog.db`."""
+    catalog_uri: Annotated[str, AfterValidator(_catalog_uri)] | None = Field(
+        default=None, alias="iceberg.catalog.uri", validate_default=True)
+    """None: pyiceberg's SQL catalog on `<warehouse>/iceberg-catalog.db` (a warehouse on local disk only)."""
     catalog_name: str = Field(default="oncelog", min_length=1, alias="iceberg.catalog.name")
+
+    @field_validator("catalog_uri")
+    @classmethod
+    def _catalog_for_remote_warehouse(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """A warehouse on HDFS or S3 needs a catalog named: the default SQLite file cannot live there (SQLite writes
+        a local file in place), and a catalog file on this machine alone would hide the table from a recovery run
+        elsewhere."""
+        warehouse = info.data.get("warehouse")
+        if value is None and isinstance(warehouse, str) and urls.has_scheme(warehouse) \
+                and not warehouse.startswith("file:"):
+            raise ValueError(f"{CATALOG_URI_KEY} is required for the warehouse {warehouse!r} (the default catalog, "
+                             f"a SQLite file in the warehouse, cannot live on HDFS or S3): set it to a catalog every "
+                             f"run and reader of the table reaches, e.g. postgresql://…, http(s)://… (a REST "
+                             f"catalog), thrift://… (a Hive metastore), or sqlite:////<local folder>/catalog.db "
+                             f"(this machine only)")
+        return value
 
     def catalog(self, warehouse: str) -> str:
         """The catalog's URL for a warehouse made absolute."""

@@ -14,7 +14,8 @@ import sqlite3
 from pathlib import Path
 from typing import Annotated, ClassVar
 
-from pydantic import AfterValidator, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from events.commit import CommitSequencePlanned, TableCommitStep
 from filesystems import urls
@@ -52,26 +53,22 @@ class IcebergSettings(TableSettings):
     REMOTE_WAREHOUSES: ClassVar[tuple[str, ...]] = ("hdfs://", "webhdfs://", "s3a://", "s3://")
 
     table: Annotated[str, AfterValidator(_identifier)] = Field(alias="iceberg.table")
-    catalog_uri: Annotated[str, AfterValidator(_catalog_uri)] | None = Field(
-        default=None, alias="iceberg.catalog.uri", validate_default=True)
+    catalog_uri: Annotated[str, AfterValidator(_catalog_uri)] | None = Field(default=None, alias="iceberg.catalog.uri")
     """None: pyiceberg's SQL catalog on `<warehouse>/iceberg-catalog.db` (a warehouse on local disk only)."""
     catalog_name: str = Field(default="oncelog", min_length=1, alias="iceberg.catalog.name")
 
-    @field_validator("catalog_uri")
-    @classmethod
-    def _catalog_for_remote_warehouse(cls, value: str | None, info: ValidationInfo) -> str | None:
+    @model_validator(mode="after")
+    def _catalog_for_remote_warehouse(self) -> IcebergSettings:
         """A warehouse on HDFS or S3 needs a catalog named: the default SQLite file cannot live there (SQLite writes
         a local file in place), and a catalog file on this machine alone would hide the table from a recovery run
         elsewhere."""
-        warehouse = info.data.get("warehouse")
-        if value is None and isinstance(warehouse, str) and urls.has_scheme(warehouse) \
-                and not warehouse.startswith("file:"):
-            raise ValueError(f"{CATALOG_URI_KEY} is required for the warehouse {warehouse!r} (the default catalog, "
-                             f"a SQLite file in the warehouse, cannot live on HDFS or S3): set it to a catalog every "
-                             f"run and reader of the table reaches, e.g. postgresql://…, http(s)://… (a REST "
-                             f"catalog), thrift://… (a Hive metastore), or sqlite:////<local folder>/catalog.db "
-                             f"(this machine only)")
-        return value
+        if self.catalog_uri is None and urls.has_scheme(self.warehouse) and not self.warehouse.startswith("file:"):
+            raise PydanticCustomError("catalog_required", (
+                f"{CATALOG_URI_KEY} is required for the warehouse {self.warehouse!r} (the default catalog, a SQLite "
+                f"file in the warehouse, cannot live on HDFS or S3): set it to a catalog every run and reader of the "
+                f"table reaches, e.g. postgresql://…, http(s)://… (a REST catalog), thrift://… (a Hive metastore), "
+                f"or sqlite:////<local folder>/catalog.db (this machine only)"))
+        return self
 
     def catalog(self, warehouse: str) -> str:
         """The catalog's URL for a warehouse made absolute."""

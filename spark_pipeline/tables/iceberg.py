@@ -104,11 +104,10 @@ def catalog_of(ref: TableRef) -> Catalog:
         raise TableError(f"cannot open the catalog {ref.catalog_uri} of {ref.describe()}: {_first_line(e)}") from e
 
 
-def list_namespaces(name: str, uri: str, warehouse: str, storage: TableStorage | None = None) -> list[str]:
-    """The catalog's namespaces (what a pre-flight check asks, to see the catalog answer)."""
+def list_namespaces(name: str, uri: str, warehouse: str) -> list[str]:
+    """The catalog's namespaces (what a pre-flight check asks, to see the catalog answer: no table file is read)."""
     try:
-        properties = _properties(storage or TableStorage(), warehouse)
-        return [".".join(n) for n in _catalog(name, uri, warehouse, properties).list_namespaces()]
+        return [".".join(n) for n in _catalog(name, uri, warehouse).list_namespaces()]
     except LIBRARY_ERRORS as e:
         raise TableError(f"the catalog {uri} does not answer: {_first_line(e)}") from e
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from events.errors import OncelogError
+from filesystems.settings import FileSystemSettings
 
 CHECKSUM_CHUNK = 1 << 20
 
@@ -59,6 +60,12 @@ class WritableFile(ABC):
 
 class FileSystem(ABC):
     """The operations oncelog performs on files and folders."""
+
+    @property
+    def settings(self) -> FileSystemSettings:
+        """The Hadoop keys this file system reaches its stores with (what table libraries need to reach the same
+        stores); by default none of a job's own: $HADOOP_CONF_DIR's, and AWS's own chain."""
+        return FileSystemSettings.of({})
 
     @abstractmethod
     def size(self, path: str) -> int | None:

@@ -21,8 +21,13 @@ class FileSystems(FileSystem):
     """Every file system a job's locations name, chosen per call by URL."""
 
     def __init__(self, settings: FileSystemSettings) -> None:
-        self.settings = settings
+        self._settings = settings
         self._backends: dict[str, FileSystem] = {}
+
+    @property
+    def settings(self) -> FileSystemSettings:
+        """The job's Hadoop keys over $HADOOP_CONF_DIR's."""
+        return self._settings
 
     @classmethod
     def of(cls, properties: Mapping[str, str]) -> FileSystems:

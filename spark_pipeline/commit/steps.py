@@ -249,14 +249,15 @@ class TableCommitCommitStep(CommitStep):
     commits twice. pyiceberg is loaded here, on first use only.
     """
 
-    def __init__(self, spec: TableCommitStep, files: Sequence[str]) -> None:
+    def __init__(self, spec: TableCommitStep, files: Sequence[str], fs: FileSystem = LOCAL) -> None:
         self.spec = spec
         self.files = tuple(files)
+        self.fs = fs  # an S3 or HDFS warehouse's endpoint and credentials: the job's keys, never recorded
 
     def verify(self) -> bool:
         from spark_pipeline.tables import iceberg
 
-        spec, ref = self.spec, iceberg.TableRef.of(self.spec)
+        spec, ref = self.spec, iceberg.TableRef.of(self.spec, iceberg.TableStorage.of(self.fs))
         try:
             if spec.group is not None and spec.member is not None:
                 return spec.member in iceberg.committed_members(ref, spec.group)
@@ -268,7 +269,7 @@ class TableCommitCommitStep(CommitStep):
         """Append; when the append fails, ask the table again: a commit made whose answer was lost is done."""
         from spark_pipeline.tables import iceberg
 
-        spec, ref = self.spec, iceberg.TableRef.of(self.spec)
+        spec, ref = self.spec, iceberg.TableRef.of(self.spec, iceberg.TableStorage.of(self.fs))
         try:
             if spec.group is not None and spec.member is not None:
                 iceberg.append_group(ref, spec.group, [iceberg.GroupMember(spec.member, self.files, spec.summary)])
@@ -326,7 +327,7 @@ def step_for(spec: CommitStepSpec, sequence: SequenceRef, state: State, fs: File
     """The runnable step of a recorded step spec (`plan`: its sequence's steps, whose files a table commit adds)."""
     match spec:
         case TableCommitStep():
-            return TableCommitCommitStep(spec, [s.dst for s in plan if isinstance(s, FsRenameStep)])
+            return TableCommitCommitStep(spec, [s.dst for s in plan if isinstance(s, FsRenameStep)], fs)
         case DeltaCommitStep():
             return DeltaCommitCommitStep(spec, [s.dst for s in plan if isinstance(s, FsRenameStep)], fs)
         case FsRenameStep():

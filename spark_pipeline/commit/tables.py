@@ -91,7 +91,7 @@ def _commit(members: Sequence[TableMember], fs: FileSystem) -> list[TableOutcome
         from spark_pipeline.tables import iceberg
 
         specs = [_iceberg(m.spec) for m in members]
-        found = iceberg.append_group(iceberg.TableRef.of(first), _group(first),
+        found = iceberg.append_group(iceberg.TableRef.of(first, iceberg.TableStorage.of(fs)), _group(first),
                                      [iceberg.GroupMember(_number(s), m.files, s.summary)
                                       for s, m in zip(specs, members, strict=True)])
         return [TableOutcome("verified" if _number(s) in found else "executed") for s in specs]
@@ -125,7 +125,7 @@ def _held(members: Sequence[TableMember], fs: FileSystem) -> list[bool]:
     if isinstance(first, TableCommitStep):
         from spark_pipeline.tables import iceberg
 
-        committed = iceberg.committed_members(iceberg.TableRef.of(first), _group(first))
+        committed = iceberg.committed_members(iceberg.TableRef.of(first, iceberg.TableStorage.of(fs)), _group(first))
         return [_number(_iceberg(m.spec)) in committed for m in members]
     from spark_pipeline.tables import delta
 

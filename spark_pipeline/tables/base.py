@@ -39,16 +39,16 @@ class TableSettings(BaseModel):
 
     REMOTE_WAREHOUSES: ClassVar[tuple[str, ...]] = ()
     """The URL schemes of the warehouses beside local disk that the format's publisher works on."""
-    UNSUPPORTED: ClassVar[str] = "HDFS and S3 warehouses are not supported"
-    """Why the other warehouses are refused."""
+    UNSUPPORTED: ClassVar[str] = ""
+    """Why other warehouses are refused (beyond not being listed)."""
 
     @field_validator("warehouse")
     @classmethod
     def _supported_warehouse(cls, value: str) -> str:
         if urls.has_scheme(value) and not value.startswith(("file:", *cls.REMOTE_WAREHOUSES)):
             raise ValueError(f"{value!r}: the {cls.FORMAT} publisher's warehouse must be on local disk"
-                             f"{' or ' + ', '.join(cls.REMOTE_WAREHOUSES) if cls.REMOTE_WAREHOUSES else ''}: "
-                             f"{cls.UNSUPPORTED}")
+                             f"{' or ' + ', '.join(cls.REMOTE_WAREHOUSES) if cls.REMOTE_WAREHOUSES else ''}"
+                             f"{': ' + cls.UNSUPPORTED if cls.UNSUPPORTED else ''}")
         return value
 
     @field_validator("output_format")

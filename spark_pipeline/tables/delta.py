@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake import exceptions as delta_errors
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
@@ -59,12 +57,12 @@ class DeltaRef:
 
     @property
     def uri(self) -> str:
-        """The table's root as delta-rs opens it (a local path, or the s3a:// URL)."""
+        """The table's root as delta-rs opens it (a local path, or the s3a:// or hdfs:// URL)."""
         return local(self.location)
 
     @property
     def options(self) -> dict[str, str]:
-        """delta-rs's storage options for the table (S3's endpoint and credentials)."""
+        """delta-rs's storage options for the table (S3's endpoint and credentials, HDFS's name services)."""
         return self.storage.delta_options(self.location)
 
     def describe(self) -> str:
@@ -281,15 +279,12 @@ def _add_action(ref: DeltaRef, path: str, partitioning: DeltaPartitioning | None
         relative = urls.relative_to(path, ref.location)
     except ValueError as e:
         raise TableError(f"{ref.describe()}: the data file {path} lies outside the table's folder") from e
-    fs, where = ref.storage.arrow(path)
     try:
-        info = fs.get_file_info(where)
-        if info.type != pafs.FileType.File or info.size is None:
-            raise FileNotFoundError(f"no file {path}")
-        records = pq.read_metadata(where, filesystem=fs).num_rows
+        info = ref.storage.info(path)
+        with ref.storage.parquet(path) as file:
+            records = file.metadata.num_rows
     except (OSError, pa.ArrowException) as e:
         raise TableError(f"{ref.describe()}: cannot read the data file {path}: {first_line(e)}") from e
     stats: dict[str, Any] = {"numRecords": records}
     values = partition_values(partitioning, columns, path, ref.storage, ref.describe())
-    modified = info.mtime_ns // 1_000_000 if info.mtime_ns is not None else 0
-    return AddAction(relative, info.size, values, modified, True, json.dumps(stats))
+    return AddAction(relative, info.size, values, info.modified_ms, True, json.dumps(stats))

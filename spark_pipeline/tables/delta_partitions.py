@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from spark_pipeline.jobfile.partitions import COLUMNS_KEY
 from spark_pipeline.tables.errors import TableError
@@ -80,18 +79,18 @@ def _min_max(path: str, storage: TableStorage, column: str, where: str) -> tuple
     """The least and greatest value of `column` in the file: its row groups' statistics where every one has them,
     else the column read."""
     try:
-        fs, file = storage.arrow(path)
-        metadata = pq.read_metadata(file, filesystem=fs)
-        index = next((i for i in range(metadata.num_columns) if metadata.schema.column(i).path == column), None)
-        stats = [metadata.row_group(g).column(index).statistics for g in range(metadata.num_row_groups)
-                 ] if index is not None else []
-        if stats and all(s is not None and (s.has_min_max or s.null_count == s.num_values) for s in stats):
-            bounds = [(s.min, s.max) for s in stats if s.has_min_max]
-            if not bounds:
-                return None, None
-            if all(isinstance(v, dt.datetime | dt.date | int) for b in bounds for v in b):
-                return min(b[0] for b in bounds), max(b[1] for b in bounds)
-        values = pq.read_table(file, columns=[column], filesystem=fs).column(0)
+        with storage.parquet(path) as file:
+            metadata = file.metadata
+            index = next((i for i in range(metadata.num_columns) if metadata.schema.column(i).path == column), None)
+            stats = [metadata.row_group(g).column(index).statistics for g in range(metadata.num_row_groups)
+                     ] if index is not None else []
+            if stats and all(s is not None and (s.has_min_max or s.null_count == s.num_values) for s in stats):
+                bounds = [(s.min, s.max) for s in stats if s.has_min_max]
+                if not bounds:
+                    return None, None
+                if all(isinstance(v, dt.datetime | dt.date | int) for b in bounds for v in b):
+                    return min(b[0] for b in bounds), max(b[1] for b in bounds)
+            values = file.read(columns=[column]).column(0)
         both = pc.min_max(values)
         return both["min"].as_py(), both["max"].as_py()
     except (OSError, ValueError, KeyError, pa.ArrowException) as e:

@@ -23,7 +23,7 @@ from projections.views import DatasetView
 from spark_pipeline.constructs import DatasetOutput
 from spark_pipeline.tables.base import TablePublisher, TableSettings, commit_id, snapshot_summary
 from spark_pipeline.tables.files import local
-from spark_pipeline.tables.storage import TableStorage, is_s3
+from spark_pipeline.tables.storage import TableStorage, is_hdfs, is_s3
 
 TABLE_KEY = "delta.table"
 VERSION_PROPERTY = "oncelog.delta.txn-version"
@@ -42,11 +42,10 @@ class DeltaSettings(TableSettings):
     """The keys the Delta publisher reads; the table lies under the job's data.publisher.final.dir."""
 
     FORMAT: ClassVar[str] = "Delta"
-    REMOTE_WAREHOUSES: ClassVar[tuple[str, ...]] = ("s3a://", "s3://")
+    REMOTE_WAREHOUSES: ClassVar[tuple[str, ...]] = ("s3a://", "s3://", "hdfs://")
     UNSUPPORTED: ClassVar[str] = (
-        "HDFS is not supported (delta-rs speaks hdfs:// and webhdfs://, but each add action needs its file's size and "
-        "Parquet footer (records, partition statistics), which oncelog reads through Arrow, whose HDFS client needs "
-        "libhdfs.so: not installed here, and not in Hadoop's Maven jars)")
+        "webhdfs:// is not supported (delta-rs's WebHDFS client ignores the URL's port and always calls the "
+        "NameNode's default HTTP port, 9870): name the NameNode's RPC address, hdfs://namenode:port/…")
 
     table: Annotated[str, AfterValidator(_name)] = Field(alias="delta.table")
 
@@ -92,7 +91,7 @@ def last_version(dataset: DatasetView | None) -> int:
 def location_problem(location: str, storage: TableStorage) -> str | None:
     """Why a Delta table cannot be created or opened at `location`, or None; writes nothing. An existing table must
     open (deltalake loaded for it alone); otherwise, on local disk, the nearest existing folder must be one this
-    process may write into; in a bucket, the bucket must answer."""
+    process may write into; in a bucket or on HDFS, the store must answer."""
     try:
         has_log = storage.exists(urls.join(location, "_delta_log"))
     except OSError as e:
@@ -102,8 +101,8 @@ def location_problem(location: str, storage: TableStorage) -> str | None:
 
         problem = delta.open_problem(location, storage)
         return f"the Delta table at {location} cannot be opened: {problem}" if problem else None
-    if is_s3(location):
-        return None  # the bucket answered the look for the log
+    if is_s3(location) or is_hdfs(location):
+        return None  # the store answered the look for the log
     root = Path(local(location))
     existing = next((p for p in (root, *root.parents) if p.exists()), None)
     if existing is None or not existing.is_dir():

@@ -34,8 +34,8 @@ def files_schema(files: Sequence[str], storage: TableStorage | None = None) -> p
 def _read_schema(path: str, storage: TableStorage | None) -> pa.Schema:
     if storage is None:
         return pq.read_schema(local(path))
-    fs, where = storage.arrow(path)
-    return pq.read_schema(where, filesystem=fs)
+    with storage.parquet(path) as file:
+        return file.schema_arrow
 
 
 def mismatched(columns: pa.Schema, data: pa.Schema) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from spark_pipeline.tables.base import shared_summary
 from spark_pipeline.tables.errors import TableDataError, TableError
 from spark_pipeline.tables.files import files_schema, mismatched
 from spark_pipeline.tables.partitioning import PARTITION_SPEC, Period, TablePartitioning, column_type
+from spark_pipeline.tables.storage import TableStorage
 
 COMMIT_ATTEMPTS = 5
 """How often an append is tried when another writer commits to the table in between (optimistic concurrency)."""
@@ -64,17 +65,20 @@ data (pyiceberg's errors share no base class)."""
 
 @dataclass(frozen=True)
 class TableRef:
-    """Where a table is: its catalog (name, URL, warehouse), identifier and location (if oncelog creates it)."""
+    """Where a table is: its catalog (name, URL, warehouse), identifier and location (if oncelog creates it), and how
+    its files are reached (the job's keys for a warehouse on S3 or HDFS: never recorded)."""
 
     catalog_name: str
     catalog_uri: str
     warehouse: str
     table: str
     location: str
+    storage: TableStorage = field(default_factory=TableStorage, compare=False, repr=False)
 
     @classmethod
-    def of(cls, step: TableCommitStep) -> TableRef:
-        return cls(step.catalog_name, step.catalog_uri, step.warehouse, step.table, step.location)
+    def of(cls, step: TableCommitStep, storage: TableStorage | None = None) -> TableRef:
+        return cls(step.catalog_name, step.catalog_uri, step.warehouse, step.table, step.location,
+                   storage or TableStorage())
 
     @property
     def namespace(self) -> str:
@@ -89,21 +93,27 @@ _table_locks: dict[TableRef, threading.Lock] = {}
 
 
 @functools.lru_cache(maxsize=16)
-def _catalog(name: str, uri: str, warehouse: str) -> Catalog:
-    return load_catalog(name, uri=uri, warehouse=warehouse)
+def _catalog(name: str, uri: str, warehouse: str, properties: tuple[tuple[str, str], ...] = ()) -> Catalog:
+    """The catalog, with `properties` (how the warehouse's files are reached: TableStorage.iceberg_properties)."""
+    return load_catalog(name, uri=uri, warehouse=warehouse, **dict(properties))
+
+
+def _properties(storage: TableStorage, warehouse: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(storage.iceberg_properties(warehouse).items()))
 
 
 def catalog_of(ref: TableRef) -> Catalog:
-    """The table's catalog, opened once per process (its tables created on first use, for the SQL catalog)."""
+    """The table's catalog, opened once per process and storage (its tables created on first use, for the SQL
+    catalog)."""
     try:
         with _catalog_lock:
-            return _catalog(ref.catalog_name, ref.catalog_uri, ref.warehouse)
+            return _catalog(ref.catalog_name, ref.catalog_uri, ref.warehouse, _properties(ref.storage, ref.warehouse))
     except LIBRARY_ERRORS as e:
         raise TableError(f"cannot open the catalog {ref.catalog_uri} of {ref.describe()}: {_first_line(e)}") from e
 
 
 def list_namespaces(name: str, uri: str, warehouse: str) -> list[str]:
-    """The catalog's namespaces (what a pre-flight check asks, to see the catalog answer)."""
+    """The catalog's namespaces (what a pre-flight check asks, to see the catalog answer: no table file is read)."""
     try:
         return [".".join(n) for n in _catalog(name, uri, warehouse).list_namespaces()]
     except LIBRARY_ERRORS as e:
@@ -231,7 +241,7 @@ def append(ref: TableRef, files: Sequence[str], commit_id: str, summary: dict[st
 
 def _append_once(ref: TableRef, table: Table, files: Sequence[str], properties: dict[str, str]) -> None:
     """One transaction: the schema evolved by the files' new columns, then the files added, as one table commit."""
-    schema = files_schema(files)
+    schema = files_schema(files, ref.storage)
     mismatched = _mismatched(table, schema)
     if mismatched:
         raise TableDataError(f"{ref.describe()} cannot take the data of {len(files)} file(s) (the first {files[0]}): "
@@ -270,7 +280,7 @@ def _field(table: Table, name: str) -> bool:
 def _create(ref: TableRef, files: Sequence[str], partitioning: TablePartitioning | None) -> Table:
     """The table, created at its location with the data's schema and the partition spec `partitioning` makes of it
     (and its namespace, if missing), in one catalog commit; another writer's table of that name, if it came first."""
-    schema = files_schema(files)
+    schema = files_schema(files, ref.storage)
     transform = _transform(ref, partitioning, schema) if partitioning is not None else None
     catalog = catalog_of(ref)
     try:

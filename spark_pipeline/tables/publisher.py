@@ -15,7 +15,8 @@ import sqlite3
 from pathlib import Path
 from typing import Annotated, ClassVar
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from events.commit import CommitSequencePlanned, TableCommitStep
 from filesystems import urls
@@ -50,15 +51,25 @@ class IcebergSettings(TableSettings):
     """The keys the Iceberg publisher reads; the warehouse is the job's data.publisher.final.dir."""
 
     FORMAT: ClassVar[str] = "Iceberg"
-    UNSUPPORTED: ClassVar[str] = (
-        "HDFS and S3 are not supported yet (pyiceberg opens hdfs:// through Arrow's HadoopFileSystem, which needs "
-        "libhdfs.so: not installed here; on S3 the catalog would need the store's endpoint and credentials as its "
-        "own properties, and the default SQLite catalog cannot live in a bucket)")
+    REMOTE_WAREHOUSES: ClassVar[tuple[str, ...]] = ("hdfs://", "webhdfs://", "s3a://", "s3://")
 
     table: Annotated[str, AfterValidator(_identifier)] = Field(alias="iceberg.table")
     catalog_uri: Annotated[str, AfterValidator(_catalog_uri)] | None = Field(default=None, alias="iceberg.catalog.uri")
-    """None: pyiceberg's SQL catalog on `<warehouse>/iceberg-catalog.db`."""
+    """None: pyiceberg's SQL catalog on `<warehouse>/iceberg-catalog.db` (a warehouse on local disk only)."""
     catalog_name: str = Field(default="oncelog", min_length=1, alias="iceberg.catalog.name")
+
+    @model_validator(mode="after")
+    def _catalog_for_remote_warehouse(self) -> IcebergSettings:
+        """A warehouse on HDFS or S3 needs a catalog named: the default SQLite file cannot live there (SQLite writes
+        a local file in place), and a catalog file on this machine alone would hide the table from a recovery run
+        elsewhere."""
+        if self.catalog_uri is None and urls.has_scheme(self.warehouse) and not self.warehouse.startswith("file:"):
+            raise PydanticCustomError("catalog_required", (
+                f"{CATALOG_URI_KEY} is required for the warehouse {self.warehouse!r} (the default catalog, a SQLite "
+                f"file in the warehouse, cannot live on HDFS or S3): set it to a catalog every run and reader of the "
+                f"table reaches, e.g. postgresql://…, http(s)://… (a REST catalog), thrift://… (a Hive metastore), "
+                f"or sqlite:////<local folder>/catalog.db (this machine only)"))
+        return self
 
     def catalog(self, warehouse: str) -> str:
         """The catalog's URL for a warehouse made absolute."""

@@ -1,5 +1,12 @@
-"""How the table libraries reach a warehouse's files: local disk, or an S3 bucket with the job's Hadoop keys (the s3a
-endpoint and credentials, as `filesystems.s3` takes them). Arrow only: neither pyiceberg nor deltalake is loaded here.
+"""How the table libraries reach a warehouse's files: local disk, an S3 bucket or HDFS, with the job's Hadoop keys
+(the s3a endpoint and credentials, the NameNode's addresses, as `filesystems` takes them). Arrow only: neither
+pyiceberg nor deltalake is loaded here.
+
+- Local disk and S3: oncelog reads the data files (size, Parquet footer) through Arrow's file systems; delta-rs gets
+  the s3a keys as its storage options, pyiceberg's `PyArrowFileIO` as its `s3.*` catalog properties.
+- HDFS: Arrow's and pyiceberg's HDFS clients load `libhdfs.so` (not installed), so oncelog reads the data files
+  through its own file systems (WebHDFS), pyiceberg gets a FileIO over them (tables/fileio.py), and delta-rs speaks
+  HDFS's RPC itself (hdfs-native: no libhdfs).
 
 The keys are secrets: a commit step's record holds none; the step is given them by the run (or `oncelog recover`)
 from the job's file systems, and falls back to $HADOOP_CONF_DIR's and AWS's own configuration chain.
@@ -8,35 +15,59 @@ from the job's file systems, and falls back to $HADOOP_CONF_DIR's and AWS's own 
 from __future__ import annotations
 
 import functools
+import posixpath
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
-from filesystems.base import FileSystem
+from filesystems.base import FileSystem, FileSystemError
 from filesystems.router import FileSystems
 from filesystems.s3 import endpoint_of
 from filesystems.settings import FileSystemSettings
-from filesystems.urls import Scheme, parse
+from filesystems.urls import Scheme, parent, parse
 from spark_pipeline.tables.files import local
 
 S3_SCHEMES = (Scheme.S3, Scheme.S3A)
+HDFS_SCHEMES = (Scheme.HDFS, Scheme.WEBHDFS)
+FILE_IO = "spark_pipeline.tables.fileio.FileSystemsIO"
+"""pyiceberg's FileIO for a warehouse on HDFS (`py-io-impl`): oncelog's own file systems."""
+HADOOP_PROPERTY = "oncelog.hadoop."
+"""The prefix of the catalog properties that hand the job's Hadoop keys to that FileIO."""
+DEFAULT_REGION = "us-east-1"
+"""The region pyiceberg's S3 client signs for when the job names an endpoint but no region (else it asks AWS where
+the bucket is, which an S3-compatible server does not answer)."""
+
+
+@dataclass(frozen=True)
+class DataFileInfo:
+    """What a table commit records of a data file beside its path: its size and when it was written."""
+
+    size: int
+    modified_ms: int
 
 
 @dataclass(frozen=True)
 class TableStorage:
-    """The Hadoop keys a table library's reads and commits use for a warehouse on S3 (none: local disk)."""
+    """The Hadoop keys a table library's reads and commits use for a warehouse on S3 or HDFS (none: local disk)."""
 
     settings: FileSystemSettings = field(default_factory=FileSystemSettings, repr=False)
 
     @classmethod
     def of(cls, fs: FileSystem) -> TableStorage:
-        """The storage of a run's file systems (their job's keys), else $HADOOP_CONF_DIR's and AWS's own."""
-        return cls(fs.settings if isinstance(fs, FileSystems) else FileSystemSettings.of({}))
+        """The storage of a run's file systems: their job's keys (else $HADOOP_CONF_DIR's and AWS's own)."""
+        return cls(fs.settings)
 
     def delta_options(self, location: str) -> dict[str, str]:
         """delta-rs's storage options for a location: on S3, the endpoint, credentials, region and addressing the
-        s3a keys set (any not set: AWS's environment, as delta-rs reads it); none for local disk."""
+        s3a keys set (any not set: AWS's environment, as delta-rs reads it); on HDFS, the job's `dfs.*` keys (HA
+        name services; the rest from $HADOOP_CONF_DIR, as hdfs-native reads it); none for local disk."""
+        if is_hdfs(location):
+            return {key: value for key, value in self.settings.hadoop.items() if key.startswith("dfs.")}
         if not is_s3(location):
             return {}
         endpoint = endpoint_of(self.settings)
@@ -46,12 +77,37 @@ class TableStorage:
                    "AWS_REGION": get("fs.s3a.endpoint.region")}
         if endpoint is not None and endpoint.startswith("http://"):
             options["AWS_ALLOW_HTTP"] = "true"
-        if (get("fs.s3a.path.style.access") or "").lower() == "true" or endpoint is not None:
+        if self._path_style(endpoint):
             options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"
         return {key: value for key, value in options.items() if value is not None}
 
+    def iceberg_properties(self, warehouse: str) -> dict[str, str]:
+        """pyiceberg's catalog properties for a warehouse: on S3, `PyArrowFileIO`'s endpoint, credentials, region
+        and addressing from the s3a keys; on HDFS, the FileIO over oncelog's file systems and the job's Hadoop keys
+        it needs; none for local disk. Given to the catalog at commit time, never recorded."""
+        if is_hdfs(warehouse):
+            hdfs = {HADOOP_PROPERTY + key: value for key, value in self.settings.hadoop.items()
+                    if not key.startswith("fs.s3a.")}
+            return {"py-io-impl": FILE_IO, **hdfs}
+        if not is_s3(warehouse):
+            return {}
+        endpoint = endpoint_of(self.settings)
+        get = self.settings.get
+        region = get("fs.s3a.endpoint.region") or (DEFAULT_REGION if endpoint is not None else None)
+        properties = {"s3.endpoint": endpoint, "s3.access-key-id": get("fs.s3a.access.key"),
+                      "s3.secret-access-key": get("fs.s3a.secret.key"), "s3.session-token": get("fs.s3a.session.token"),
+                      "s3.region": region,
+                      "s3.force-virtual-addressing": "false" if self._path_style(endpoint) else None}
+        return {key: value for key, value in properties.items() if value is not None}
+
+    def _path_style(self, endpoint: str | None) -> bool:
+        """Whether S3 requests name the bucket in the path: `fs.s3a.path.style.access`, or any endpoint set."""
+        return (self.settings.get("fs.s3a.path.style.access") or "").lower() == "true" or endpoint is not None
+
     def arrow(self, path: str) -> tuple[pafs.FileSystem, str]:
-        """Arrow's file system for a data file and its path there (`bucket/key` on S3)."""
+        """Arrow's file system for a data file on local disk or S3, and its path there (`bucket/key` on S3)."""
+        if is_hdfs(path):
+            raise ValueError(f"{path}: Arrow's HDFS client needs libhdfs.so; read HDFS through TableStorage.parquet")
         if not is_s3(path):
             return pafs.LocalFileSystem(), local(path)
         location = parse(path)
@@ -69,12 +125,56 @@ class TableStorage:
             endpoint_override=endpoint.split("://", 1)[1] if endpoint is not None else None, scheme=scheme,
             force_virtual_addressing=False)
 
+    @functools.cached_property
+    def files(self) -> FileSystems:
+        """oncelog's file systems with these keys: how HDFS is reached (WebHDFS, no libhdfs)."""
+        return FileSystems(self.settings)
+
+    @contextmanager
+    def parquet(self, path: str) -> Iterator[pq.ParquetFile]:
+        """A data file opened for its Parquet footer and columns (on HDFS, read through oncelog's WebHDFS client);
+        an OSError when the store fails."""
+        if is_hdfs(path):
+            with _hdfs(), self.files.open_read(path) as stream, pq.ParquetFile(stream) as file:
+                yield file
+            return
+        fs, where = self.arrow(path)
+        with fs.open_input_file(where) as stream, pq.ParquetFile(stream) as file:
+            yield file
+
+    def info(self, path: str) -> DataFileInfo:
+        """A data file's size and time; a FileNotFoundError when it is missing. On HDFS the time is now (the file was
+        moved into the table just before: as delta-rs stamps the files it writes)."""
+        if is_hdfs(path):
+            with _hdfs():
+                size = self.files.size(path)
+            if size is None:
+                raise FileNotFoundError(f"no file {path}")
+            return DataFileInfo(size, time.time_ns() // 1_000_000)
+        fs, where = self.arrow(path)
+        found = fs.get_file_info(where)
+        if found.type != pafs.FileType.File or found.size is None:
+            raise FileNotFoundError(f"no file {path}")
+        return DataFileInfo(found.size, found.mtime_ns // 1_000_000 if found.mtime_ns is not None else 0)
+
     def exists(self, path: str) -> bool:
         """Whether a file or folder (on S3: any object under the prefix) exists."""
+        if is_hdfs(path):
+            with _hdfs():
+                return self.files.exists(path) or posixpath.basename(path) in self.files.list_folders(parent(path))
         if not is_s3(path):
             return Path(local(path)).exists()
         fs, where = self.arrow(path)
         return bool(fs.get_file_info(where).type != pafs.FileType.NotFound)
+
+
+@contextmanager
+def _hdfs() -> Iterator[None]:
+    """oncelog's HDFS client's failures as the OSError Arrow's clients raise (what table code catches)."""
+    try:
+        yield
+    except FileSystemError as e:
+        raise OSError(str(e)) from e
 
 
 LOCAL_STORAGE = TableStorage()
@@ -84,3 +184,8 @@ LOCAL_STORAGE = TableStorage()
 def is_s3(location: str) -> bool:
     """Whether a location is in an S3 bucket (`s3a://`, `s3://`)."""
     return location.startswith(tuple(f"{s.value}://" for s in S3_SCHEMES))
+
+
+def is_hdfs(location: str) -> bool:
+    """Whether a location is on HDFS (`hdfs://`, `webhdfs://`)."""
+    return location.startswith(tuple(f"{s.value}://" for s in HDFS_SCHEMES))

@@ -30,7 +30,7 @@ def delta_job(base: Path, **keys: str) -> dict[str, str]:
     ({"writer.output.format": "AVRO"}, "writer.output.format", "Delta publisher publishes Parquet data files"),
     ({"delta.table": "lake/events"}, "delta.table", "no table name"),
     ({"delta.table": ""}, "delta.table", "missing"),
-    ({"data.publisher.final.dir": "hdfs://nn:8020/warehouse"}, "data.publisher.final.dir", "libhdfs.so"),
+    ({"data.publisher.final.dir": "webhdfs://nn:9870/warehouse"}, "data.publisher.final.dir", "ignores the URL's port"),
 ])
 def test_a_job_file_mistake_is_refused_naming_its_key(keys: dict[str, str], key: str, says: str,
                                                       tmp_path: Path) -> None:

@@ -29,7 +29,9 @@ def iceberg_job(base: Path, **keys: str) -> dict[str, str]:
     ({"iceberg.table": "events"}, "iceberg.table", "namespace.name"),
     ({"iceberg.table": ""}, "iceberg.table", "missing"),
     ({"iceberg.catalog.uri": "/tmp/catalog.db"}, "iceberg.catalog.uri", "no catalog URL"),
-    ({"data.publisher.final.dir": "s3a://bucket/warehouse"}, "data.publisher.final.dir", "local disk"),
+    ({"data.publisher.final.dir": "s3a://bucket/warehouse"}, "iceberg.catalog.uri", "cannot live on HDFS or S3"),
+    ({"data.publisher.final.dir": "hdfs://nn:8020/warehouse"}, "iceberg.catalog.uri", "cannot live on HDFS or S3"),
+    ({"data.publisher.final.dir": "gs://bucket/warehouse"}, "data.publisher.final.dir", "not supported"),
 ])
 def test_a_job_file_mistake_is_refused_naming_its_key(keys: dict[str, str], key: str, says: str,
                                                       tmp_path: Path) -> None:

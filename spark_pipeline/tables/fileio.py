@@ -63,18 +63,25 @@ def _exists(fs: FileSystem, location: str) -> bool:
         raise OSError(str(e)) from e
 
 
-class _Input(InputFile):
-    """A table file to read: a seekable stream of the store's client."""
+class _OnStore:
+    """What a table file to read and one to write share: its size and existence, asked of the store."""
 
-    def __init__(self, location: str, fs: FileSystem) -> None:
-        super().__init__(location)
-        self.fs = fs
+    fs: FileSystem
+    location: str
 
     def __len__(self) -> int:
         return _size(self.fs, self.location)
 
     def exists(self) -> bool:
         return _exists(self.fs, self.location)
+
+
+class _Input(_OnStore, InputFile):
+    """A table file to read: a seekable stream of the store's client."""
+
+    def __init__(self, location: str, fs: FileSystem) -> None:
+        super().__init__(location)
+        self.fs = fs
 
     def open(self, seekable: bool = True) -> InputStream:
         try:
@@ -85,18 +92,12 @@ class _Input(InputFile):
             raise OSError(str(e)) from e
 
 
-class _Output(OutputFile):
+class _Output(_OnStore, OutputFile):
     """A table file to write: complete at its location once its stream is closed."""
 
     def __init__(self, location: str, fs: FileSystem) -> None:
         super().__init__(location)
         self.fs = fs
-
-    def __len__(self) -> int:
-        return _size(self.fs, self.location)
-
-    def exists(self) -> bool:
-        return _exists(self.fs, self.location)
 
     def to_input_file(self) -> InputFile:
         return _Input(self.location, self.fs)

@@ -576,13 +576,13 @@ def check_exactly_once(settings: SoakSettings, url: str, source: Source, after: 
         raise SoakFailure(f"after {after}: commit sequences left pending: {pending}")
     if settings.output is Output.ICEBERG:
         table = iceberg.load_table(table_ref(published))
-        snapshots = sorted(snapshot_commit_ids(table)) if table is not None else []
-        expected = sorted(table_commits_of_completed(url))
+        snapshots = Counter(snapshot_commit_ids(table)) if table is not None else Counter()
+        expected = Counter(table_commits_of_completed(url))
         if snapshots != expected:
             raise SoakFailure(f"after {after}: the table's snapshots are not the completed sequences' commits: "
-                              f"only in the table {sorted(set(snapshots) - set(expected))[:5]}, only in the log "
-                              f"{sorted(set(expected) - set(snapshots))[:5]} ({len(snapshots)} snapshots, "
-                              f"{len(expected)} completed table commits)")
+                              f"more in the table {sorted((snapshots - expected).items())[:5]}, more in the log "
+                              f"{sorted((expected - snapshots).items())[:5]} ({snapshots.total()} snapshots, "
+                              f"{expected.total()} completed table commits)")
     for partition, ids in source.produced.items():
         view = state.datasets.get((JOB, f"{source.topic}.{partition}"))
         watermark = None if view is None else view.watermarks.get(f"{source.topic}:{partition}")

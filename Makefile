@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: check test test-fast soak simulate mutants demo kafka-jars spark-jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down hdfs-jars hdfs-up hdfs-down s3-build s3-up s3-down bench bench-quick clean
+.PHONY: check test test-fast soak soak-iceberg simulate mutants demo kafka-jars spark-jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down hdfs-jars hdfs-up hdfs-down s3-build s3-up s3-down bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "oncelog needs Python 3.11+, found " + sys.version.split()[0] + " (set PYTHON=python3.11)")'
@@ -74,6 +74,12 @@ SOAK_SEED ?= 1
 soak: $(STAMP) kafka-jars spark-jars
 	$(BIN)/python -m tests.fault.soak --iterations $(SOAK_ITERATIONS) --store sqlite --seed $(SOAK_SEED)
 	$(BIN)/python -m tests.fault.soak --iterations $(SOAK_ITERATIONS) --store kafka --seed $(SOAK_SEED)
+
+# The same soak on the job publishing into an hourly-partitioned Iceberg table (tests/fault/soak.py, --output iceberg):
+# runs killed within their commit, at their table commit, or anywhere; the table read back through pyiceberg.
+soak-iceberg: $(STAMP) kafka-jars spark-jars
+	$(BIN)/python -m tests.fault.soak --iterations $(SOAK_ITERATIONS) --store sqlite --seed $(SOAK_SEED) --output iceberg
+	$(BIN)/python -m tests.fault.soak --iterations $(SOAK_ITERATIONS) --store kafka --seed $(SOAK_SEED) --output iceberg
 
 # The seeded fault simulation (tests/sim/) at length: SIM_SCENARIOS seeds from SIM_FIRST, on SQLite, in-process.
 SIM_SCENARIOS ?= 20000

@@ -85,12 +85,14 @@ def commit_key(step: TableCommitStep) -> str:
     return step.commit_id if step.group is None or step.member is None else f"{step.group}#{step.member}"
 
 
-def _keys(snapshot: Snapshot, commit_id: str) -> frozenset[str]:
-    """The commits a snapshot of ours makes: its group's members it lists, or the one its commit id names."""
+def snapshot_keys(snapshot: Snapshot) -> frozenset[str]:
+    """The commits a snapshot makes (`commit_key`): its group's members it lists, or the one its commit id names (none:
+    not ours)."""
     properties = snapshot.summary.additional_properties if snapshot.summary is not None else {}
     group = properties.get(TABLE_GROUP)
     if group is None:
-        return frozenset({commit_id})
+        commit_id = properties.get(TABLE_COMMIT_ID)
+        return frozenset({commit_id}) if commit_id else frozenset()
     try:
         return frozenset(f"{group}#{number}" for number in decode_members(properties.get(TABLE_MEMBERS, "")))
     except ValueError:
@@ -141,7 +143,7 @@ def _read(name: str, uri: str, warehouse: str, identifier: str, jobs: set[str]) 
     table = _load(name, uri, warehouse, identifier)
     if table is None:
         return None
-    ours = [_Ours(s, cid, _keys(s, cid)) for s in table.metadata.snapshots
+    ours = [_Ours(s, cid, snapshot_keys(s)) for s in table.metadata.snapshots
             if (cid := _commit_id(s)) is not None and cid.split("/", 1)[0] in jobs]
     ancestry = {s.snapshot_id for s in _ancestry(table)}
     return _History(ours, ancestry, _added_files(table, ancestry))

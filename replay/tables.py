@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -99,16 +99,28 @@ def snapshot_keys(snapshot: Snapshot) -> frozenset[str]:
         return frozenset()
 
 
-def check_tables(commits: Sequence[TableCommitPlanned], jobs: set[str]) -> list[TableFinding]:
+CatalogProperties = Callable[[str], Mapping[str, str]]
+"""A warehouse's catalog properties beside its URL: how pyiceberg reaches the table's files on S3 or HDFS (the store's
+endpoint and keys, a FileIO), from the caller's file-system settings (`TableStorage.iceberg_properties`)."""
+
+
+def no_properties(warehouse: str) -> Mapping[str, str]:
+    """Local warehouses need none (and S3 through AWS's own configuration chain)."""
+    return {}
+
+
+def check_tables(commits: Sequence[TableCommitPlanned], jobs: set[str],
+                 properties: CatalogProperties = no_properties) -> list[TableFinding]:
     """The findings over every table the commits name (one catalog load per table); `jobs`: the log's jobs (a
-    snapshot whose commit id names another job is another log's)."""
+    snapshot whose commit id names another job is another log's); `properties`: each warehouse's catalog
+    properties."""
     by_table: dict[tuple[str, str, str, str], list[TableCommitPlanned]] = defaultdict(list)
     for commit in commits:
         step = commit.step
         by_table[(step.catalog_name, step.catalog_uri, step.warehouse, step.table)].append(commit)
     findings: list[TableFinding] = []
     for (name, uri, warehouse, identifier), planned in by_table.items():
-        findings += _check_table(name, uri, warehouse, identifier, planned, jobs)
+        findings += _check_table(name, uri, warehouse, identifier, planned, jobs, properties(warehouse))
     return findings
 
 
@@ -122,10 +134,10 @@ class _History:
 
 
 def _check_table(name: str, uri: str, warehouse: str, identifier: str, planned: list[TableCommitPlanned],
-                 jobs: set[str]) -> list[TableFinding]:
+                 jobs: set[str], properties: Mapping[str, str]) -> list[TableFinding]:
     where = f"Iceberg table {identifier!r} (catalog {uri})"
     try:
-        history = _read(name, uri, warehouse, identifier, jobs)
+        history = _read(name, uri, warehouse, identifier, jobs, properties)
     except _library_errors() as e:
         return [TableFinding("table-unreadable", f"{where} cannot be read: {type(e).__name__}: {_first_line(e)}")]
     if history is None:
@@ -138,9 +150,10 @@ def _check_table(name: str, uri: str, warehouse: str, identifier: str, planned: 
             *_check_offsets_once(where, planned, current)]
 
 
-def _read(name: str, uri: str, warehouse: str, identifier: str, jobs: set[str]) -> _History | None:
+def _read(name: str, uri: str, warehouse: str, identifier: str, jobs: set[str], properties: Mapping[str, str]
+          ) -> _History | None:
     """The table's history as the check needs it, or None when the table does not exist."""
-    table = _load(name, uri, warehouse, identifier)
+    table = _load(name, uri, warehouse, identifier, properties)
     if table is None:
         return None
     ours = [_Ours(s, cid, snapshot_keys(s)) for s in table.metadata.snapshots
@@ -254,7 +267,7 @@ def _library_errors() -> tuple[type[Exception], ...]:
             iceberg_errors.ValidationError)
 
 
-def _load(name: str, uri: str, warehouse: str, identifier: str) -> Table | None:
+def _load(name: str, uri: str, warehouse: str, identifier: str, properties: Mapping[str, str]) -> Table | None:
     """The table, or None when it does not exist, nor its SQLite catalog's file (a check creates none); pyiceberg is
     loaded here, on first use."""
     from pyiceberg.catalog import load_catalog
@@ -263,7 +276,7 @@ def _load(name: str, uri: str, warehouse: str, identifier: str) -> Table | None:
     if uri.startswith(SQLITE_PREFIX) and not Path(uri.removeprefix(SQLITE_PREFIX)).exists():
         return None
     try:
-        return load_catalog(name, uri=uri, warehouse=warehouse).load_table(identifier)
+        return load_catalog(name, **{**properties, "uri": uri, "warehouse": warehouse}).load_table(identifier)
     except (NoSuchTableError, NoSuchNamespaceError):
         return None
 

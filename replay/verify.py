@@ -54,7 +54,7 @@ from filesystems.base import FileSystem
 from filesystems.router import FileSystems
 from projections.state import State, missing_end
 from replay.content import UNSHOWN, ContentCheck, ContentProgress, FilesChecked, PublishedFile, check_files
-from replay.tables import SequenceStatus, TableCommitPlanned, check_tables
+from replay.tables import CatalogProperties, SequenceStatus, TableCommitPlanned, check_tables, no_properties
 
 Progress = Callable[[int], None]
 E = TypeVar("E", WatermarkAdvanced, DatasetStateCommitted)
@@ -327,7 +327,8 @@ class _Checker:
         self.report.violations.append(Violation(kind, message, position))
 
     def finish(self, log: EventLog, publish_dir: str | None, fs: FileSystem, content: ContentCheck | None = None,
-               content_progress: ContentProgress = UNSHOWN) -> VerifyReport:
+               content_progress: ContentProgress = UNSHOWN, tables: CatalogProperties = no_properties
+               ) -> VerifyReport:
         for problem in self.state.problems:
             self.violate(problem.kind, problem.message, problem.where())
         if self.state.problem_count > len(self.state.problems):
@@ -340,7 +341,7 @@ class _Checker:
             self._check_against_plan(sequence)
         self._check_pending_plans()
         published = self._published_files()
-        self._check_tables()
+        self._check_tables(tables)
         if publish_dir is not None:
             self._check_publish_dir(publish_dir, published, fs, content, content_progress)
         self.report.sequences = len(self.sequences)
@@ -462,14 +463,14 @@ class _Checker:
                     published[step.dst] = PublishedFile(step.dst, step.size, step.checksum, s.describe(), s.at)
         return published
 
-    def _check_tables(self) -> None:
+    def _check_tables(self, properties: CatalogProperties) -> None:
         """The Iceberg tables the log's TableCommit steps name hold each completed commit once (`replay.tables`)."""
         commits = [TableCommitPlanned(step, s.describe(), s.at, _status(s),
                                       tuple(f.dst for f in s.planned.steps if isinstance(f, FsRenameStep)))
                    for s in self.sequences.values() for step in s.planned.steps if isinstance(step, TableCommitStep)]
         if not commits:
             return
-        for finding in check_tables(commits, {job for job, _, _ in self.sequences}):
+        for finding in check_tables(commits, {job for job, _, _ in self.sequences}, properties):
             self.violate(finding.kind, finding.message, finding.position)
 
     def _markers(self) -> dict[str, bool]:
@@ -561,13 +562,14 @@ def _describe(facts: StateFacts) -> str:
 
 def verify(log: EventLog, publish_dir: str | Path | None = None, progress: Progress | None = None,
            fs: FileSystem | None = None, content: ContentCheck | None = None,
-           content_progress: ContentProgress = UNSHOWN) -> VerifyReport:
+           content_progress: ContentProgress = UNSHOWN, tables: CatalogProperties = no_properties) -> VerifyReport:
     """Check every invariant over the whole history of the log; given the publish directory, the files under it (their
-    sizes, and with `content` their SHA-256)."""
+    sizes, and with `content` their SHA-256); `tables`: how the Iceberg tables' warehouses are reached (none: local
+    disk)."""
     checker = _Checker(log.codec)
     for count, record in enumerate(log.read_records(), start=1):
         checker.read(record)
         if progress is not None and count % 10_000 == 0:
             progress(count)
     folder = str(publish_dir) if publish_dir is not None else None
-    return checker.finish(log, folder, fs or FileSystems.of({}), content, content_progress)
+    return checker.finish(log, folder, fs or FileSystems.of({}), content, content_progress, tables)

@@ -470,12 +470,16 @@ def verify(publish_dir: Annotated[str | None, typer.Option(
                min=0, help="The seed choosing the --sample (printed with the result; default: a random one).")] = None,
            log_url: LogUrl = DEFAULT_URL, as_json: AsJson = False) -> None:
     """Check the invariants over the whole history; exit code 1 with the list of violations if any is broken."""
+    from filesystems.router import FileSystems
+    from spark_pipeline.tables.storage import TableStorage  # Arrow: loaded only where tables are checked
+
     check = content_check(publish_dir, content, sample, seed)
     try:
         with opened(log_url) as log:
             warn_if_pinned(log, "verify")
             with verify_display(as_json) as display:
-                report = run_verify(log, publish_dir, display.events, content=check, content_progress=display)
+                report = run_verify(log, publish_dir, display.events, content=check, content_progress=display,
+                                    tables=TableStorage.of(FileSystems.of({})).iceberg_properties)
     except FileSystemError as e:
         raise fail(str(e)) from e
     if as_json:

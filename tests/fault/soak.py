@@ -19,8 +19,9 @@ and after the table commit; the first one's commit creates the table), within 6 
 table's next metadata file (before the catalog points at it, or after: the table committed, the log not yet), and at
 a random instant or during the tasks. After every run the table is read back
 through pyiceberg's scan: no id twice, each with the timestamp produced, each data file in the hour partition of its
-timestamps, no data file (nor sequence's table commit) in two snapshots; after the un-killed one also every id once, and the
-snapshots exactly the table commits of the completed sequences; verify (which checks the table too) finds nothing.
+timestamps, no data file (nor sequence's table commit) in two snapshots; after the un-killed one also every id once,
+and the snapshots exactly the table commits of the completed sequences; verify (which checks the table too) finds
+nothing.
 
     python -m tests.fault.soak --iterations 200 --store kafka --seed 7 [--output iceberg] [--bootstrap HOST:PORT]
         [--work-dir DIR]

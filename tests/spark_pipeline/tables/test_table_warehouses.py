@@ -23,6 +23,7 @@ from filesystems.urls import join
 from localservers.hdfs import LocalHdfs
 from localservers.s3 import LocalS3
 from projections.views import RunStatus
+from replay.verify import verify
 from spark_pipeline.commit.steps import DeltaCommitCommitStep, TableCommitCommitStep
 from spark_pipeline.engines.base import InProcessTaskEngine
 from spark_pipeline.jobfile.paths import absolute_config
@@ -183,6 +184,9 @@ def test_jobs_publish_into_iceberg_and_delta_tables_on_a_remote_warehouse(
         (f"ice.{d}", o) for d in (0, 1) for o in range(6))
     assert [s.summary.additional_properties["oncelog.members"] for s in table.snapshots()
             if s.summary is not None] == ["0-1", "0-1"]
+    with open_log(f"sqlite:///{tmp_path / 'ice'}.db") as log:  # verify reads the table with the store's keys
+        assert [v.kind for v in verify(log, fs=fs, tables=TableStorage.of(fs).iceberg_properties).violations] == []
+        assert [v.kind for v in verify(log, fs=fs).violations] == ["table-unreadable"]  # without them: named
 
     run_job(remote, tmp_path, "dl", runs=2, **{"delta.table": "lake.events",
                                                 "data.publisher.type": DELTA_PUBLISHER})

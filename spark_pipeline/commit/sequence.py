@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Literal
 
@@ -113,7 +113,7 @@ class CommitSequence:
         """Folders its renames changed: to be made durable before the renames are recorded."""
         self._progress = _Progress()
         self.waiting_at: int | None = None
-        """The table step it paused at (`commit(pause=True)`), for the committer to make with others'."""
+        """The table step it paused at (`commit_or_wait`), for the committer to make with others'."""
         self.table_outcome: TableOutcome | None = None
         """That step's outcome, once the committer made it."""
 
@@ -162,6 +162,7 @@ class CommitSequence:
             if isinstance(spec, TABLE_STEPS) and not together:
                 self.faults.reached(FaultPoint.BEFORE_TABLE_COMMIT)
             step_started = time.perf_counter()
+            together_ms = self.table_outcome.ms if together and self.table_outcome is not None else 0.0
             try:
                 done, effects = self._apply(index, spec)
             except (OSError, FileSystemError, CommitStepError) as e:
@@ -176,7 +177,7 @@ class CommitSequence:
             outcome: Literal["executed", "verified"] = "verified" if done else "executed"
             progress.counts[outcome] += 1
             progress.effects += effects
-            progress.step_ms[index] = (time.perf_counter() - step_started) * 1000
+            progress.step_ms[index] = (time.perf_counter() - step_started) * 1000 + (together_ms if together else 0)
             progress.applied.append(CommitStepApplied.trusted(**fields, step_index=index, outcome=outcome,
                                                               duration_ms=progress.step_ms[index]))
             if isinstance(spec, FsRenameStep):
@@ -333,8 +334,11 @@ class Committer:
         self.settings.faults.reached(FaultPoint.BEFORE_TABLE_COMMIT)
         self.sink.check_fenced()
         members = [TableMember.of(s.view, s.waiting_at) for s in sequences if s.waiting_at is not None]
-        for sequence, outcome in zip(sequences, commit_together(members, self.fs), strict=True):
-            sequence.table_outcome = outcome
+        started = time.perf_counter()
+        outcomes = commit_together(members, self.fs)
+        ms = (time.perf_counter() - started) * 1000
+        for sequence, outcome in zip(sequences, outcomes, strict=True):
+            sequence.table_outcome = replace(outcome, ms=ms)
         self.settings.faults.reached(FaultPoint.AFTER_TABLE_COMMIT)
 
     def _round_trips(self, views: list[SequenceView]) -> bool:

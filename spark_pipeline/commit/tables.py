@@ -27,6 +27,8 @@ class TableOutcome:
 
     done: Done | None = None
     error: CommitStepError | None = None
+    ms: float = 0.0
+    """How long the commit made for them all took (each sequence's step timing)."""
 
     def result(self) -> bool:
         """Whether the step was found done (verified); its error if it failed."""

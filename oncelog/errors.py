@@ -23,6 +23,8 @@
 - TasksAborted: Spark aborted the run's tasks (a task's process lost); the run fails, nothing is published.
 - SourceError: a source cannot read what it planned (missing topic, partition or file, lost offsets).
 - TableError: an Iceberg table cannot be reached, read or appended to (names the table, its catalog, the column).
+  - TableDataError: the table refuses the data itself (a column it cannot take); a run's commit is then split to find
+    whose files.
 - TaskQualityError: a MANDATORY task-level quality policy failed; the branch's output is not committed.
 - CommitStepError: a commit step cannot be done; its sequence records the failure and retries later.
 - UnsafeCommitStepError: a commit step would touch a path outside the job's roots; refused before anything moves.
@@ -82,7 +84,7 @@ from spark_pipeline.connectors import SparkConnectorError
 from spark_pipeline.constructs import SourceError
 from spark_pipeline.engines.policies import TaskQualityError
 from spark_pipeline.jobfile.config import JobConfigError
-from spark_pipeline.tables.errors import TableError
+from spark_pipeline.tables.errors import TableDataError, TableError
 
 if TYPE_CHECKING:
     from replay.lineage_client import LineageError
@@ -121,6 +123,7 @@ __all__ = [
     "SourceError",
     "SparkClusterError",
     "SparkConnectorError",
+    "TableDataError",
     "TableError",
     "TaskQualityError",
     "TasksAborted",

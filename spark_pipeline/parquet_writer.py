@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from events.errors import ConfigError
 from spark_pipeline.constructs import Schema
 
 PRIMITIVES: dict[str, pa.DataType] = {"boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(),
@@ -26,15 +27,11 @@ PARQUET_CODECS = {"snappy": "snappy", "gzip": "gzip", "zstd": "zstd", "lz4": "lz
 MAX_DECIMAL_PRECISION = 38
 
 
-class UnsupportedAvroType(ValueError):
-    """An Avro type the Parquet writer cannot write; its message names the field."""
-
-
 def arrow_schema(schema: Schema) -> pa.Schema:
-    """The Arrow schema of an Avro record schema (its top-level fields as columns); UnsupportedAvroType naming the
+    """The Arrow schema of an Avro record schema (its top-level fields as columns); a ConfigError naming the
     field otherwise."""
     if not isinstance(schema, Mapping) or schema.get("type") != "record":
-        raise UnsupportedAvroType(f"the output schema is no Avro record (got {_shown(schema)}): Parquet files hold "
+        raise ConfigError(f"the output schema is no Avro record (got {_shown(schema)}): Parquet files hold "
                                   f"records")
     struct = _ArrowTypes().record(schema, "")
     return pa.schema(list(struct))
@@ -63,7 +60,7 @@ class _ArrowTypes:
         if isinstance(avro, list):
             others = [t for t in avro if t != "null"]
             if len(others) != 1 or len(avro) != 2:
-                raise UnsupportedAvroType(f"field {where!r}: the union {_shown(avro)} is not one type with null "
+                raise ConfigError(f"field {where!r}: the union {_shown(avro)} is not one type with null "
                                           f"(Parquet columns hold one type)")
             return self.type(others[0], where), True
         return self.type(avro, where), False
@@ -75,10 +72,10 @@ class _ArrowTypes:
                 return PRIMITIVES[avro]
             named = self.named.get(avro) or self.named.get(avro.rsplit(".", 1)[-1])
             if named is None:
-                raise UnsupportedAvroType(f"field {where!r}: type {avro!r} is no Avro type the Parquet writer knows")
+                raise ConfigError(f"field {where!r}: type {avro!r} is no Avro type the Parquet writer knows")
             return named
         if not isinstance(avro, Mapping):
-            raise UnsupportedAvroType(f"field {where!r}: type {_shown(avro)} is not supported")
+            raise ConfigError(f"field {where!r}: type {_shown(avro)} is not supported")
         logical = avro.get("logicalType")
         if logical is not None:
             return self.logical(avro, str(logical), where)
@@ -99,7 +96,7 @@ class _ArrowTypes:
             return PRIMITIVES[kind]
         if isinstance(kind, (list, Mapping)):
             return self.type(kind, where)  # {"type": {"type": "array", ...}}
-        raise UnsupportedAvroType(f"field {where!r}: type {_shown(avro)} is not supported")
+        raise ConfigError(f"field {where!r}: type {_shown(avro)} is not supported")
 
     def logical(self, avro: Mapping[str, Any], logical: str, where: str) -> pa.DataType:
         """A logical type over its Avro type: timestamps, date, decimal, uuid; others refused."""
@@ -113,11 +110,11 @@ class _ArrowTypes:
         if logical == "decimal" and base in ("bytes", "fixed"):
             precision, scale = int(avro.get("precision", 0)), int(avro.get("scale", 0))
             if not 1 <= precision <= MAX_DECIMAL_PRECISION or not 0 <= scale <= precision:
-                raise UnsupportedAvroType(f"field {where!r}: decimal({precision}, {scale}) does not fit Parquet's "
+                raise ConfigError(f"field {where!r}: decimal({precision}, {scale}) does not fit Parquet's "
                                           f"decimal128 (precision 1 to {MAX_DECIMAL_PRECISION}, scale 0 to it)")
             return self._name(avro, pa.decimal128(precision, scale)) if base == "fixed" else pa.decimal128(
                 precision, scale)
-        raise UnsupportedAvroType(f"field {where!r}: logical type {logical!r} on {_shown(base)} is not supported "
+        raise ConfigError(f"field {where!r}: logical type {logical!r} on {_shown(base)} is not supported "
                                   f"(timestamp-millis, timestamp-micros, date, decimal and uuid are)")
 
     def _name(self, avro: Mapping[str, Any], arrow: pa.DataType) -> pa.DataType:

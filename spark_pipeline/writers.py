@@ -43,7 +43,7 @@ from spark_pipeline.jobfile.partitions import (
     event_columns,
     record_millis,
 )
-from spark_pipeline.parquet_writer import PARQUET_CODECS, UnsupportedAvroType, arrow_schema
+from spark_pipeline.parquet_writer import PARQUET_CODECS, arrow_schema
 
 AVRO_CODECS = ("null", "deflate", "snappy")
 PARQUET_BATCH_ROWS = 10_000
@@ -294,7 +294,7 @@ class AvroDataWriterBuilder(DataWriterBuilder):
         if self._arrow is None or schema != self._arrow[0]:
             try:
                 converted = arrow_schema(schema)
-            except UnsupportedAvroType as e:
+            except ConfigError as e:
                 branch = destination.branch.index
                 key = f"writer.output.format.{branch}" if self.config.fork_branches > 1 else "writer.output.format"
                 raise ConfigError(f"{key}=PARQUET: dataset {destination.work_unit.dataset_urn!r}: {e}") from e

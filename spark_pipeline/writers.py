@@ -66,7 +66,7 @@ class AvroWriterSettings(BaseModel):
         codecs = tuple(PARQUET_CODECS) if parquet else AVRO_CODECS
         codec = value.strip().lower()
         if codec not in codecs:
-            raise ValueError(f"{value!r} is not a codec of {'PARQUET' if parquet else 'AVRO'} output (one of "
+            raise ValueError(f"not a codec of {'PARQUET' if parquet else 'AVRO'} output (one of "
                              f"{', '.join(codecs)})")
         return codec
 

@@ -1,4 +1,5 @@
-"""The default DataWriter: Avro files (fastavro), written to staging, then moved to the attempt's task output.
+"""The default DataWriter: Avro files (fastavro), or Parquet files (pyarrow) when `writer.output.format` is PARQUET,
+written to staging, then moved to the attempt's task output.
 
 File names come from the work unit's watermark range, so a task that runs the same range again writes the same
 name: nothing is published twice under two names. Each task attempt moves its files into a task-output folder of
@@ -12,12 +13,14 @@ import copy
 import errno
 import hashlib
 from dataclasses import replace
-from typing import IO, Any, Literal, cast
+from typing import IO, Any, cast
 from urllib.parse import quote
 
 import fastavro
+import pyarrow as pa
+import pyarrow.parquet as pq
 from fastavro.write import Writer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from events.errors import ConfigError
 from events.job import WorkUnitSpec
@@ -31,7 +34,7 @@ from spark_pipeline.constructs import (
     Schema,
     WriterDestination,
 )
-from spark_pipeline.jobfile.config import JobConfig
+from spark_pipeline.jobfile.config import JobConfig, WriterOutputFormat
 from spark_pipeline.jobfile.partitions import (
     COLUMNS_KEY,
     TimePartitioning,
@@ -40,14 +43,32 @@ from spark_pipeline.jobfile.partitions import (
     event_columns,
     record_millis,
 )
+from spark_pipeline.parquet_writer import PARQUET_CODECS, arrow_schema
+
+AVRO_CODECS = ("null", "deflate", "snappy")
+PARQUET_BATCH_ROWS = 10_000
+"""Rows a Parquet writer holds as Python objects before it makes them an Arrow batch (a row group of the file)."""
 
 
 class AvroWriterSettings(BaseModel):
-    """Keys the Avro writer reads (Gobblin's names)."""
+    """Keys the default writer reads (Gobblin's names): the codec is one of the output format's."""
 
     model_config = ConfigDict(populate_by_name=True, extra="ignore")
-    codec: Literal["null", "deflate", "snappy"] = Field(default="snappy", alias="writer.codec.type")
+    output_format: str = Field(default=WriterOutputFormat.AVRO.value, alias="writer.output.format")
+    codec: str = Field(default="snappy", alias="writer.codec.type")
     sync_interval: int = Field(default=64_000, ge=1_000, alias="writer.avro.sync.interval")
+
+    @field_validator("codec")
+    @classmethod
+    def _codec_of_format(cls, value: str, info: ValidationInfo) -> str:
+        """Parquet's codecs for PARQUET output, Avro's for any other (the DataFrame engine checks its own)."""
+        parquet = str(info.data.get("output_format", "")).strip().upper() == WriterOutputFormat.PARQUET.value
+        codecs = tuple(PARQUET_CODECS) if parquet else AVRO_CODECS
+        codec = value.strip().lower()
+        if codec not in codecs:
+            raise ValueError(f"not a codec of {'PARQUET' if parquet else 'AVRO'} output (one of "
+                             f"{', '.join(codecs)})")
+        return codec
 
 
 def path_segment(value: str) -> str:
@@ -168,17 +189,92 @@ class AvroDataWriter(DataWriter):
             self._file.discard()
 
 
+class ParquetDataWriter(DataWriter):
+    """Writes one work unit's branch to one Parquet file: rows batched into Arrow record batches (one row group each)
+    in memory, the file staged at commit, then moved to task output as the Avro writer's are."""
+
+    def __init__(self, destination: WriterDestination, codec: str, schema: pa.Schema) -> None:
+        self.destination = destination
+        self.fs = destination.fs
+        self.schema = schema
+        self.codec = codec
+        unit = destination.work_unit
+        attempt_dir = urls.join(destination.staging_dir, destination.run_id, destination.task_id,
+                                f"attempt-{destination.attempt}")
+        time_partition = f".{path_segment(destination.partition)}" if destination.partition else ""
+        file_name = f"{path_segment(unit.dataset_urn)}.{path_segment(unit.partition)}{time_partition}.parquet.tmp"
+        self.staging_path = urls.join(attempt_dir, file_name)
+        self._rows: list[Record] = []
+        self._batches: list[pa.RecordBatch] = []
+        self._staged = False
+
+    def write(self, record: Record) -> None:
+        self._rows.append(record)
+        self.records_written += 1
+        if len(self._rows) >= PARQUET_BATCH_ROWS:
+            self._batch()
+
+    def _batch(self) -> None:
+        """The rows held so far as one Arrow batch of the schema; a ValueError naming the work unit if one does not
+        fit it."""
+        if not self._rows:
+            return
+        try:
+            self._batches.append(pa.RecordBatch.from_pylist(self._rows, schema=self.schema))
+        except (pa.ArrowException, TypeError, ValueError) as e:
+            unit = self.destination.work_unit
+            raise ValueError(f"a record of work unit {unit.work_unit_id} (dataset {unit.dataset_urn!r}) does not fit "
+                             f"its Parquet schema: {e}") from e
+        self._rows = []
+
+    def commit(self, actual_high_watermark: int) -> list[OutputFile]:
+        if self.records_written == 0:  # an empty range publishes no file (its watermark still moves)
+            return []
+        self._batch()
+        sink = pa.BufferOutputStream()
+        with pq.ParquetWriter(sink, self.schema, compression=self.codec) as parquet:
+            for batch in self._batches:
+                parquet.write_batch(batch)
+        self._batches = []
+        data = sink.getvalue().to_pybytes()
+        file = _HashingFile(self.fs.open_write(self.staging_path))
+        try:
+            file.write(data)
+            file.close()
+        except BaseException:
+            file.discard()
+            raise
+        self._staged = True
+        self.bytes_written = file.size
+        checksum = file.digest.hexdigest()
+        target = urls.join(self.destination.output_dir,
+                           unit_file_name(self.destination.work_unit, self.destination.partition,
+                                          actual_high_watermark, ".parquet"))
+        move_to_task_output(self.fs, self.staging_path, target, file.size, checksum)
+        return [OutputFile(path=target, size=file.size, checksum=checksum, records=self.records_written,
+                           branch=self.destination.branch.index, folder=self.destination.output_dir,
+                           partition=self.destination.partition)]
+
+    def abort(self) -> None:
+        self._rows, self._batches = [], []
+        if self._staged:
+            self.fs.delete(self.staging_path)
+
+
 class AvroDataWriterBuilder(DataWriterBuilder):
-    """Builds Avro writers (the default `writer.builder.class`)."""
+    """Builds the records engine's writers (the default `writer.builder.class`): Avro, or Parquet when the branch's
+    `writer.output.format` is PARQUET."""
 
     CONFIG_MODEL = AvroWriterSettings
-    SUPPORTED_OUTPUT_FORMATS = ("AVRO",)
+    SUPPORTED_OUTPUT_FORMATS = ("AVRO", "PARQUET")
 
     def __init__(self, config: JobConfig) -> None:
         super().__init__(config)
         self._settings: dict[int, AvroWriterSettings] = {}
         self._schema: tuple[Schema, Schema] | None = None
         """The last destination schema and its parsed form: a task's work units mostly share one."""
+        self._arrow: tuple[Schema, pa.Schema] | None = None
+        """The last destination schema and its Arrow form, for Parquet output."""
 
     def build(self, destination: WriterDestination) -> DataWriter:
         """A writer for one work unit's branch; settings and parsed schema are reused across a task's work units
@@ -186,7 +282,24 @@ class AvroDataWriterBuilder(DataWriterBuilder):
         branch = destination.branch.index
         if branch not in self._settings:
             self._settings[branch] = self.settings(branch)
-        return AvroDataWriter(destination, self._settings[branch], self._parsed(destination.schema))
+        settings = self._settings[branch]
+        if destination.branch.writer_output_format is WriterOutputFormat.PARQUET:
+            return ParquetDataWriter(destination, PARQUET_CODECS[settings.codec], self._arrow_schema(destination))
+        return AvroDataWriter(destination, settings, self._parsed(destination.schema))
+
+    def _arrow_schema(self, destination: WriterDestination) -> pa.Schema:
+        """The Arrow schema of the destination's Avro schema, converted once while it stays the same; a ConfigError
+        naming the field and the key when it holds a type Parquet output does not support."""
+        schema = destination.schema
+        if self._arrow is None or schema != self._arrow[0]:
+            try:
+                converted = arrow_schema(schema)
+            except ConfigError as e:
+                branch = destination.branch.index
+                key = f"writer.output.format.{branch}" if self.config.fork_branches > 1 else "writer.output.format"
+                raise ConfigError(f"{key}=PARQUET: dataset {destination.work_unit.dataset_urn!r}: {e}") from e
+            self._arrow = (copy.deepcopy(schema), converted)
+        return self._arrow[1]
 
     def _parsed(self, schema: Schema) -> Schema:
         """fastavro's parsed form of a schema, parsed once while the schema stays the same."""

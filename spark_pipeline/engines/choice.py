@@ -178,6 +178,21 @@ def default_writer_outputs(config: JobConfig) -> list[tuple[str, WriterOutputFor
     return outputs
 
 
+def dataframe_only_formats(config: JobConfig) -> set[WriterOutputFormat]:
+    """The output formats of the job's branches that their records-engine writer does not write: the default writer
+    builder's beyond RECORDS_FORMATS, a builder of the job's own's beyond its SUPPORTED_OUTPUT_FORMATS (AVRO when it
+    does not say)."""
+    formats: set[WriterOutputFormat] = set()
+    for branch in config.branches:
+        written: frozenset[str] = RECORDS_FORMATS
+        if branch.writer_builder_class != DEFAULT_WRITER_BUILDER:
+            builder = import_class(branch.writer_builder_class)
+            written = frozenset(str(f).upper() for f in getattr(builder, "SUPPORTED_OUTPUT_FORMATS", ("AVRO",)))
+        if branch.writer_output_format.value not in written:
+            formats.add(branch.writer_output_format)
+    return formats
+
+
 def sql_stages_error(config: JobConfig, keys: list[str], why: str) -> ConfigError:
     """The error for SQL stages in a job the DataFrame engine will not run."""
     return ConfigError(f"{' and '.join(keys)}: Spark SQL stages run on the DataFrame engine only, but job "
@@ -209,8 +224,9 @@ def choose(config: JobConfig) -> EngineChoice:
     if reasons and kind is TaskEngineKind.DATAFRAME:
         raise ConfigError(f"task.engine=dataframe: job {config.job_name!r} cannot run on the DataFrame engine: "
                           f"{'; '.join(reasons)} (set task.engine to auto or records)")
-    if reasons and formats:
-        raise ConfigError(f"task.engine=auto: writer.output.format={', '.join(sorted(formats))} is written by the "
+    spark_only = dataframe_only_formats(config)
+    if reasons and spark_only:
+        raise ConfigError(f"task.engine=auto: writer.output.format={', '.join(sorted(spark_only))} is written by the "
                           f"DataFrame engine only, but job {config.job_name!r} cannot run on it: {'; '.join(reasons)}")
     if reasons:
         return EngineChoice(TaskEngineKind.RECORDS, f"task.engine=auto chose records: {'; '.join(reasons)}")

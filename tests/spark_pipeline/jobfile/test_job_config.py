@@ -764,7 +764,7 @@ def test_default_writer_and_publisher_need_their_directories(tmp_path: Path) -> 
     assert f"{path}: required key 'writer.staging.dir' is missing: {DEFAULT_WRITER_BUILDER} needs it" in found
     assert f"{path}: required key 'writer.output.dir' is missing: {DEFAULT_WRITER_BUILDER} needs it" in found
     assert f"{path}: required key 'data.publisher.final.dir' is missing: {DEFAULT_PUBLISHER} needs it" in found
-    assert any(f"JSON is not written by {DEFAULT_WRITER_BUILDER} (it writes AVRO)" in p for p in found), found
+    assert any(f"JSON is not written by {DEFAULT_WRITER_BUILDER} (it writes AVRO, PARQUET)" in p for p in found), found
     ok = {k: v for k, v in BASE.items() if k not in ("writer.builder.class", "data.publisher.type")}
     config = load_props(tmp_path, ok)
     assert config.writer_builder_class == DEFAULT_WRITER_BUILDER and config.publisher_type == DEFAULT_PUBLISHER

@@ -26,6 +26,8 @@ from projections.views import RunStatus
 from replay.verify import verify
 from spark_pipeline.commit.steps import DeltaCommitCommitStep, TableCommitCommitStep
 from spark_pipeline.engines.base import InProcessTaskEngine
+from spark_pipeline.engines.choice import choose
+from spark_pipeline.jobfile.config import TaskEngineKind
 from spark_pipeline.jobfile.paths import absolute_config
 from spark_pipeline.jobs import config_from_properties, load_job_config
 from spark_pipeline.launcher import JobLauncher
@@ -141,20 +143,23 @@ def test_an_iceberg_table_on_a_remote_warehouse_commits_once_and_reads_back(
 
 
 def run_job(remote: Remote, base: Path, name: str, runs: int, **keys: str) -> FileSystems:
-    """`runs` runs (in this process, records engine, Parquet by the simulation's writer) of a synthetic job of two
-    datasets, three records each per run, its staging, task output and warehouse on the remote store, the store's
-    keys in the job file only; the job's pre-flight checks (`oncelog validate`) find nothing first."""
+    """`runs` runs (in this process, records engine, Parquet by the default writer) of a synthetic job of two datasets,
+    three records each per run, its staging, task output and warehouse on the remote store, the store's keys in the
+    job file only; the job's pre-flight checks (`oncelog validate`) find nothing first, and `task.engine: auto` chooses
+    the records engine (what `oncelog run` would run it on: engine_for asks `choose`)."""
     root = join(remote.root, name)
     job = {"job.name": name, "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",
            "source.synthetic.datasets": 2, "source.synthetic.partitions": 1, "source.synthetic.records.per.run": 3,
            "source.synthetic.payload.bytes": 0, "writer.staging.dir": join(root, "staging"),
            "writer.output.dir": join(root, "task-output"), "data.publisher.final.dir": join(root, "warehouse"),
-           "writer.output.format": "PARQUET", "writer.builder.class": "tests.sim.tables.ParquetDataWriterBuilder",
+           "writer.output.format": "PARQUET", "task.engine": "auto",
            "oncelog.log.url": f"sqlite:///{base / name}.db", **remote.settings, **keys}
     path = base / f"{name}.yaml"
     path.write_text(yaml.safe_dump(job))
     config = load_job_config(path)
     assert preflight(absolute_config(config)) == []
+    choice = choose(config)
+    assert choice.kind is TaskEngineKind.RECORDS and "name a remote file system" in choice.reason, choice
     fs = FileSystems.of(config.properties)
     with open_log(config.log_url) as log:
         for _ in range(runs):

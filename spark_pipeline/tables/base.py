@@ -56,7 +56,7 @@ class TableSettings(BaseModel):
     def _parquet(cls, value: str) -> str:
         if value.strip().upper() != WriterOutputFormat.PARQUET.value:
             raise ValueError(f"the {cls.FORMAT} publisher publishes Parquet data files: set {FORMAT_KEY}: PARQUET "
-                             f"(the DataFrame engine writes them)")
+                             f"(both engines write them)")
         return value
 
 

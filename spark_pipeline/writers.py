@@ -71,6 +71,16 @@ class AvroWriterSettings(BaseModel):
         return codec
 
 
+def staging_path(destination: WriterDestination, extension: str) -> str:
+    """Where a writer stages its work unit's file (time partition included) before it moves to task output."""
+    unit = destination.work_unit
+    attempt_dir = urls.join(destination.staging_dir, destination.run_id, destination.task_id,
+                            f"attempt-{destination.attempt}")
+    time_partition = f".{path_segment(destination.partition)}" if destination.partition else ""
+    name = f"{path_segment(unit.dataset_urn)}.{path_segment(unit.partition)}{time_partition}.{extension}.tmp"
+    return urls.join(attempt_dir, name)
+
+
 def path_segment(value: str) -> str:
     """A dataset URN or partition as one safe, reversible path segment."""
     return quote(value, safe="-_.=@") or "_"
@@ -151,12 +161,7 @@ class AvroDataWriter(DataWriter):
                  parsed_schema: Schema | None = None) -> None:
         self.destination = destination
         self.fs = destination.fs
-        unit = destination.work_unit
-        attempt_dir = urls.join(destination.staging_dir, destination.run_id, destination.task_id,
-                                f"attempt-{destination.attempt}")
-        time_partition = f".{path_segment(destination.partition)}" if destination.partition else ""
-        file_name = f"{path_segment(unit.dataset_urn)}.{path_segment(unit.partition)}{time_partition}.avro.tmp"
-        self.staging_path = urls.join(attempt_dir, file_name)
+        self.staging_path = staging_path(destination, "avro")
         self._file = _HashingFile(self.fs.open_write(self.staging_path))
         schema = parsed_schema if parsed_schema is not None else fastavro.parse_schema(destination.schema)
         self._writer: Any = Writer(cast(IO[bytes], self._file), schema, codec=settings.codec,
@@ -198,12 +203,7 @@ class ParquetDataWriter(DataWriter):
         self.fs = destination.fs
         self.schema = schema
         self.codec = codec
-        unit = destination.work_unit
-        attempt_dir = urls.join(destination.staging_dir, destination.run_id, destination.task_id,
-                                f"attempt-{destination.attempt}")
-        time_partition = f".{path_segment(destination.partition)}" if destination.partition else ""
-        file_name = f"{path_segment(unit.dataset_urn)}.{path_segment(unit.partition)}{time_partition}.parquet.tmp"
-        self.staging_path = urls.join(attempt_dir, file_name)
+        self.staging_path = staging_path(destination, "parquet")
         self._rows: list[Record] = []
         self._batches: list[pa.RecordBatch] = []
         self._staged = False

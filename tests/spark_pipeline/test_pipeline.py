@@ -232,9 +232,10 @@ def test_the_demo_runs_twice_and_shows_state_and_audits(tmp_path: Path) -> None:
         "the demo runs on the DataFrame engine and says so"
     reports = list((tmp_path / ".oncelog" / "demo").glob("audit-*.html"))
     assert len(reports) == 2
-    # the time-partitioned job into an Iceberg table: its snapshots with our commit ids, one PartitionCompleted
+    # the time-partitioned job into an Iceberg table: its snapshots with our commit ids (the run's group, its one
+    # dataset's sequence number 0), one PartitionCompleted
     assert "partition spec: truncate[3600000](timestamp); 2000 records" in lines
-    snapshots = [line for line in lines if " demo-clicks/clicks.0/" in line]
+    snapshots = [line for line in lines if " demo-clicks/" in line and "#0 " in line]
     assert len(snapshots) == 1 and '{"clicks.0:0":[0,1000],"clicks.0:1":[0,1000]}' in snapshots[0]
     assert any(line.startswith("PartitionCompleted (this run recorded ") for line in lines)
     assert any("clicks.0" in line and "2026/11/26/00" in line and "2026-11-26T00:00Z – 2026-11-26T01:00Z" in line

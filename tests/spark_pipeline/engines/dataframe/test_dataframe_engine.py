@@ -24,7 +24,6 @@ from projections.views import RunStatus
 from replay.verify import verify
 from spark_pipeline.engines.choice import choose
 from spark_pipeline.engines.dataframe.engine import DataFrameTaskEngine
-from spark_pipeline.engines.select import engine_for
 from spark_pipeline.jobs import config_from_properties, load_job_config
 from spark_pipeline.launcher import JobLauncher, RunResult
 from spark_pipeline.sources.synthetic import synthetic_record
@@ -205,10 +204,9 @@ def test_asking_for_what_the_dataframe_engine_cannot_do_names_the_key(tmp_path: 
     with pytest.raises(ConfigError, match="task.engine"):
         config_from_properties({**config.properties, "task.engine": "spark"})
     synthetic = {k: v for k, v in config.properties.items() if not k.startswith("source.")}
-    parquet = config_from_properties({**synthetic, "source.class": SYNTHETIC_SOURCE,
-                                         "writer.output.format": "parquet", "writer.codec.type": "deflate"})
-    with pytest.raises(ConfigError, match="writer.codec.type='deflate' is not a codec of PARQUET output"):
-        engine_for(parquet)
+    with pytest.raises(ConfigError, match=r"'writer.codec.type': not a codec of PARQUET output .*\(got 'deflate'\)"):
+        config_from_properties({**synthetic, "source.class": SYNTHETIC_SOURCE, "writer.output.format": "parquet",
+                                "writer.codec.type": "deflate"})
 
 
 def test_local_folders_stay_local_when_the_default_file_system_is_hdfs(tmp_path: Path) -> None:

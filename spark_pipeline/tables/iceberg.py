@@ -46,6 +46,8 @@ from spark_pipeline.tables.storage import TableStorage
 
 COMMIT_ATTEMPTS = 5
 """How often an append is tried when another writer commits to the table in between (optimistic concurrency)."""
+CATALOG_OPEN_ATTEMPTS = 5
+"""How often a SQL catalog is opened while other processes create its tables (each try may lose one table's race)."""
 SQLITE_PREFIX = "sqlite:///"
 """The URL prefix of a SQL catalog on a SQLite file (its path follows)."""
 CREATED_PROPERTIES = {"commit.retry.num-retries": "0"}
@@ -94,7 +96,15 @@ _table_locks: dict[TableRef, threading.Lock] = {}
 
 @functools.lru_cache(maxsize=16)
 def _catalog(name: str, uri: str, warehouse: str, properties: tuple[tuple[str, str], ...] = ()) -> Catalog:
-    """The catalog, with `properties` (how the warehouse's files are reached: TableStorage.iceberg_properties)."""
+    """The catalog, with `properties` (how the warehouse's files are reached: TableStorage.iceberg_properties). A SQL
+    catalog creates its tables on first use: when another process (a commit shard) does so at the same moment,
+    pyiceberg's create fails ("table … already exists"), and the catalog opened again finds them."""
+    for _ in range(CATALOG_OPEN_ATTEMPTS - 1):
+        try:
+            return load_catalog(name, uri=uri, warehouse=warehouse, **dict(properties))
+        except sqlalchemy.exc.OperationalError as e:
+            if "already exists" not in str(e):
+                raise
     return load_catalog(name, uri=uri, warehouse=warehouse, **dict(properties))
 
 

@@ -5,7 +5,9 @@ the data, or a catalog that cannot be reached, fails the step naming them, with 
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -148,3 +150,31 @@ def test_a_table_commit_that_cannot_tell_whether_it_took_effect_never_abandons_i
     rows = table.scan().to_arrow()
     assert sorted(zip(rows["dataset"].to_pylist(), rows["offset"].to_pylist(), strict=True)) == [
         (f"ice.{d}", o) for d in range(2) for o in range(6)]
+
+
+def _open_catalog(path: str, barrier: Any, results: Any) -> None:
+    barrier.wait()
+    try:
+        iceberg.catalog_of(iceberg.TableRef("oncelog", f"sqlite:///{path}", str(Path(path).parent), "lake.events",
+                                            str(Path(path).parent / "lake" / "events")))
+        results.put("ok")
+    except iceberg.TableError as e:
+        results.put(str(e))
+
+
+def test_commit_shards_opening_a_new_catalog_at_once_all_open_it(tmp_path: Path) -> None:
+    """Commit shards in several processes reach a new SQL catalog together: pyiceberg creates its tables on first use,
+    and one process's create lost to another's ("table … already exists") failed its commit (seen at 10,000 datasets;
+    4 processes on 30 fresh catalogs: 32 of 120 failed before)."""
+    context = multiprocessing.get_context("fork")  # the child runs Python alone: no JVM or client threads it needs
+    failed = []
+    for attempt in range(10):
+        path = str(tmp_path / f"catalog-{attempt}.db")
+        barrier, results = context.Barrier(4), context.Queue()
+        processes = [context.Process(target=_open_catalog, args=(path, barrier, results)) for _ in range(4)]
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.join(timeout=60)
+        failed += [r for r in (results.get(timeout=5) for _ in processes) if r != "ok"]
+    assert failed == []

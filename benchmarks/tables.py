@@ -18,7 +18,8 @@ of every partition exactly once, or the benchmark fails. After an untimed warm-u
 sides rotate which goes first. Figures: records/s at the median repeat, and the table sides over the folder side.
 
 The table commit: a synthetic job of D datasets (10,000; `--quick` 1,000), one partition and a few records each,
-published by each table publisher and, beside it, by the folder publisher; its commit phase from the run's last
+published by each table publisher and, beside it, by the folder publisher, each committed on the driver (a table
+job's default; `job.commit.on.executors: false` for the folder job too); its commit phase from the run's last
 task event to JobRunCommitted, read from the log's timestamps (benchmarks.pipeline's phases).
 
 The Kafka broker is `$KAFKA_BOOTSTRAP`, or a local one started for the run. Last line of stdout: the JSON figures.
@@ -206,7 +207,8 @@ def run_commit(bench: Bench, side: Side, datasets: int) -> float:
     """A synthetic job of `datasets` datasets published by `side`; its commit phase in seconds."""
     keys = {"source.class": "spark_pipeline.sources.synthetic.SyntheticSource", "dataset.urn": "bench",
             "source.synthetic.datasets": str(datasets), "source.synthetic.partitions": "1",
-            "source.synthetic.records.per.run": "2", "source.synthetic.payload.bytes": "50"}
+            "source.synthetic.records.per.run": "2", "source.synthetic.payload.bytes": "50",
+            "job.commit.on.executors": "false"}  # every side on the driver, as a table job's commit runs by default
     launched = time.time()
     timed, launcher, base, log_url = run_side(bench, side, keys)
     at = audited(log_url, launcher.run_id, data_folder(side, base / "published"), datasets)

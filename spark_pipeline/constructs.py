@@ -324,6 +324,10 @@ class DatasetOutput:
 class DataPublisher(Configurable, ABC):
     """Plans the commit sequence that publishes each dataset's output; it moves no file itself."""
 
+    ONE_COMMIT_PER_RUN: ClassVar[bool] = False
+    """Whether its sequences share one step made once a commit (a table's snapshot): commit shards would make one
+    each, so `job.commit.on.executors: auto` keeps such a run's commit on the driver."""
+
     @abstractmethod
     def plan(self, run_id: str, outputs: list[DatasetOutput], dataset_states: Mapping[str, DatasetView]
              ) -> list[CommitSequencePlanned]:

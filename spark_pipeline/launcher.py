@@ -75,9 +75,9 @@ from spark_pipeline.engines.attempts import TaskOutcome
 from spark_pipeline.engines.base import TaskEngine
 from spark_pipeline.engines.select import engine_for
 from spark_pipeline.engines.spark import TasksAborted, TasksStopped
-from spark_pipeline.jobfile.config import JobCommitPolicy, JobConfig
+from spark_pipeline.jobfile.config import CommitOnExecutors, JobCommitPolicy, JobConfig
 from spark_pipeline.jobfile.paths import JobRoots, absolute_config, overlaps, run_dirs
-from spark_pipeline.jobfile.plugins import make_construct
+from spark_pipeline.jobfile.plugins import import_class, make_construct
 from spark_pipeline.lineage import RunLineage
 from spark_pipeline.planning import pack_work_units, source_work_units
 from spark_pipeline.progress import SILENT, RunObserver
@@ -518,11 +518,23 @@ class JobLauncher:
 def commit_settings(config: JobConfig, faults: FaultInjector = NO_FAULTS) -> CommitSettings:
     """A job's commit settings (its config made absolute first): publish roots, attempts, parallelism, shards."""
     dirs = run_dirs(config, "")
+    on_executors = config.commit_on_executors
+    if on_executors is CommitOnExecutors.AUTO and publisher_class(config).ONE_COMMIT_PER_RUN:
+        on_executors = CommitOnExecutors.FALSE  # one table commit a run, not one a shard
     return CommitSettings(PublishRoots.of([d.output for d in dirs], [d.final for d in dirs]),
                           max_attempts=config.commit_sequence_max_attempts, parallelism=config.commit_parallelism,
-                          shards=config.commit_shards, on_executors=config.commit_on_executors,
+                          shards=config.commit_shards, on_executors=on_executors,
                           executors_min_datasets=config.commit_executors_min_datasets,
                           batch_records=config.commit_batch_records, faults=faults)
+
+
+def publisher_class(config: JobConfig) -> type[DataPublisher]:
+    """The class `data.publisher.type` names (DataPublisher itself when it names none: the job's checks say why)."""
+    try:
+        named = import_class(config.publisher_type)
+    except ValueError:
+        return DataPublisher
+    return named if isinstance(named, type) and issubclass(named, DataPublisher) else DataPublisher
 
 
 def source_state(config: JobConfig, state: State, run_id: str) -> SourceState:

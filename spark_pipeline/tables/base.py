@@ -64,6 +64,8 @@ class TablePublisher(BaseDataPublisher):
     """Publishes each dataset's Parquet files into one table: files moved under the table's `data/` folder, then the
     table step that commits them (`table_step`), then the watermarks and the dataset state."""
 
+    ONE_COMMIT_PER_RUN = True
+
     def plan(self, run_id: str, outputs: list[DatasetOutput], dataset_states: Mapping[str, DatasetView]
              ) -> list[CommitSequencePlanned]:
         settings: TableSettings = self.settings(0)

@@ -9,6 +9,7 @@ import pytest
 from spark_pipeline.jobfile.config import JobConfigError
 from spark_pipeline.jobfile.paths import absolute_config
 from spark_pipeline.jobs import config_from_properties
+from spark_pipeline.launcher import commit_settings
 from spark_pipeline.preflight import Finding, preflight
 
 
@@ -50,3 +51,17 @@ def test_a_catalog_that_cannot_be_reached_is_found_before_spark_starts(tmp_path:
     assert findings == [Finding("iceberg.catalog.uri", "'iceberg.catalog.uri': the catalog of Iceberg table "
                                 "'lake.events': the catalog file /nonexistent-oncelog/catalog.db cannot be "
                                 "created: its folder /nonexistent-oncelog does not exist")]
+
+
+@pytest.mark.parametrize(("on_executors", "tables_shard"), [("auto", False), ("true", True), ("false", False)])
+def test_a_table_job_commits_on_the_driver_unless_told_to_shard(on_executors: str, tables_shard: bool,
+                                                                 tmp_path: Path) -> None:
+    """Shards would make one snapshot each: a table job's run makes one, however many datasets, unless the job file
+    asks for shards; a folder job still shards from `job.commit.executors.min.datasets` datasets on."""
+    keys = {"job.commit.on.executors": on_executors, "job.commit.executors.min.datasets": "2"}
+    table = absolute_config(config_from_properties(iceberg_job(tmp_path, **keys)))
+    folders = absolute_config(config_from_properties(iceberg_job(
+        tmp_path, **keys, **{"data.publisher.type": "spark_pipeline.publisher.BaseDataPublisher",
+                             "iceberg.table": "", "task.engine": "records"})))
+    assert commit_settings(table).in_shards(10_000) is tables_shard
+    assert commit_settings(folders).in_shards(10_000) is (on_executors != "false")

@@ -36,6 +36,8 @@ class FileSystems(FileSystem):
 
     def backend(self, path: str) -> FileSystem:
         """The backend serving a location."""
+        if path.startswith("/"):
+            return LOCAL  # an absolute local path (no scheme starts with '/'): the common case, without parsing it
         try:
             location = parse(path)
         except ValueError as e:
@@ -52,6 +54,8 @@ class FileSystems(FileSystem):
     def _pair(self, src: str, dst: str) -> FileSystem:
         """The one backend of two locations (moves and copies never cross stores)."""
         backend = self.backend(src)
+        if backend is LOCAL and self.backend(dst) is LOCAL:
+            return LOCAL
         if self.backend(dst) is not backend or parse(src).root != parse(dst).root:
             raise FileSystemError(f"{src} and {dst} lie on different file systems: oncelog moves files within one")
         return backend

@@ -117,9 +117,17 @@ def relative_to(location: str, base: str) -> str:
 
 def is_within(location: str, folder: str) -> bool:
     """Whether location is folder itself or lies below it (string comparison; no file-system call)."""
+    if _plain_local(location) and _plain_local(folder):  # already normal: compared as they are, without parsing
+        return location == folder or location.startswith(folder + "/")
     inner, outer = parse(location), parse(folder)
     return inner.root == outer.root and (inner.path == outer.path
                                          or inner.path.startswith(outer.path.rstrip("/") + "/"))
+
+
+def _plain_local(value: str) -> bool:
+    """Whether a value is an absolute local path that normalizing leaves as it is (no '.', '..', '//', or '/' at the
+    end)."""
+    return value.startswith("/") and "/." not in value and "//" not in value and not value.endswith("/")
 
 
 def hadoop_uri(location: str) -> str:

@@ -90,8 +90,9 @@ class _Progress:
     next_index: int = 0
     started: float = field(default_factory=time.perf_counter)
     effects: list[Event] = field(default_factory=list)
-    applied: list[Event] = field(default_factory=list)
-    """Recorded only if a later step fails (and, for steps found done, with the completion)."""
+    applied: list[tuple[int, Literal["executed", "verified"]]] = field(default_factory=list)
+    """Each step applied (index, outcome): recorded only if a later step fails (and, for steps found done, with the
+    completion), so its events are built only then (`applied_events`)."""
     counts: dict[str, int] = field(default_factory=lambda: {"executed": 0, "verified": 0})
     step_ms: dict[int, float] = field(default_factory=dict)
 
@@ -172,14 +173,13 @@ class CommitSequence:
                 if abandon and self.view.attempts_failed + 1 >= self.settings.max_attempts:
                     abandon = not self._table_committed()
                 error = f"step {index} ({spec.kind}): {e}"
-                record([*progress.effects, *progress.applied, *self._failure(index, error, abandon)])
+                record([*progress.effects, *self._applied_events(), *self._failure(index, error, abandon)])
                 return self._result(self._after_failure(abandon), error)
             outcome: Literal["executed", "verified"] = "verified" if done else "executed"
             progress.counts[outcome] += 1
             progress.effects += effects
             progress.step_ms[index] = (time.perf_counter() - step_started) * 1000 + (together_ms if together else 0)
-            progress.applied.append(CommitStepApplied.trusted(**fields, step_index=index, outcome=outcome,
-                                                              duration_ms=progress.step_ms[index]))
+            progress.applied.append((index, outcome))
             if isinstance(spec, FsRenameStep):
                 if not done:
                     self.renamed_into.add(urls.parent(spec.dst))
@@ -196,7 +196,7 @@ class CommitSequence:
             **fields, duration_ms=(time.perf_counter() - progress.started) * 1000, steps_applied=len(self.view.steps),
             executed=counts["executed"], verified=counts["verified"],
             step_ms=step_timings(progress.step_ms, len(self.view.steps)))
-        verified = [e for e in progress.applied if isinstance(e, CommitStepApplied) and e.outcome == "verified"]
+        verified = self._applied_events("verified") if counts["verified"] else []
         record([*progress.effects, *verified, completed, *published_events(fields, self.view.steps)])
         return self._result(Outcome.COMPLETED, executed=counts["executed"], verified=counts["verified"])
 
@@ -218,10 +218,16 @@ class CommitSequence:
         self.fs.sync_folders(self.renamed_into)
         self.sink.emit(events)
 
-    def _took_effect(self, applied_now: list[Event]) -> bool:
+    def _applied_events(self, only: Literal["executed", "verified"] | None = None) -> list[Event]:
+        """A CommitStepApplied for each step this attempt applied (`only` those of one outcome)."""
+        fields, step_ms = self.ref.fields(), self._progress.step_ms
+        return [CommitStepApplied.trusted(**fields, step_index=index, outcome=outcome, duration_ms=step_ms[index])
+                for index, outcome in self._progress.applied if only is None or outcome == only]
+
+    def _took_effect(self, applied_now: list[tuple[int, Literal["executed", "verified"]]]) -> bool:
         """Whether a step that cannot be rolled back (UNDOABLE: a table commit, completeness, watermarks) is applied,
         before this attempt or by it."""
-        indices = set(self.view.applied) | {e.step_index for e in applied_now if isinstance(e, CommitStepApplied)}
+        indices = set(self.view.applied) | {index for index, _ in applied_now}
         return any(self.view.steps[i].kind in UNDOABLE for i in indices)
 
     def _table_committed(self) -> bool:

@@ -3,7 +3,9 @@
 Concurrent emits (datasets committing in parallel) share one transaction: a group commit. Each emit is still
 atomic on its own (its events are all in, or none), and returns only once its events are committed. Fence checks
 (before each rename) join the same queue: an append that succeeds after a check was asked answers it, so checks
-waiting together cost one probe of the writer at most.
+waiting together cost one probe of the writer at most; and a probe or append that found the writer not fenced
+answers the checks of the next few milliseconds (`FENCE_FRESH_S`), so datasets committed one after another do not
+cost a probe each either.
 """
 
 from __future__ import annotations
@@ -24,7 +26,13 @@ CHECK_GATHER_S = 0.001
 """How long a fence check waits for others to share its probe (sequences commit in parallel, each checking before
 its rename: one probe per check would cost a store round trip per dataset)."""
 CHECK_GATHER_MAX = 64
-"""Checks that, waiting together, are probed at once without waiting longer."""
+"""Checks that, waiting together, are probed at once without waiting longer; and the most checks one probe answers
+afterwards."""
+FENCE_FRESH_S = 0.05
+"""How long after it began a probe (or append) that found the writer not fenced answers later checks. A rename already
+past its check can finish after a newer writer took over anyway (the newer run's recovery verifies what it moved by
+size and checksum), so a check answered 50 ms early allows nothing new; a writer paused longer (SIGSTOP, a long GC)
+probes again before its next rename."""
 
 
 @dataclass
@@ -51,6 +59,9 @@ class EventSink:
         self._cv = threading.Condition()
         self._closed = False
         self._leading = False
+        self._fresh_since: float | None = None
+        """When the last probe or append that found the writer not fenced began (time.monotonic)."""
+        self._fresh_uses = 0
 
     def emit(self, events: Sequence[Event]) -> None:
         """Append `events` as one atomic batch (possibly sharing a transaction with concurrent emits)."""
@@ -110,20 +121,29 @@ class EventSink:
         return group
 
     def check_fenced(self, among_others: bool = False) -> None:
-        """Return once the writer was found not fenced after this call began (FencedError if it was). `among_others`:
+        """Return once the writer was found not fenced after this call began, or at most FENCE_FRESH_S before it by a
+        probe that has answered fewer than CHECK_GATHER_MAX checks (FencedError if it was fenced). `among_others`:
         other threads are committing too, so the check may wait a moment to share their probe (alone, it would only
         wait)."""
+        with self._cv:
+            since = self._fresh_since
+            if (since is not None and time.monotonic() - since <= FENCE_FRESH_S
+                    and self._fresh_uses < CHECK_GATHER_MAX):
+                self._fresh_uses += 1
+                return
         self._submit(_Request((), gather=among_others))
 
     def _commit(self, group: list[_Request]) -> None:
         events = [event for request in group for event in request.events]
         records = pack(events, self.writer.partitions) if self.pack else events
+        started = time.monotonic()
         try:
             if records:
                 self.writer.append(records)
             else:
                 self.writer.check_fenced()
         except BaseException as e:  # every member sees the failure (whether its events are in is unknown)
+            self._fresh(None)
             for request in group:
                 request.done.set_exception(e)
             return
@@ -136,8 +156,14 @@ class EventSink:
             for request in group:
                 request.done.set_exception(e)
             return
+        self._fresh(started)
         for request in group:
             request.done.set_result(None)
+
+    def _fresh(self, since: float | None) -> None:
+        """Note when the last probe or append that passed began (None: the last one failed)."""
+        with self._cv:
+            self._fresh_since, self._fresh_uses = since, 0
 
     def close(self) -> None:
         """Let the emits under way finish, then refuse new ones; the writer stays open (its owner closes it)."""

@@ -136,6 +136,9 @@ class FsRenameCommitStep(CommitStep):
 
     def execute(self) -> list[Event]:
         spec = self.spec
+        if self.fs.holds(spec.src, spec.size, spec.checksum):  # the common case: no other call before the move
+            self.fs.move(spec.src, spec.dst, spec.size, spec.checksum)
+            return []
         if not self.fs.exists(spec.src):
             if self.fs.holds(spec.dst, spec.size, spec.checksum):
                 return []
@@ -143,13 +146,10 @@ class FsRenameCommitStep(CommitStep):
                 f"cannot publish {spec.dst}: the source {spec.src} is gone and the destination does not "
                 f"hold the recorded content ({spec.size} bytes, sha256 {spec.checksum[:12]}…)"
             )
-        if not self.fs.holds(spec.src, spec.size, spec.checksum):
-            raise CommitStepError(
-                f"refusing to publish {spec.src}: it does not hold the content its task recorded ({spec.size} bytes, "
-                f"sha256 {spec.checksum[:12]}…); it was changed or damaged after it was written"
-            )
-        self.fs.move(spec.src, spec.dst, spec.size, spec.checksum)
-        return []
+        raise CommitStepError(
+            f"refusing to publish {spec.src}: it does not hold the content its task recorded ({spec.size} bytes, "
+            f"sha256 {spec.checksum[:12]}…); it was changed or damaged after it was written"
+        )
 
     def roll_back(self, recorded: bool = True) -> bool:
         """Undo a published rename (the file goes back to the source); False if it was not published (any more). A

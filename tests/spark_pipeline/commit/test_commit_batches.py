@@ -4,6 +4,7 @@ their renames into new folders; fence checks of parallel sequences share probes 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from replay.verify import verify
 from spark_pipeline.commit.sequence import Committer, Outcome
 from spark_pipeline.commit.session import open_session, strict_state
 from spark_pipeline.commit.settings import CommitSettings
-from spark_pipeline.commit.sink import EventSink
+from spark_pipeline.commit.sink import CHECK_GATHER_MAX, FENCE_FRESH_S, EventSink
 from spark_pipeline.commit.steps import PublishRoots
 
 SEQUENCES = 40
@@ -122,6 +123,7 @@ def test_parallel_fence_checks_share_probes_and_a_newer_writer_fences_them_all(l
         all_check()
         assert errors == [] and writer.probes < threads
         log.writer("job").close()  # a newer holder of the name fences ours
+        time.sleep(FENCE_FRESH_S)  # the probe that passed answers no check any more
         all_check()
         assert len(errors) == threads
         with pytest.raises(FencedError):
@@ -133,3 +135,24 @@ def test_parallel_fence_checks_share_probes_and_a_newer_writer_fences_them_all(l
 
 def _any_event() -> Event:
     return CommitSequencePlanned(job="job", run_id="r2", dataset_urn="ds", sequence_id="r2", steps=())
+
+
+def test_checks_one_after_another_share_a_probe_for_a_few_milliseconds_only(log: EventLog) -> None:
+    """A commit on one thread checks its fence before each rename: a probe answers the next checks of FENCE_FRESH_S
+    (at most CHECK_GATHER_MAX of them), not every check a round trip; once it is older, a newer writer's fence is
+    found."""
+    writer = CountingWriter(log.writer("job"))
+    sink = EventSink(writer, State())
+    try:
+        for _ in range(3 * CHECK_GATHER_MAX):
+            sink.check_fenced()
+        assert 3 <= writer.probes < 3 * CHECK_GATHER_MAX
+        log.writer("job").close()  # a newer holder of the name fences ours
+        time.sleep(FENCE_FRESH_S)
+        with pytest.raises(FencedError):
+            sink.check_fenced()
+        with pytest.raises(FencedError):
+            sink.check_fenced()  # a failed probe answers no later check
+    finally:
+        sink.close()
+        writer.close()

@@ -72,6 +72,10 @@ MUTANTS = (
     Mutant("delta-commit-any-version", "the Delta commit takes any app transaction of its dataset for its own (not "
            "its version), so a dataset's later sequences add nothing to the table",
            "the app transaction's version decides whether a DeltaCommit is done (tables/delta.py: _holds)", 0, 80),
+    Mutant("table-group-per-run", "the commit shards of a run share one table group (`job/run`), each numbering its "
+           "members from 0, so a shard takes another shard's snapshot for its own: its files never reach the table, "
+           "or its sequence, never given up, blocks its dataset",
+           "cc0ecc5: a table group per planning, the run's or each commit shard's (tables/base.py: group_of)", 0, 40),
 )
 
 

@@ -5,9 +5,11 @@ in-process, no Spark), while a seeded plan fails file operations and log appends
 any two I/O calls. Between runs the source grows (the synthetic source pulls new records each run), operators
 run `recover` and `recover --release`, an event of an unknown newer version may appear in the log, and a commit
 shard task of a run whose driver was killed may run later (an executor slow to start it, or Spark running it again
-after an executor was lost), after newer runs. Behind the protocol's back: a task-output file is changed, truncated
-or deleted after its task recorded it; a record in the log is damaged (a flipped bit, a torn write; on SQLite); and a
-store refuses every publish for a whole run, so that clean-up runs while that run's sequences are unsettled.
+after an executor was lost), after newer runs; in a table scenario (a tenth) the log has three partitions and most
+runs of its table job commit in two shards, the driver killed between them now and then (TABLE_LOG_PARTITIONS).
+Behind the protocol's back: a task-output file is changed, truncated or deleted after its task recorded it; a record
+in the log is damaged (a flipped bit, a torn write; on SQLite); and a store refuses every publish for a whole run, so
+that clean-up runs while that run's sequences are unsettled.
 After every step: no source record is published twice; no changed task output is published; the task output a
 pending sequence still needs is on disk (unless the simulation itself removed it); no clean-up deleted outside its
 job's folder; a released sequence was rolled back; a damaged log was refused by the run that read it. Once faults
@@ -21,6 +23,7 @@ both engines share); the settling runs stay on the records engine, so the two en
     python -m tests.sim.simulation --seed 17            # replay one scenario, printing what it did
     python -m tests.sim.simulation --first 0 --count 200   # a range of seeds
     python -m tests.sim.simulation --engine dataframe --first 0 --count 5
+    python -m tests.sim.simulation --store kafka --first 100000 --count 50 --table-rate 0.3   # as `make test` does
     python -m tests.sim.simulation --first 0 --count 300 --keep-going --json   # count failures, one JSON line
 """
 
@@ -88,6 +91,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 JOBS = ("simA", "simB")
+DATASET_URN = "ds"
+DATASETS = tuple(f"{DATASET_URN}.{n}" for n in range(2))
+"""Each job's datasets (the synthetic source's `<dataset.urn>.<n>`)."""
 STEPS = 8
 SETTLE_RUNS = 8
 NEWER_VERSION = 9999
@@ -132,7 +138,7 @@ class ShardWatch:
 
     plan: FaultPlan
     in_flight: list[Assignment]
-    outputs: dict[str, str] = field(default_factory=dict)
+    outputs: dict[str, TableFormat] = field(default_factory=dict)
     steps: Counter[str] = field(default_factory=Counter)
 
 
@@ -242,10 +248,11 @@ def write_job(base: Path, name: str, url: str, rng: random.Random, table: str | 
     root = base / name
     job = {
         "job.name": name, "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",
-        "source.synthetic.datasets": 2, "source.synthetic.partitions": rng.randint(1, 3),
+        "source.synthetic.partitions": rng.randint(1, 3),
         "source.synthetic.records.per.run": rng.randint(1, 4), "source.synthetic.payload.bytes": 0,
-        "dataset.urn": "ds", "writer.staging.dir": str(root / "staging"),
-        "writer.output.dir": str(root / "task-output"), "data.publisher.final.dir": str(root / "published"),
+        "dataset.urn": DATASET_URN, "source.synthetic.datasets": len(DATASETS),
+        "writer.staging.dir": str(root / "staging"), "writer.output.dir": str(root / "task-output"),
+        "data.publisher.final.dir": str(root / "published"),
         "job.commit.policy": rng.choice(["full", "partial", "successful"]),
         "task.maxretries": rng.randint(0, 1), "task.retry.intervalinsec": 0,
         "commit.sequence.max.attempts": rng.randint(1, 3), "commit.parallelism": 1, "oncelog.log.url": url,
@@ -300,7 +307,7 @@ class Scenario:
             self.outcome.steps[f"{self.table_format}-table"] += 1
         self.late_shards: list[Assignment] = []
         """Shard tasks in flight when their driver was killed: they may run after it."""
-        self.watch = ShardWatch(self.plan, self.late_shards, {name: str(self.table_format) for name in self.tables},
+        self.watch = ShardWatch(self.plan, self.late_shards, {name: self.table_format for name in self.tables},
                                 self.outcome.steps)
         self.end_rng = random.Random(seed * 104_729 + 3)
         """Decides when a sequence's end is lost (`_maybe_lose_end`)."""

@@ -33,7 +33,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from spark_pipeline.commit.shards import shard_of
 from tests.sim.simulation import (
+    DATASETS,
+    LOG_PARTITIONS,
+    TABLE_LOG_PARTITIONS,
     TABLE_RATE,
     OpenLog,
     ScenarioFailed,
@@ -52,6 +56,14 @@ scenarios, both Delta, and no Iceberg commit split into shards; at 0.3, eleven, 
 WORKERS = max(1, min(4, os.cpu_count() or 1))
 CHUNK = 25
 KAFKA_WORKERS = 3
+
+
+def test_a_table_scenario_commits_each_dataset_in_a_shard_of_its_own() -> None:
+    # two or three shards of a table scenario's log: a shard per dataset, each planning its own table group
+    assert all(len({shard_of(urn, TABLE_LOG_PARTITIONS, shards) for urn in DATASETS}) == len(DATASETS)
+               for shards in (2, 3))
+    # why a table scenario's log has partitions of its own: on the others' every dataset is in one shard
+    assert len({shard_of(urn, LOG_PARTITIONS, LOG_PARTITIONS) for urn in DATASETS}) == 1
 
 
 def _play(seeds: Iterable[int], work: Path, open_scenario_log: OpenLog = sqlite_log,

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: check test test-fast soak soak-iceberg simulate mutants demo kafka-jars spark-jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down hdfs-jars hdfs-up hdfs-down s3-build s3-up s3-down bench bench-quick clean
+.PHONY: check test test-fast soak soak-iceberg simulate simulate-kafka mutants demo kafka-jars spark-jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down hdfs-jars hdfs-up hdfs-down s3-build s3-up s3-down bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "oncelog needs Python 3.11+, found " + sys.version.split()[0] + " (set PYTHON=python3.11)")'
@@ -86,6 +86,16 @@ SIM_SCENARIOS ?= 20000
 SIM_FIRST ?= 0
 simulate: $(STAMP)
 	$(BIN)/python -m tests.sim.simulation --first $(SIM_FIRST) --count $(SIM_SCENARIOS)
+
+# The Kafka flavour at length (`make test` plays 50): SIM_KAFKA_SCENARIOS seeds from SIM_KAFKA_FIRST, SIM_KAFKA_TABLE_RATE
+# of them publishing into a table (its commit split into shards of the topic's partitions, tests/sim/simulation.py:
+# TABLE_LOG_PARTITIONS), on $KAFKA_BOOTSTRAP, else a local broker started for the run.
+SIM_KAFKA_SCENARIOS ?= 500
+SIM_KAFKA_FIRST ?= 100000
+SIM_KAFKA_TABLE_RATE ?= 0.3
+simulate-kafka: $(STAMP) kafka-jars
+	$(BIN)/python -m tests.sim.simulation --store kafka --first $(SIM_KAFKA_FIRST) --count $(SIM_KAFKA_SCENARIOS) \
+		--table-rate $(SIM_KAFKA_TABLE_RATE)
 
 # The mutant table (tests/sim/mutants/: each exactly-once fix reverted): per mutant, the seeds of MUTANT_SEEDS from
 # MUTANT_FIRST on which the simulation failed, and the first failing one; the unmutated code must fail on none.

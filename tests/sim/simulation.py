@@ -5,9 +5,11 @@ in-process, no Spark), while a seeded plan fails file operations and log appends
 any two I/O calls. Between runs the source grows (the synthetic source pulls new records each run), operators
 run `recover` and `recover --release`, an event of an unknown newer version may appear in the log, and a commit
 shard task of a run whose driver was killed may run later (an executor slow to start it, or Spark running it again
-after an executor was lost), after newer runs. Behind the protocol's back: a task-output file is changed, truncated
-or deleted after its task recorded it; a record in the log is damaged (a flipped bit, a torn write; on SQLite); and a
-store refuses every publish for a whole run, so that clean-up runs while that run's sequences are unsettled.
+after an executor was lost), after newer runs; in a table scenario (a tenth) the log has three partitions and most
+runs of its table job commit in two shards, the driver killed between them now and then (TABLE_LOG_PARTITIONS).
+Behind the protocol's back: a task-output file is changed, truncated or deleted after its task recorded it; a record
+in the log is damaged (a flipped bit, a torn write; on SQLite); and a store refuses every publish for a whole run, so
+that clean-up runs while that run's sequences are unsettled.
 After every step: no source record is published twice; no changed task output is published; the task output a
 pending sequence still needs is on disk (unless the simulation itself removed it); no clean-up deleted outside its
 job's folder; a released sequence was rolled back; a damaged log was refused by the run that read it. Once faults
@@ -21,6 +23,7 @@ both engines share); the settling runs stay on the records engine, so the two en
     python -m tests.sim.simulation --seed 17            # replay one scenario, printing what it did
     python -m tests.sim.simulation --first 0 --count 200   # a range of seeds
     python -m tests.sim.simulation --engine dataframe --first 0 --count 5
+    python -m tests.sim.simulation --store kafka --first 100000 --count 50 --table-rate 0.3   # as `make test` does
     python -m tests.sim.simulation --first 0 --count 300 --keep-going --json   # count failures, one JSON line
 """
 
@@ -28,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sqlite3
 import sys
@@ -36,6 +38,7 @@ import tempfile
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -70,6 +73,7 @@ from spark_pipeline.jobs import config_from_properties, load_job_config
 from spark_pipeline.launcher import JobLauncher, commit_settings
 from spark_pipeline.writers import attempt_output_dir
 from tests.fault.pipeline_checks import published_records_of
+from tests.fault.soak import broker
 from tests.sim.faults import (
     FaultPlan,
     FaultyEventLog,
@@ -87,6 +91,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 JOBS = ("simA", "simB")
+DATASET_URN = "ds"
+DATASETS = tuple(f"{DATASET_URN}.{n}" for n in range(2))
+"""Each job's datasets (the synthetic source's `<dataset.urn>.<n>`)."""
 STEPS = 8
 SETTLE_RUNS = 8
 NEWER_VERSION = 9999
@@ -103,29 +110,61 @@ DELTA_SHARE = 0.5
 """Of the table scenarios: how many publish into a Delta table (the others: Iceberg)."""
 PUBLISH_CALLS = frozenset({"rename", "copy"})
 """The file calls that publish: a `stuck-publish` step fails every one of them for a whole run."""
+LOG_PARTITIONS = 2
+"""The partitions of a scenario's log (a table scenario's: TABLE_LOG_PARTITIONS)."""
+TABLE_LOG_PARTITIONS = 3
+"""The partitions of a table scenario's log. A dataset's events live in partition crc32(urn) mod partitions, and
+crc32 is affine: on two partitions the synthetic datasets ds.0 to ds.3 all fall in one, so no commit of a
+two-partition scenario ever splits into two shards (a shard is a set of whole partitions); on three, ds.0 and ds.1
+fall in partitions 1 and 2, a shard each with two or three shards: each shard plans its own table group."""
+TABLE_SHARDED_RATE = 0.75
+"""Of the table jobs: how many commit in shards (`job.commit.on.executors`, two or three shards: each dataset its
+own), decided apart from the other settings (seeds keep their draws); the others commit on the driver."""
+SHARD_BOUNDARY_CRASH_RATE = 0.2
+"""Of the boundaries between two shards of a commit while faults are on: how many the driver dies at (the shards
+before it committed, those after it still in flight: they may run late, and the next run recovers them)."""
 
-OpenLog = Callable[[Path], EventLog]
+OpenLog = Callable[[Path, int], EventLog]
+"""The scenario's log in a folder, with that many partitions."""
 Assignment = tuple[JobConfig, ShardWork, CommitSettings]
 AfterTasks = Callable[[JobConfig, str, Sequence[TaskOutcome]], None]
 """Called with the job and run id once a run's tasks ended (and recorded what they wrote), before its commit."""
 
 
-class RecordingCommitEngine(InProcessCommitEngine):
-    """Commits shards in this process; when the driver is killed meanwhile, keeps the shards it had not heard back
-    from: their tasks may still run (or start) after it died."""
+@dataclass
+class ShardWatch:
+    """What a scenario's commit engines share: the plan (it may kill the driver between two shards), the shard tasks
+    in flight when the driver died, each job's kind of output (`iceberg`, `delta`, `folder`) and the step counts."""
 
-    def __init__(self, log: EventLog, fs: FileSystem, in_flight: list[Assignment]) -> None:
+    plan: FaultPlan
+    in_flight: list[Assignment]
+    outputs: dict[str, TableFormat] = field(default_factory=dict)
+    steps: Counter[str] = field(default_factory=Counter)
+
+
+class RecordingCommitEngine(InProcessCommitEngine):
+    """Commits shards in this process, one after another, the driver killed between two of them now and then; when
+    the driver is killed, keeps the shards it had not heard back from: their tasks may still run (or start) after it
+    died. A commit of several shards is counted as `<output>-commit-in-shards` (`iceberg`, `delta`, `folder`)."""
+
+    def __init__(self, log: EventLog, fs: FileSystem, watch: ShardWatch) -> None:
         super().__init__(log, fs)
-        self.in_flight = in_flight
+        self.watch = watch
 
     def run(self, config: JobConfig, work: Sequence[ShardWork], settings: CommitSettings) -> list[ShardSummary]:
         publisher = job_publisher(config)
         summaries = []
+        plan = self.watch.plan
+        if len(work) > 1:
+            self.watch.steps[f"{self.watch.outputs.get(config.job_name, 'folder')}-commit-in-shards"] += 1
         for index, shard in enumerate(work):
             try:
+                if index and plan.armed and plan.rng.random() < SHARD_BOUNDARY_CRASH_RATE:
+                    plan.injected["shard-boundary:driver-killed"] += 1
+                    raise SimulatedCrash(f"between commit shards {work[index - 1].shard} and {shard.shard}")
                 summaries.append(commit_shard(shard, self.log, self.fs, settings, publisher))
             except SimulatedCrash:
-                self.in_flight.extend((config, unheard, settings) for unheard in work[index:])
+                self.watch.in_flight.extend((config, unheard, settings) for unheard in work[index:])
                 raise
         return summaries
 
@@ -133,9 +172,9 @@ class RecordingCommitEngine(InProcessCommitEngine):
 class SimTaskEngine(InProcessTaskEngine):
     """Tasks in this process without retry pauses; shards through a RecordingCommitEngine."""
 
-    def __init__(self, log: EventLog, in_flight: list[Assignment], after_tasks: AfterTasks) -> None:
+    def __init__(self, log: EventLog, watch: ShardWatch, after_tasks: AfterTasks) -> None:
         super().__init__(log.writer, slots=2, sleep=lambda _: None)
-        self.in_flight = in_flight
+        self.watch = watch
         self.after_tasks = after_tasks
 
     def run(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], progress: TaskProgress
@@ -145,18 +184,17 @@ class SimTaskEngine(InProcessTaskEngine):
         return outcomes
 
     def commit_engine(self, log: EventLog, fs: FileSystem) -> RecordingCommitEngine:
-        return RecordingCommitEngine(log, fs, self.in_flight)
+        return RecordingCommitEngine(log, fs, self.watch)
 
 
 class SimDataFrameEngine(DataFrameTaskEngine):
     """The DataFrame engine's tasks on a shared local Spark session, without retry pauses; shards through a
     RecordingCommitEngine (in this process, through the faulty log and file system)."""
 
-    def __init__(self, config: JobConfig, spark: SparkSession, in_flight: list[Assignment],
-                 after_tasks: AfterTasks) -> None:
+    def __init__(self, config: JobConfig, spark: SparkSession, watch: ShardWatch, after_tasks: AfterTasks) -> None:
         super().__init__(config, spark, EngineChoice(TaskEngineKind.DATAFRAME, "a dataframe scenario"),
                          sleep=lambda _: None)
-        self.in_flight = in_flight
+        self.watch = watch
         self.after_tasks = after_tasks
 
     def run(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], progress: TaskProgress
@@ -166,7 +204,7 @@ class SimDataFrameEngine(DataFrameTaskEngine):
         return outcomes
 
     def commit_engine(self, log: EventLog, fs: FileSystem) -> RecordingCommitEngine:
-        return RecordingCommitEngine(log, fs, self.in_flight)
+        return RecordingCommitEngine(log, fs, self.watch)
 
 
 class ScenarioFailed(AssertionError):
@@ -183,9 +221,9 @@ class Outcome:
     records: int = 0
 
 
-def sqlite_log(base: Path) -> EventLog:
-    """The scenario's log: a SQLite file of its own, two partitions."""
-    return open_log(f"sqlite:///{base / 'events.db'}?partitions=2")
+def sqlite_log(base: Path, partitions: int) -> EventLog:
+    """The scenario's log: a SQLite file of its own, of `partitions` partitions."""
+    return open_log(f"sqlite:///{base / 'events.db'}?partitions={partitions}")
 
 
 KAFKA_CLIENT_SETTINGS = "reconnect.backoff.ms=20"
@@ -196,23 +234,25 @@ The broker never goes away in a scenario, so the backoff is pure waiting here: 2
 
 
 def kafka_log_at(bootstrap: str) -> OpenLog:
-    """Scenario logs on a Kafka broker: a fresh two-partition topic each."""
-    return lambda base: open_log(f"kafka://{bootstrap}?topic=oncelog.sim.{uuid.uuid4().hex[:10]}&partitions=2"
-                                 f"&{KAFKA_CLIENT_SETTINGS}")
+    """Scenario logs on a Kafka broker: a fresh topic each, of the scenario's partitions."""
+    return lambda base, partitions: open_log(f"kafka://{bootstrap}?topic=oncelog.sim.{uuid.uuid4().hex[:10]}"
+                                             f"&partitions={partitions}&{KAFKA_CLIENT_SETTINGS}")
 
 
 def write_job(base: Path, name: str, url: str, rng: random.Random, table: str | None = None,
-              kind: TableFormat = TableFormat.ICEBERG) -> JobConfig:
+              kind: TableFormat = TableFormat.ICEBERG, shards: int | None = None) -> JobConfig:
     """A synthetic job of two datasets of one to three partitions under base/<name>, with seeded retry, attempt and
     commit-shard settings; with `table`, published into that table of format `kind` (its warehouse:
-    base/<name>/published)."""
+    base/<name>/published); with `shards`, committing in that many shards on executors (0: on the driver) whatever
+    was drawn."""
     root = base / name
     job = {
         "job.name": name, "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",
-        "source.synthetic.datasets": 2, "source.synthetic.partitions": rng.randint(1, 3),
+        "source.synthetic.partitions": rng.randint(1, 3),
         "source.synthetic.records.per.run": rng.randint(1, 4), "source.synthetic.payload.bytes": 0,
-        "dataset.urn": "ds", "writer.staging.dir": str(root / "staging"),
-        "writer.output.dir": str(root / "task-output"), "data.publisher.final.dir": str(root / "published"),
+        "dataset.urn": DATASET_URN, "source.synthetic.datasets": len(DATASETS),
+        "writer.staging.dir": str(root / "staging"), "writer.output.dir": str(root / "task-output"),
+        "data.publisher.final.dir": str(root / "published"),
         "job.commit.policy": rng.choice(["full", "partial", "successful"]),
         "task.maxretries": rng.randint(0, 1), "task.retry.intervalinsec": 0,
         "commit.sequence.max.attempts": rng.randint(1, 3), "commit.parallelism": 1, "oncelog.log.url": url,
@@ -225,6 +265,8 @@ def write_job(base: Path, name: str, url: str, rng: random.Random, table: str | 
     if table is not None:
         job |= {**PUBLISHER_KEYS[kind], TABLE_KEYS[kind]: table, "writer.output.format": "PARQUET",
                 "writer.builder.class": "tests.sim.tables.ParquetDataWriterBuilder"}
+    if shards is not None:
+        job |= {"job.commit.on.executors": shards > 0, "job.commit.shards": max(1, shards)}
     path = base / f"{name}.yaml"
     path.write_text(yaml.safe_dump(job))
     return load_job_config(path)
@@ -234,26 +276,30 @@ class Scenario:
     """One seeded scenario over a fresh folder and log."""
 
     def __init__(self, seed: int, base: Path, open_scenario_log: OpenLog = sqlite_log,
-                 spark: SparkSession | None = None) -> None:
+                 spark: SparkSession | None = None, table_rate: float = TABLE_RATE) -> None:
         self.seed = seed
         self.spark = spark
         """Given: the scenario's runs extract with the DataFrame engine on this session."""
         self.base = base
         self.rng = random.Random(seed)
         self.plan = FaultPlan(random.Random(seed * 7919 + 1))
-        self.inner = open_scenario_log(base)
+        self.table_rate = table_rate
+        table_job = random.Random(seed * 9973 + 11).random() < table_rate
+        self.tables = {JOBS[1]: f"lake.{JOBS[1].lower()}"} if table_job else {}
+        """The jobs that publish into a table, and their table."""
+        self.inner = open_scenario_log(base, TABLE_LOG_PARTITIONS if table_job else LOG_PARTITIONS)
         self.inner.ensure_topic()
         self.log = FaultyEventLog(self.inner, self.plan)
         self.object_store = random.Random(seed * 31 + 7).random() < 0.5  # publishing as on S3: copy, check, delete
         self.fs = FaultyFileSystem(LOCAL, self.plan, object_store=self.object_store)
-        table_job = random.Random(seed * 9973 + 11).random() < TABLE_RATE
-        self.tables = {JOBS[1]: f"lake.{JOBS[1].lower()}"} if table_job else {}
-        """The jobs that publish into a table, and their table."""
         delta_table = random.Random(seed * 6007 + 5).random() < DELTA_SHARE
         self.table_format = TableFormat.DELTA if delta_table else TableFormat.ICEBERG
         """The format of the scenario's table (if a job publishes into one)."""
+        shard_rng = random.Random(seed * 7727 + 13)
+        table_shards = shard_rng.randint(2, 3) if shard_rng.random() < TABLE_SHARDED_RATE else 0
         self.faulty_tables = FaultyTables(self.plan, base / "foreign")
-        self.configs = {name: write_job(base, name, self.inner.url, self.rng, self.tables.get(name), self.table_format)
+        self.configs = {name: write_job(base, name, self.inner.url, self.rng, self.tables.get(name), self.table_format,
+                                        table_shards if name in self.tables else None)
                         for name in JOBS}
         self.outcome = Outcome(seed)
         self.outcome.steps["object-store" if self.object_store else "rename-store"] += 1
@@ -261,6 +307,8 @@ class Scenario:
             self.outcome.steps[f"{self.table_format}-table"] += 1
         self.late_shards: list[Assignment] = []
         """Shard tasks in flight when their driver was killed: they may run after it."""
+        self.watch = ShardWatch(self.plan, self.late_shards, {name: self.table_format for name in self.tables},
+                                self.outcome.steps)
         self.end_rng = random.Random(seed * 104_729 + 3)
         """Decides when a sequence's end is lost (`_maybe_lose_end`)."""
         self.changed: dict[str, tuple[OutputChange, str | None]] = {}
@@ -328,8 +376,8 @@ class Scenario:
             self.outcome.steps["step-failed"] += 1
 
     def _run(self, config: JobConfig) -> None:
-        engine = (SimTaskEngine(self.log, self.late_shards, self._after_tasks) if self.spark is None
-                  else SimDataFrameEngine(config, self.spark, self.late_shards, self._after_tasks))
+        engine = (SimTaskEngine(self.log, self.watch, self._after_tasks) if self.spark is None
+                  else SimDataFrameEngine(config, self.spark, self.watch, self._after_tasks))
         result = JobLauncher(config, engine=engine, fs=self.fs, log=self.log).run()
         if self.spark is not None and result.status.name == "COMMITTED":
             self.outcome.steps["dataframe-committed"] += 1
@@ -536,7 +584,7 @@ class Scenario:
         """A fault-free run of `config` on `log` must refuse it with `refusal`, publishing nothing."""
         before = self._published_files(config.job_name)
         self.plan.armed = False
-        engine = SimTaskEngine(log, [], lambda *_: None)
+        engine = SimTaskEngine(log, ShardWatch(self.plan, []), lambda *_: None)
         try:
             JobLauncher(config, engine=engine, fs=self.fs, log=log).run()
         except refusal:
@@ -585,14 +633,17 @@ class Scenario:
         """Without faults: release what is blocked and run each job until a run commits everything it owes."""
         for name, config in self.configs.items():
             self.fs.scope = str(self.base / name)
+            skipped: dict[str, str] = {}
             for _ in range(SETTLE_RUNS):
                 self._recover(config, release=True)
                 engine = InProcessTaskEngine(self.log.writer, slots=2, sleep=lambda _: None)
                 result = JobLauncher(config, engine=engine, fs=self.fs, log=self.log).run()
                 if result.status.name == "COMMITTED" and not result.skipped:
                     break
+                skipped = result.skipped
             else:
-                self._fail(f"{name} did not settle in {SETTLE_RUNS} fault-free runs")
+                self._fail(f"{name} did not settle in {SETTLE_RUNS} fault-free runs (the last one skipped "
+                           f"{skipped or 'nothing'})")
 
     def _published(self, name: str, settled: bool) -> Counter[tuple[str, int, int]]:
         """The records of a job's published files (a table job's: the Parquet files in its table's data folder); a
@@ -685,7 +736,7 @@ class Scenario:
     def _fail(self, what: str) -> None:
         engine = "records" if self.spark is None else "dataframe"
         raise ScenarioFailed(f"seed {self.seed} ({engine} engine): {what}\n  replay: "
-                             f"{replay_command(self.seed, engine)}")
+                             f"{replay_command(self.seed, engine, self.table_rate)}")
 
 
 def scratch_dir() -> str | None:
@@ -695,17 +746,19 @@ def scratch_dir() -> str | None:
     return str(shm) if shm.is_dir() else None
 
 
-def replay_command(seed: int, engine: str = "records") -> str:
+def replay_command(seed: int, engine: str = "records", table_rate: float = TABLE_RATE) -> str:
     """The one-line command that replays a scenario."""
-    return f"python -m tests.sim.simulation --engine {engine} --seed {seed}"
+    rate = f" --table-rate {table_rate}" if table_rate != TABLE_RATE else ""
+    return f"python -m tests.sim.simulation --engine {engine}{rate} --seed {seed}"
 
 
-def run_scenario(seed: int, work: Path, open_scenario_log: OpenLog = sqlite_log, spark: SparkSession | None = None
-                 ) -> Outcome:
-    """Play the scenario of one seed in a fresh folder under `work` (with `spark`: runs on the DataFrame engine)."""
+def run_scenario(seed: int, work: Path, open_scenario_log: OpenLog = sqlite_log, spark: SparkSession | None = None,
+                 table_rate: float = TABLE_RATE) -> Outcome:
+    """Play the scenario of one seed in a fresh folder under `work` (with `spark`: runs on the DataFrame engine;
+    `table_rate`: the share of seeds whose second job publishes into a table)."""
     base = work / f"seed-{seed}"
     base.mkdir(parents=True)
-    return Scenario(seed, base, open_scenario_log, spark).play()
+    return Scenario(seed, base, open_scenario_log, spark, table_rate).play()
 
 
 def local_spark() -> SparkSession:
@@ -718,7 +771,7 @@ def local_spark() -> SparkSession:
         "data.publisher.final.dir": "/tmp/unused-f", "spark.master": "local[2]", "spark.ui.enabled": "false"}))
 
 
-FAULT_KINDS = ("output-changed", "record-damaged", "cleanup", "zombie-attempt", "table-commit")
+FAULT_KINDS = ("output-changed", "record-damaged", "cleanup", "zombie-attempt", "table-commit", "shard-boundary")
 """Damage done beside the I/O calls, counted as `<kind>:<what>`; every other count is `<call>:<fault>`."""
 
 
@@ -755,17 +808,18 @@ class RangeResult:
 
 
 def play_range(seeds: Sequence[int], work: Path, open_scenario_log: OpenLog = sqlite_log,
-               spark: SparkSession | None = None, keep_going: bool = False, verbose: bool = False) -> RangeResult:
+               spark: SparkSession | None = None, keep_going: bool = False, verbose: bool = False,
+               table_rate: float = TABLE_RATE) -> RangeResult:
     """Play seeds in order; stop at the first failing one unless `keep_going`."""
     result = RangeResult()
     for seed in seeds:
         result.run += 1
         try:
-            outcome = run_scenario(seed, work, open_scenario_log, spark)
+            outcome = run_scenario(seed, work, open_scenario_log, spark, table_rate)
         except Exception as e:  # a ScenarioFailed, or anything a broken protocol lets escape: the seed failed
             result.failed.append(seed)
             failure = str(e) if isinstance(e, ScenarioFailed) else (
-                f"seed {seed}: {type(e).__name__}: {e}\n  replay: {replay_command(seed)}")
+                f"seed {seed}: {type(e).__name__}: {e}\n  replay: {replay_command(seed, table_rate=table_rate)}")
             result.first_failure = result.first_failure or failure
             if not keep_going:
                 break
@@ -786,18 +840,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", choices=["sqlite", "kafka"], default="sqlite")
     parser.add_argument("--engine", choices=["records", "dataframe"], default="records",
                         help="the task engine of the scenarios' runs (dataframe: a local Spark session)")
-    parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "localhost:9092"),
-                        help="the Kafka broker of --store kafka")
+    parser.add_argument("--bootstrap",
+                        help="the Kafka broker of --store kafka (default: $KAFKA_BOOTSTRAP, else a local broker "
+                             "started for the run)")
     parser.add_argument("--keep-going", action="store_true",
                         help="play every seed and count the failures (default: stop at the first failing seed)")
     parser.add_argument("--json", action="store_true", help="end with one JSON line: seeds run and failed, faults")
+    parser.add_argument("--table-rate", type=float, default=TABLE_RATE,
+                        help=f"the share of seeds whose second job publishes into a table (default {TABLE_RATE}; the "
+                             "Kafka test plays more)")
     args = parser.parse_args(argv)
-    open_scenario_log = sqlite_log if args.store == "sqlite" else kafka_log_at(args.bootstrap)
+    if not 0 <= args.table_rate <= 1:
+        parser.error(f"--table-rate is a share of the seeds, from 0 to 1: got {args.table_rate}")
     seeds = [args.seed] if args.seed is not None else list(range(args.first, args.first + args.count))
     spark = local_spark() if args.engine == "dataframe" else None
-    with tempfile.TemporaryDirectory(prefix="oncelog-sim-", dir=scratch_dir()) as work:
+    with tempfile.TemporaryDirectory(prefix="oncelog-sim-", dir=scratch_dir()) as work, ExitStack() as stack:
+        open_scenario_log = (sqlite_log if args.store == "sqlite"
+                             else kafka_log_at(stack.enter_context(broker(args.bootstrap, Path(work)))))
         result = play_range(seeds, Path(work), open_scenario_log, spark, args.keep_going,
-                            verbose=args.seed is not None)
+                            verbose=args.seed is not None, table_rate=args.table_rate)
     if result.first_failure is not None:
         print(result.first_failure, file=sys.stderr)
     if args.json:

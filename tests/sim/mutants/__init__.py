@@ -6,6 +6,7 @@ in a subprocess against that copy: the working tree is never touched. A fix of t
 not done; a refactor that stops a patch from applying fails `test_mutants.py` naming the mutant (rewrite the patch).
 
     python -m tests.sim.mutants --first 0 --count 300     # the mutant table (make mutants)
+    python -m tests.sim.mutants --first 100000 --count 50 --store kafka --table-rate 0.3   # on Kafka (a broker each)
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +74,10 @@ MUTANTS = (
     Mutant("delta-commit-any-version", "the Delta commit takes any app transaction of its dataset for its own (not "
            "its version), so a dataset's later sequences add nothing to the table",
            "the app transaction's version decides whether a DeltaCommit is done (tables/delta.py: _holds)", 0, 80),
+    Mutant("table-group-per-run", "the commit shards of a run share one table group (`job/run`), each numbering its "
+           "members from 0, so a shard takes another shard's snapshot for its own: its files never reach the table, "
+           "or its sequence, never given up, blocks its dataset",
+           "cc0ecc5: a table group per planning, the run's or each commit shard's (tables/base.py: group_of)", 0, 40),
 )
 
 
@@ -93,11 +99,13 @@ def apply(mutant: Mutant, tree: Path, check_only: bool = False) -> None:
                           f"{done.stderr.strip()}; rewrite the patch so it still reverts {mutant.reverts}")
 
 
-def simulate(tree: Path, first: int, count: int, keep_going: bool = False) -> dict[str, object]:
+def simulate(tree: Path, first: int, count: int, keep_going: bool = False, options: Sequence[str] = ()
+             ) -> dict[str, object]:
     """Run the simulation of the copy at `tree` on seeds first.. in a subprocess (stopping at the first failing seed
-    unless `keep_going`); returns its summary (seeds run and failed, first failing seed, faults by kind)."""
+    unless `keep_going`; `options`: more of its arguments, `--store kafka` say); returns its summary (seeds run and
+    failed, first failing seed, faults by kind)."""
     command = [sys.executable, "-m", "tests.sim.simulation", "--first", str(first), "--count", str(count), "--json",
-               *(["--keep-going"] if keep_going else [])]
+               *(["--keep-going"] if keep_going else []), *options]
     done = subprocess.run(command, cwd=tree, capture_output=True, text=True, env=copy_env(tree))
     lines = done.stdout.strip().splitlines()
     if done.returncode not in (0, 1) or not lines:

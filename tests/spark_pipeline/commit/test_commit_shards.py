@@ -5,6 +5,7 @@ are an enum that refuses a misspelled name."""
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -36,6 +37,7 @@ from spark_pipeline.commit.shards import (
     shard_of,
     shard_partitions,
 )
+from spark_pipeline.commit.sink import FENCE_FRESH_S
 from spark_pipeline.commit.steps import PublishRoots
 from spark_pipeline.engines.base import InProcessTaskEngine
 from spark_pipeline.jobfile.config import JobConfig
@@ -86,9 +88,21 @@ def test_a_superseded_writer_moves_no_file(event_log: EventLog, tmp_path: Path) 
         session.sink.emit([CommitSequencePlanned(job="job", run_id="r1", dataset_urn="ds", sequence_id="r1",
                                                  steps=(step,))])
         event_log.writer("job").close()  # a newer run took the job's writer over
+        time.sleep(FENCE_FRESH_S)  # as the newer run's session does before it acts
         with pytest.raises(FencedError):
             session.committer.recover("job")
     assert src.exists() and not (tmp_path / "published").exists()  # checked before the rename, not after
+
+
+def test_a_newer_session_opens_only_once_the_older_writers_checks_fail(event_log: EventLog, tmp_path: Path) -> None:
+    """A probe or append that passed answers the checks of the next FENCE_FRESH_S: the newer session waits that
+    long after fencing, so whatever it does next, the older writer can no longer begin a rename."""
+    settings = CommitSettings(PublishRoots.of([tmp_path / "task-output"], [tmp_path / "published"]))
+    with open_session(event_log, "job", settings, LOCAL) as older:
+        older.sink.emit([CommitSequencePlanned(job="job", run_id="r1", dataset_urn="ds", sequence_id="r1", steps=())])
+        with open_session(event_log, "job", settings, LOCAL):
+            with pytest.raises(FencedError):
+                older.sink.check_fenced()
 
 
 def test_a_shard_folds_only_its_partitions(log_factory: LogFactory, tmp_path: Path) -> None:

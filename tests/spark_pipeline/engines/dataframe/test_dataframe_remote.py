@@ -4,6 +4,7 @@ files into the task output and publish them; the same records and files as the r
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from events.job import ENGINE_PROPERTY, JobRunStarted
 from events.log import open_log
 from events.published import DatasetPublished
 from filesystems import urls
+from localservers.hdfs import LocalHdfs
 from projections.views import RunStatus
 from spark_pipeline.engines.base import InProcessTaskEngine
 from spark_pipeline.engines.choice import choose
@@ -101,3 +103,14 @@ def test_under_spark_submit_a_bucket_job_needs_hadoop_aws_given(tmp_path: Path) 
     assert missing_connectors(bucket, given) == []
     hdfs = load_job_config(write_job(tmp_path, f"sqlite:///{tmp_path / 'e.db'}", "full", "hdfs://nn:8020/jobs"))
     assert missing_connectors(hdfs, submitted) == []
+
+
+def test_a_job_into_webhdfs_folders_runs_on_the_dataframe_engine_and_publishes_once(
+        hdfs: LocalHdfs, tmp_path: Path, spark: SparkSession) -> None:
+    """`webhdfs://namenode:http-port/…` folders: Spark's Hadoop client writes them over WebHDFS, as oncelog's does."""
+    url, root = f"sqlite:///{tmp_path / 'events.db'}", f"{hdfs.webhdfs_url}/test-{uuid.uuid4().hex}"
+    config = load_job_config(write_job(tmp_path, url, "full", root=root))
+    assert choose(config).kind is TaskEngineKind.DATAFRAME
+    result = JobLauncher(config, spark=spark).run()
+    assert result.status is RunStatus.COMMITTED, result.error
+    assert sum(assert_exactly_once(url, tmp_path, root=root).values()) == 800

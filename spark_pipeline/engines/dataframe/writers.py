@@ -5,7 +5,8 @@ when Spark commits the job: a failed attempt leaves nothing there (with a time p
 folder per time partition inside it). results.py then moves each file to the attempt's own
 task-output folder as `<dataset>/<partition>_<low>-<high>.<ext>`, the record engine's name for a watermark range.
 
-The attempt folder may be local, on HDFS (`hdfs://`, `webhdfs://`: the Hadoop client pyspark bundles) or in a bucket
+The attempt folder may be local, on HDFS (`hdfs://`: the Hadoop client pyspark bundles; not `webhdfs://`:
+engines/choice.py) or in a bucket
 (`s3a://`, `s3://`: hadoop-aws, from the connector cache, spark_pipeline/connectors.py). Spark's client there gets the
 job's own Hadoop keys (those oncelog's file systems take: filesystems/settings.py) as options of the write, so the
 files it writes are the ones oncelog's file systems then list and move.

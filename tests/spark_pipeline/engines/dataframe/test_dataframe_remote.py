@@ -4,6 +4,7 @@ files into the task output and publish them; the same records and files as the r
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from events.job import ENGINE_PROPERTY, JobRunStarted
 from events.log import open_log
 from events.published import DatasetPublished
 from filesystems import urls
+from localservers.s3 import LocalS3
 from projections.views import RunStatus
 from spark_pipeline.engines.base import InProcessTaskEngine
 from spark_pipeline.engines.choice import choose
@@ -25,7 +27,7 @@ from spark_pipeline.jobs import config_from_properties, load_job_config
 from spark_pipeline.launcher import JobLauncher
 from spark_pipeline.preflight import preflight
 from tests.fault.pipeline_checks import assert_exactly_once, write_job
-from tests.remote_fs_plugin import Remote
+from tests.remote_fs_plugin import Remote, s3_settings
 
 PARTITIONED = {"writer.partitioner.class": "org.apache.gobblin.writer.partitioner.TimeBasedAvroWriterPartitioner",
                "writer.partition.columns": "offset", "writer.partition.timeUnit": "MINUTES",
@@ -117,3 +119,14 @@ def test_under_spark_submit_a_bucket_job_needs_hadoop_aws_given(tmp_path: Path) 
     assert missing_connectors(bucket, given) == []
     hdfs = load_job_config(write_job(tmp_path, f"sqlite:///{tmp_path / 'e.db'}", "full", "hdfs://nn:8020/jobs"))
     assert missing_connectors(hdfs, submitted) == []
+
+
+def test_a_job_into_s3_scheme_folders_is_written_by_s3a_and_published_once(
+        s3: LocalS3, s3_bucket: str, tmp_path: Path, spark: SparkSession) -> None:
+    """`s3://bucket/…` folders (oncelog's name for a bucket as good as `s3a://`): Spark writes them through S3A."""
+    url, root = f"sqlite:///{tmp_path / 'events.db'}", f"s3://{s3_bucket}/test-{uuid.uuid4().hex}"
+    config = load_job_config(write_job(tmp_path, url, "full", root=root, **s3_settings(s3)))
+    assert choose(config).kind is TaskEngineKind.DATAFRAME
+    result = JobLauncher(config, spark=spark).run()
+    assert result.status is RunStatus.COMMITTED, result.error
+    assert sum(assert_exactly_once(url, tmp_path, root=root).values()) == 800

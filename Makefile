@@ -19,7 +19,7 @@ kafka-jars: $(STAMP)
 	$(BIN)/oncelog kafka jars
 	$(BIN)/oncelog kafka jars --kafka-version $(KAFKA4_VERSION)
 
-# Spark's Kafka and Avro connectors (spark-sql-kafka-0-10, spark-avro), from Maven Central into ~/.cache/oncelog:
+# Spark's Kafka and Avro connectors and S3A (spark-sql-kafka-0-10, spark-avro, hadoop-aws), from Maven Central into ~/.cache/oncelog:
 # every Spark session oncelog starts takes them from there (spark.jars), and refuses to start without them.
 spark-jars: $(STAMP)
 	$(BIN)/oncelog spark jars >/dev/null

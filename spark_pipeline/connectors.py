@@ -1,7 +1,9 @@
-"""Spark's Kafka and Avro connectors, which pyspark does not ship, resolved by Maven once into the user's cache.
+"""Spark's Kafka and Avro connectors and Hadoop's S3A file system, which pyspark does not ship, resolved by Maven
+once into the user's cache.
 
 :func:`fetch_connectors` resolves ``spark-sql-kafka-0-10`` (with its token provider, ``kafka-clients`` and
-``commons-pool2``) and ``spark-avro`` from Maven Central into ``<cache>/spark-connectors-<label>/libs``
+``commons-pool2``), ``spark-avro`` and ``hadoop-aws`` (with the AWS SDK modules S3A uses) from Maven Central into
+``<cache>/spark-connectors-<label>/libs``
 (atomically, see :mod:`localservers.maven`) and records which jars it got; :func:`connector_jars` then reads the
 cache only, never the network, and names any jar that is missing or damaged together with the command that fetches
 it (``oncelog spark jars``). Jars whose artifact Spark already ships are left out: Spark's own copy wins.
@@ -46,12 +48,24 @@ class Connector(Enum):
 
     KAFKA = "spark-sql-kafka-0-10"
     AVRO = "spark-avro"
+    S3 = "hadoop-aws"
+    """Hadoop's S3A file system: Spark's writers reach `s3a://` (and `s3://`) folders through it."""
 
     @classmethod
     def of_jar(cls, jar_name: str) -> Connector:
-        """The connector a resolved jar belongs to: spark-avro's own jar, else the Kafka connector's (its token
-        provider, kafka-clients and commons-pool2 come with it)."""
-        return cls.AVRO if artifact_of(jar_name).startswith(f"{cls.AVRO.value}_") else cls.KAFKA
+        """The connector a resolved jar belongs to: spark-avro's own jar, the Kafka connector's (its token provider,
+        kafka-clients and commons-pool2 come with it), else hadoop-aws's (the AWS SDK modules come with it)."""
+        artifact = artifact_of(jar_name)
+        if artifact.startswith(f"{cls.AVRO.value}_"):
+            return cls.AVRO
+        if artifact in KAFKA_ARTIFACTS or artifact.startswith(KAFKA_SCALA_ARTIFACTS):
+            return cls.KAFKA
+        return cls.S3
+
+
+KAFKA_ARTIFACTS = frozenset({"kafka-clients", "commons-pool2"})
+"""The Kafka connector's Java dependencies in the pom's resolution (the rest of its tree is Spark's own)."""
+KAFKA_SCALA_ARTIFACTS = ("spark-sql-kafka-0-10_", "spark-token-provider-kafka-0-10_")
 
 
 class SparkConnectorError(OncelogError):
@@ -60,20 +74,25 @@ class SparkConnectorError(OncelogError):
 
 @dataclass(frozen=True)
 class ConnectorVersions:
-    """The versions of Spark's Kafka connector (with its token provider) and of spark-avro, resolved together."""
+    """The versions of Spark's Kafka connector (with its token provider), of spark-avro and of hadoop-aws, resolved
+    together."""
 
     kafka: str
     avro: str
+    hadoop_aws: str = "3.5.0"
+    """The Hadoop client's version pyspark bundles (hadoop-client-api): S3A's classes link against it."""
 
     @property
     def label(self) -> str:
-        """``kafka-4.2.0-avro-4.1.1``: names the cache folder, so another pair never reuses this one's jars."""
-        return f"kafka-{self.kafka}-avro-{self.avro}"
+        """``kafka-4.2.0-avro-4.1.1-hadoop-aws-3.5.0``: names the cache folder, so other versions never reuse these
+        jars."""
+        return f"kafka-{self.kafka}-avro-{self.avro}-hadoop-aws-{self.hadoop_aws}"
 
 
-CONNECTORS = ConnectorVersions(kafka="4.2.0", avro="4.1.1")
+CONNECTORS = ConnectorVersions(kafka="4.2.0", avro="4.1.1", hadoop_aws="3.5.0")
 """Maven Central has no 4.3.0 connectors for pyspark 4.3.0. Kafka 4.2.0: 4.1.1's streaming source calls a constructor
-Spark 4.3 lacks (NoSuchMethodError). spark-avro 4.1.1: the newest there is (no 4.2.x). Both tested on pyspark 4.3.0."""
+Spark 4.3 lacks (NoSuchMethodError). spark-avro 4.1.1: the newest there is (no 4.2.x). hadoop-aws 3.5.0: the Hadoop
+client pyspark 4.3.0 bundles. All tested on pyspark 4.3.0."""
 
 
 def version_dir(cache_dir: Path | None = None, versions: ConnectorVersions = CONNECTORS) -> Path:
@@ -94,8 +113,8 @@ def fetch_connectors(cache_dir: Path | None = None, versions: ConnectorVersions 
                             SparkConnectorError)
     except SparkConnectorError as e:
         found = _UNRESOLVED.search(str(e))
-        what = found.group(1) if found else (f"spark-sql-kafka-0-10_2.13 {versions.kafka} and spark-avro_2.13 "
-                                             f"{versions.avro}")
+        what = found.group(1) if found else (f"spark-sql-kafka-0-10_2.13 {versions.kafka}, spark-avro_2.13 "
+                                             f"{versions.avro} and hadoop-aws {versions.hadoop_aws}")
         raise SparkConnectorError(f"Maven could not fetch {what} for `{FETCH_COMMAND}`: {e}") from e
     names = sorted(jar.name for jar in libs.glob("*.jar"))
     staged = folder / f".{MANIFEST}.tmp"
@@ -111,8 +130,8 @@ def connector_jars(cache_dir: Path | None = None, versions: ConnectorVersions = 
     libs, manifest = folder / "libs", folder / MANIFEST
     if not (libs / MARKER).is_file() or not manifest.is_file():
         raise SparkConnectorError(f"the Spark connector jars (spark-sql-kafka-0-10 {versions.kafka}, spark-avro "
-                                  f"{versions.avro}) are not in {folder}: run `{FETCH_COMMAND}` to fetch them from "
-                                  f"Maven Central (once)")
+                                  f"{versions.avro}, hadoop-aws {versions.hadoop_aws}) are not in {folder}: run "
+                                  f"`{FETCH_COMMAND}` to fetch them from Maven Central (once)")
     names = [line.strip() for line in manifest.read_text().splitlines() if line.strip()]
     for name in names:
         if not zipfile.is_zipfile(libs / name):  # False for a missing file too
@@ -184,7 +203,8 @@ def jars_option(jars: tuple[Path, ...]) -> str:
 def _pom_for(versions: ConnectorVersions, folder: Path) -> Path:
     """The pom resolving ``versions``: the packaged one, or a copy of it with the versions substituted."""
     packaged = text = _POM.read_text()
-    for prop, value in (("spark.kafka.version", versions.kafka), ("spark.avro.version", versions.avro)):
+    for prop, value in (("spark.kafka.version", versions.kafka), ("spark.avro.version", versions.avro),
+                        ("hadoop.aws.version", versions.hadoop_aws)):
         text = re.sub(rf"<{re.escape(prop)}>[^<]*</{re.escape(prop)}>", f"<{prop}>{value}</{prop}>", text)
     if text == packaged:
         return _POM

@@ -68,12 +68,13 @@ def unsupported(config: JobConfig) -> list[str]:
                                f"only the master branch's run on the DataFrame engine")
         if branch.writer_builder_class != DEFAULT_WRITER_BUILDER:
             reasons.append(f"writer.builder.class{where}={branch.writer_builder_class} is a record writer")
-        remote = [key for key, folder in (("writer.staging.dir", branch.writer_staging_dir),
-                                          ("writer.output.dir", branch.writer_output_dir))
-                  if folder is not None and urls.parse(folder).scheme is not urls.Scheme.FILE]
-        if remote:
-            reasons.append(f"{' and '.join(remote)}{where} name a remote file system: the DataFrame engine writes "
-                           f"local folders only so far")
+        webhdfs = [key for key, folder in (("writer.staging.dir", branch.writer_staging_dir),
+                                           ("writer.output.dir", branch.writer_output_dir))
+                   if folder is not None and urls.parse(folder).scheme is urls.Scheme.WEBHDFS]
+        if webhdfs:
+            reasons.append(f"{' and '.join(webhdfs)}{where} name webhdfs:// folders, which the Hadoop client pyspark "
+                           f"bundles cannot write (its shaded Jersey lacks RuntimeDelegateImpl); hdfs:// folders run "
+                           f"on the DataFrame engine")
         if branch.writer_output_format not in DATAFRAME_FORMATS:
             reasons.append(f"writer.output.format{where}={branch.writer_output_format.value} is not a format of "
                            f"Spark's writers here ({', '.join(sorted(DATAFRAME_FORMATS))})")

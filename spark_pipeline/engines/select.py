@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pyspark.sql import SparkSession
 
 from events.errors import ConfigError
+from filesystems import urls
 from spark_pipeline.connectors import Connector, given_connectors
 from spark_pipeline.engines.base import SparkTaskEngine, TaskEngine
 from spark_pipeline.engines.choice import EngineChoice, choose
@@ -43,4 +44,6 @@ def missing_connectors(config: JobConfig, submitted: Mapping[str, str]) -> list[
     needed = set(frame_reader(config).connectors())
     if any(b.writer_output_format is WriterOutputFormat.AVRO for b in config.branches):
         needed.add(Connector.AVRO)
+    if any(urls.parse(str(b.writer_staging_dir)).scheme in (urls.Scheme.S3A, urls.Scheme.S3) for b in config.branches):
+        needed.add(Connector.S3)  # Spark writes the attempt folders into the bucket
     return sorted(c.value for c in needed - given_connectors(submitted))

@@ -75,7 +75,7 @@ def spark_session(config: JobConfig) -> SparkSession:
     builder = SparkSession.builder.appName(f"oncelog {config.job_name}")
     submitted = submitted_settings()
     check_speculation(submitted, "set by spark-submit (--conf or spark-defaults.conf)")
-    # Spark's Kafka and Avro connectors from the cache (spark.jars), unless the job or spark-submit gives them.
+    # Spark's Kafka, Avro and S3A connectors from the cache (spark.jars), unless the job or spark-submit gives them.
     settings = with_connectors({**SPARK_DEFAULTS, **config.spark_conf},
                                jvm_running="PYSPARK_GATEWAY_PORT" in os.environ)
     for key, value in settings.items():

@@ -79,7 +79,8 @@ def jars() -> tuple[Path, ...]:
 def test_the_jars_resolve_into_the_cache_without_what_spark_ships(jars: tuple[Path, ...]) -> None:
     names = {artifact_of(jar.name) for jar in jars}
     assert {"spark-sql-kafka-0-10_2.13", "spark-token-provider-kafka-0-10_2.13", "spark-avro_2.13",
-            "kafka-clients"} <= names
+            "kafka-clients", "hadoop-aws", "s3", "s3-transfer-manager", "sts"} <= names
+    assert "bundle" not in names  # the AWS SDK's 686 MB bundle: its modules S3A uses instead
     assert names.isdisjoint(spark_shipped_artifacts())
     assert all(jar.parent == version_dir() / "libs" and zipfile.is_zipfile(jar) for jar in jars)
     assert connector_jars() == jars  # offline, from the cache
@@ -124,10 +125,15 @@ def test_a_session_gets_the_connectors_the_job_does_not_give_after_its_own_jars(
     avro = [jar for jar in cached if Connector.of_jar(Path(jar).name) is Connector.AVRO]
     assert len(avro) == 1 and with_connectors({}, jvm_running=False)[JARS] == ",".join(cached)
     assert with_connectors({JARS: "/opt/mine.jar"}, jvm_running=False)[JARS] == ",".join(["/opt/mine.jar", *cached])
+    s3 = [jar for jar in cached if Connector.of_jar(Path(jar).name) is Connector.S3]
+    assert {Path(jar).name for jar in s3} >= {"hadoop-aws-3.5.0.jar", "s3-2.35.4.jar", "sts-2.35.4.jar"}
+    assert not any(Path(jar).name.startswith(("kafka-clients", "spark-")) for jar in s3)
     kafka_given = {PACKAGES: "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"}
-    assert with_connectors(kafka_given, jvm_running=False) == {**kafka_given, JARS: avro[0]}
+    assert with_connectors(kafka_given, jvm_running=False) == {**kafka_given, JARS: ",".join(
+        jar for jar in cached if jar in avro or jar in s3)}
     # Everything given (or spark-submit's JVM already running): the cache is not even read.
-    both = {PACKAGES: "org.apache.spark:spark-avro_2.13:4.1.1", JARS: "/x/spark-sql-kafka-0-10_2.13-4.2.0.jar"}
+    both = {PACKAGES: "org.apache.spark:spark-avro_2.13:4.1.1,org.apache.hadoop:hadoop-aws:3.5.0",
+            JARS: "/x/spark-sql-kafka-0-10_2.13-4.2.0.jar"}
     assert with_connectors(both, jvm_running=False, cache_dir=tmp_path) == both
     assert with_connectors({}, jvm_running=True, cache_dir=tmp_path) == {}
 

@@ -51,7 +51,7 @@ from spark_pipeline.engines.dataframe.sources import (
     frame_reader,
     read_units,
 )
-from spark_pipeline.engines.dataframe.writers import WriterSettings, write_attempt
+from spark_pipeline.engines.dataframe.writers import WriterSettings, hadoop_options, write_attempt
 from spark_pipeline.engines.isolation import run_task_attempts
 from spark_pipeline.engines.policies import TaskQualityError, check_task
 from spark_pipeline.engines.spark import (
@@ -227,7 +227,7 @@ def write_branch(plan: TaskPlan, mwu: MultiWorkUnit, folder: str, output: str, f
     """One branch's write into its attempt folder, and where each of its files goes in the attempt's own task-output
     folder of the branch (`output`: the record engine's folders and names)."""
     config, settings = plan.config, plan.writers[index]
-    write_attempt(frame, settings, folder)
+    write_attempt(frame, settings, folder, hadoop_options(config.properties, folder))
     counted = settings.output_format if settings.partitioned else None
     return staged_files(FileSystems.of(config.properties), folder, mwu.work_units, output, counted)
 

@@ -4,16 +4,24 @@ The attempt's folder gets one `_wu=<index>` folder per work unit (Spark's `parti
 when Spark commits the job: a failed attempt leaves nothing there (with a time partitioner, one `_tp=<partition>`
 folder per time partition inside it). results.py then moves each file to the attempt's own
 task-output folder as `<dataset>/<partition>_<low>-<high>.<ext>`, the record engine's name for a watermark range.
+
+The attempt folder may be local, on HDFS (`hdfs://`: the Hadoop client pyspark bundles; not `webhdfs://`:
+engines/choice.py) or in a bucket
+(`s3a://`, `s3://`: hadoop-aws, from the connector cache, spark_pipeline/connectors.py). Spark's client there gets the
+job's own Hadoop keys (those oncelog's file systems take: filesystems/settings.py) as options of the write, so the
+files it writes are the ones oncelog's file systems then list and move.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
 
 from events.errors import ConfigError
 from filesystems import urls
+from filesystems.settings import FileSystemSettings
 from spark_pipeline.constructs import UNIT_COLUMN
 from spark_pipeline.engines.dataframe.partitions import PARTITION_COLUMN
 from spark_pipeline.jobfile.config import JobConfig, WriterOutputFormat
@@ -74,12 +82,28 @@ def codec_key(config: JobConfig, branch: int) -> str:
     return own if config.properties.get(own, "").strip() else CODEC_KEY
 
 
-def write_attempt(frame: DataFrame, settings: WriterSettings, folder: str) -> None:
+S3A = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+
+
+def hadoop_options(properties: Mapping[str, str], folder: str) -> dict[str, str]:
+    """The job's Hadoop keys (bare or `spark.hadoop.`, over $HADOOP_CONF_DIR's) as options of a write into `folder`:
+    Spark opens the write's file system with a Hadoop configuration holding them. Read as oncelog's S3 file system
+    reads them: an endpoint set without `fs.s3a.path.style.access` means path-style requests, and `s3://` is S3A."""
+    options = dict(FileSystemSettings.of(properties).hadoop)
+    if options.get("fs.s3a.endpoint", "").strip() and not options.get("fs.s3a.path.style.access", "").strip():
+        options["fs.s3a.path.style.access"] = "true"
+    if urls.parse(folder).scheme is urls.Scheme.S3:
+        options.setdefault("fs.s3.impl", S3A)  # Hadoop has no s3:// file system of its own any more
+    return options
+
+
+def write_attempt(frame: DataFrame, settings: WriterSettings, folder: str, hadoop: Mapping[str, str]) -> None:
     """Write the attempt's records under `folder`, one `_wu=<index>` folder per work unit, and in it one `_tp=<time
-    partition>` folder per time partition when the job has a partitioner (Spark's commit protocol)."""
+    partition>` folder per time partition when the job has a partitioner (Spark's commit protocol); `hadoop`: the
+    options Spark's file system client takes (hadoop_options)."""
     columns = (UNIT_COLUMN, PARTITION_COLUMN) if settings.partitioned else (UNIT_COLUMN,)
     writer = (frame.write.format(SPARK_FORMATS[settings.output_format]).mode("errorifexists")
-              .option("compression", settings.compression).partitionBy(*columns))
+              .option("compression", settings.compression).partitionBy(*columns).options(**hadoop))
     if settings.output_format is WriterOutputFormat.AVRO and settings.avro_schema is not None:
         writer = writer.option("avroSchema", settings.avro_schema)
     writer.save(urls.hadoop_uri(folder))

@@ -167,7 +167,7 @@ def test_a_failure_a_retry_may_fix_is_retried_and_each_failure_says_what_follows
 def test_a_bucket_gone_after_preflight_fails_the_task_at_once_naming_the_bucket(
         s3: LocalS3, tmp_path: Path, spark: SparkSession) -> None:
     """Pre-flight finds a missing bucket before Spark starts; one deleted after it (here: never created) is met by
-    the engine (the records engine: the DataFrame engine writes local folders only): its first attempt's error names
+    the engine (here the records engine): its first attempt's error names
     the bucket, and no retry waits (Gobblin's 5 retries every 300 s)."""
     bucket = f"gone-{uuid.uuid4().hex[:8]}"
     url = f"sqlite:///{tmp_path / 'events.db'}"

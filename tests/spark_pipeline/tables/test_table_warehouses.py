@@ -15,8 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from deltalake import DeltaTable
+from pyspark.sql import SparkSession
 
 from events.commit import DeltaCommitStep, TableCommitStep
+from events.job import ENGINE_PROPERTY, JobRunStarted
 from events.log import open_log
 from filesystems.router import FileSystems
 from filesystems.urls import join
@@ -142,41 +144,61 @@ def test_an_iceberg_table_on_a_remote_warehouse_commits_once_and_reads_back(
     assert fs.list_files(join(location, "metadata"))  # the table's metadata lies in the warehouse
 
 
-def run_job(remote: Remote, base: Path, name: str, runs: int, **keys: str) -> FileSystems:
-    """`runs` runs (in this process, records engine, Parquet by the default writer) of a synthetic job of two datasets,
-    three records each per run, its staging, task output and warehouse on the remote store, the store's keys in the
-    job file only; the job's pre-flight checks (`oncelog validate`) find nothing first, and `task.engine: auto` chooses
-    the records engine (what `oncelog run` would run it on: engine_for asks `choose`)."""
+def run_job(remote: Remote, base: Path, name: str, runs: int, *, spark: SparkSession | None = None, **keys: str
+            ) -> FileSystems:
+    """`runs` runs (in this process) of a synthetic job of two datasets, three records each per run, its staging,
+    task output and warehouse on the remote store, the store's keys in the job file only; the job's pre-flight checks
+    (`oncelog validate`) find nothing first. With `spark`, `task.engine: auto` chooses the DataFrame engine (what
+    `oncelog run` would run it on: engine_for asks `choose`), whose Spark writes the Parquet files into the store;
+    without, the records engine runs it (Parquet by the default writer)."""
     root = join(remote.root, name)
     job = {"job.name": name, "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",
            "source.synthetic.datasets": 2, "source.synthetic.partitions": 1, "source.synthetic.records.per.run": 3,
            "source.synthetic.payload.bytes": 0, "writer.staging.dir": join(root, "staging"),
            "writer.output.dir": join(root, "task-output"), "data.publisher.final.dir": join(root, "warehouse"),
-           "writer.output.format": "PARQUET", "task.engine": "auto",
+           "writer.output.format": "PARQUET", "task.engine": "records" if spark is None else "auto",
            "oncelog.log.url": f"sqlite:///{base / name}.db", **remote.settings, **keys}
     path = base / f"{name}.yaml"
     path.write_text(yaml.safe_dump(job))
     config = load_job_config(path)
     assert preflight(absolute_config(config)) == []
     choice = choose(config)
-    assert choice.kind is TaskEngineKind.RECORDS and "name a remote file system" in choice.reason, choice
+    assert choice.kind is (TaskEngineKind.RECORDS if spark is None else TaskEngineKind.DATAFRAME), choice
     fs = FileSystems.of(config.properties)
     with open_log(config.log_url) as log:
         for _ in range(runs):
-            engine = InProcessTaskEngine(log.writer, slots=1, sleep=lambda _: None)
-            result = JobLauncher(config, engine=engine, fs=fs, log=log).run()
+            engine = InProcessTaskEngine(log.writer, slots=1, sleep=lambda _: None) if spark is None else None
+            result = JobLauncher(config, spark=spark, engine=engine, fs=fs, log=log).run()
             assert result.status is RunStatus.COMMITTED, result.error
+        if spark is not None:  # what each run recorded: the engine validate chose
+            assert [e.event.properties[ENGINE_PROPERTY] for e in log.read() if isinstance(e.event, JobRunStarted)
+                    ] == [TaskEngineKind.DATAFRAME.value] * runs
     return fs
 
 
 def test_jobs_publish_into_iceberg_and_delta_tables_on_a_remote_warehouse(
         remote: Remote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two runs of an Iceberg job and of a Delta job on HDFS, then in a bucket: each record in the table once, one
-    commit per run (its two datasets' sequences together), read back by pyiceberg's scan and deltalake's reader."""
+    """Two runs of an Iceberg job and of a Delta job on HDFS, then in a bucket, on the records engine: each record in
+    the table once, one commit per run (its two datasets' sequences together), read back by pyiceberg's scan and
+    deltalake's reader."""
+    publish_into_tables_and_read_back(remote, tmp_path, monkeypatch, None)
+
+
+def test_dataframe_engine_jobs_publish_into_iceberg_and_delta_tables_on_a_remote_warehouse(
+        remote: Remote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spark: SparkSession) -> None:
+    """The same jobs on the DataFrame engine (`auto` chooses it, validate and run agree): Spark writes the Parquet
+    files into attempt folders on HDFS or in the bucket (its HDFS client, S3A), oncelog moves and commits them as for
+    the records engine; each record in the table once, one commit per run."""
+    publish_into_tables_and_read_back(remote, tmp_path, monkeypatch, spark)
+
+
+def publish_into_tables_and_read_back(remote: Remote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      spark: SparkSession | None) -> None:
+    """Two runs of an Iceberg job and of a Delta job (on the DataFrame engine with `spark`), the tables read back."""
     for key in [k for k in os.environ if k.startswith("AWS_")]:
         monkeypatch.delenv(key)  # the job file's keys alone reach the store
     catalog = f"sqlite:///{tmp_path / 'catalog.db'}"
-    fs = run_job(remote, tmp_path, "ice", runs=2, **{
+    fs = run_job(remote, tmp_path, "ice", runs=2, spark=spark, **{
         "data.publisher.type": "spark_pipeline.tables.publisher.IcebergTablePublisher",
         "iceberg.table": "lake.events", "iceberg.catalog.uri": catalog})
     warehouse = join(remote.root, "ice", "warehouse")
@@ -193,7 +215,7 @@ def test_jobs_publish_into_iceberg_and_delta_tables_on_a_remote_warehouse(
         assert [v.kind for v in verify(log, fs=fs, tables=TableStorage.of(fs).iceberg_properties).violations] == []
         assert [v.kind for v in verify(log, fs=fs).violations] == ["table-unreadable"]  # without them: named
 
-    run_job(remote, tmp_path, "dl", runs=2, **{"delta.table": "lake.events",
+    run_job(remote, tmp_path, "dl", runs=2, spark=spark, **{"delta.table": "lake.events",
                                                 "data.publisher.type": DELTA_PUBLISHER})
     location = join(remote.root, "dl", "warehouse", "lake", "events")
     read = DeltaTable(location, storage_options=TableStorage.of(fs).delta_options(location) or None)

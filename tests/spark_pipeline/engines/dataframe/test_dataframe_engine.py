@@ -222,11 +222,3 @@ def test_local_folders_stay_local_when_the_default_file_system_is_hdfs(tmp_path:
     ran = run_cli(job, env={"HADOOP_CONF_DIR": str(conf)})
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert_exactly_once(url, tmp_path)
-
-
-def test_auto_runs_a_job_with_remote_folders_on_the_records_engine(tmp_path: Path) -> None:
-    """HDFS and S3 folders are written by oncelog's own file systems (the records engine), not yet by Spark's."""
-    job = write_job(tmp_path, f"sqlite:///{tmp_path / 'events.db'}", "full", "s3a://bucket/jobs")
-    choice = choose(load_job_config(job))
-    assert choice.kind.value == "records"
-    assert "writer.staging.dir and writer.output.dir name a remote file system" in choice.reason

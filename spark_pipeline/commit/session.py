@@ -6,7 +6,6 @@ strictly: a run plans only from a history read completely, to the log's stable e
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -17,7 +16,7 @@ from projections.projector import ProjectionStopped, Projector
 from projections.state import State
 from spark_pipeline.commit.sequence import Committer
 from spark_pipeline.commit.settings import CommitSettings
-from spark_pipeline.commit.sink import FENCE_FRESH_S, EventSink
+from spark_pipeline.commit.sink import EventSink
 
 WHAT_TO_DO = (
     "nothing was planned or published. A record of a newer schema version needs a newer oncelog (upgrade, then run "
@@ -116,16 +115,13 @@ def fence_shard_writers(log: EventLog, writer_name: str) -> None:
 
 def open_session(log: EventLog, writer_name: str, settings: CommitSettings, fs: FileSystem) -> CommitSession:
     """Open the writer first (fencing any other holder of the name, and every commit shard writer of the name), then
-    fold the log: nothing it missed. Returns no sooner than FENCE_FRESH_S after the fences: by then every check of a
-    fenced writer probes again and fails, so nothing this session does can meet a rename of theirs begun later."""
+    fold the log: nothing it missed."""
     writer = log.writer(writer_name)
     try:
         fence_shard_writers(log, writer_name)
-        fenced = time.monotonic()
         state = strict_state(log)
     except BaseException:
         writer.close()
         raise
-    time.sleep(max(0.0, FENCE_FRESH_S - (time.monotonic() - fenced)))
     sink = EventSink(writer, state, pack=settings.batch_records)
     return CommitSession(log, state, writer, sink, Committer(sink, settings, fs))

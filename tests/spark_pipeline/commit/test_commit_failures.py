@@ -16,6 +16,7 @@ from events.commit import (
     HighWatermarkStep,
     TableCommitStep,
 )
+from events.errors import FencedError
 from events.log import EventLog, open_log
 from events.model import SequenceFields
 from filesystems.local import LOCAL
@@ -124,6 +125,20 @@ def test_an_operator_releases_a_blocked_dataset(event_log: EventLog, tmp_path: P
             session.committer.release("job", "doomed", "again")
     with open_session(event_log, "job", settings(tmp_path), LOCAL) as session:
         assert session.state.datasets[("job", "doomed")].blocked_by is None  # as folded from the log
+
+
+def test_a_release_rolls_back_only_once_a_fenced_writers_checks_fail(event_log: EventLog, tmp_path: Path) -> None:
+    """A probe or append that passed answers the checks of the next FENCE_FRESH_S: a release waits that long before it
+    moves anything back, so an older writer cannot then begin a rename that publishes the range again."""
+    doomed = planned("job", "doomed", FsRenameStep(src=str(tmp_path / "task-output" / "gone"),
+                                                   dst=str(tmp_path / "published" / "x"), size=1, checksum="0" * 64))
+    with open_session(event_log, "job", settings(tmp_path, 1), LOCAL) as older:
+        older.sink.emit([doomed])
+        older.committer.recover("job")  # abandoned: its failure appended, a probe that passed
+        with open_session(event_log, "job", settings(tmp_path, 1), LOCAL) as newer:
+            newer.committer.release("job", "doomed", "fixed the disk")
+            with pytest.raises(FencedError):
+                older.sink.check_fenced()
 
 
 def test_release_moves_back_a_rename_that_was_done_but_never_recorded(event_log: EventLog, tmp_path: Path) -> None:

@@ -94,17 +94,6 @@ def test_a_superseded_writer_moves_no_file(event_log: EventLog, tmp_path: Path) 
     assert src.exists() and not (tmp_path / "published").exists()  # checked before the rename, not after
 
 
-def test_a_newer_session_opens_only_once_the_older_writers_checks_fail(event_log: EventLog, tmp_path: Path) -> None:
-    """A probe or append that passed answers the checks of the next FENCE_FRESH_S: the newer session waits that
-    long after fencing, so whatever it does next, the older writer can no longer begin a rename."""
-    settings = CommitSettings(PublishRoots.of([tmp_path / "task-output"], [tmp_path / "published"]))
-    with open_session(event_log, "job", settings, LOCAL) as older:
-        older.sink.emit([CommitSequencePlanned(job="job", run_id="r1", dataset_urn="ds", sequence_id="r1", steps=())])
-        with open_session(event_log, "job", settings, LOCAL):
-            with pytest.raises(FencedError):
-                older.sink.check_fenced()
-
-
 def test_a_shard_folds_only_its_partitions(log_factory: LogFactory, tmp_path: Path) -> None:
     log: EventLog = log_factory(4)
     urns = [f"ds.{i}" for i in range(12)]

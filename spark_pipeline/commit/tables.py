@@ -9,9 +9,9 @@ table refuses for the data itself is split in halves until the sequences whose f
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 from events.commit import DeltaCommitStep, FsRenameStep, TableCommitStep
 from filesystems.base import FileSystem
@@ -59,102 +59,119 @@ def grouped(spec: object) -> bool:
 
 def commit_together(members: Sequence[TableMember], fs: FileSystem) -> list[TableOutcome]:
     """Commit the members' table steps, one commit per table (and Iceberg group); their outcomes in order."""
-    by_table: dict[Hashable, list[int]] = defaultdict(list)
+    icebergs: dict[tuple[str, str], list[tuple[int, _Iceberg]]] = defaultdict(list)
+    deltas: dict[str, list[tuple[int, _Delta]]] = defaultdict(list)
     for index, member in enumerate(members):
         spec = member.spec
-        by_table[(spec.location, spec.group) if isinstance(spec, TableCommitStep) else spec.location].append(index)
+        if isinstance(spec, TableCommitStep):
+            iceberg = _Iceberg.of(spec, member.files)
+            icebergs[(spec.location, iceberg.group)].append((index, iceberg))
+        else:
+            deltas[spec.location].append((index, _Delta(spec, member.files)))
     outcomes: list[TableOutcome] = [TableOutcome() for _ in members]
-    for indices in by_table.values():
-        table = [members[i] for i in indices]
-        for index, outcome in zip(indices, _commit_one_table(table, fs), strict=True):
-            outcomes[index] = outcome
+    for iceberg_table in icebergs.values():
+        _commit_into(outcomes, iceberg_table, fs)
+    for delta_table in deltas.values():
+        _commit_into(outcomes, delta_table, fs)
     return outcomes
 
 
-def _commit_one_table(members: Sequence[TableMember], fs: FileSystem) -> list[TableOutcome]:
+@dataclass(frozen=True)
+class _Iceberg:
+    """A grouped TableCommit: its step, its files, and its group and number in it."""
+
+    spec: TableCommitStep
+    files: tuple[str, ...]
+    group: str
+    number: int
+
+    @classmethod
+    def of(cls, spec: TableCommitStep, files: tuple[str, ...]) -> _Iceberg:
+        if spec.group is None or spec.member is None:
+            raise TypeError(f"the TableCommit {spec.commit_id} is no group's member (group {spec.group}, "
+                            f"number {spec.member})")
+        return cls(spec, files, spec.group, spec.member)
+
+    @staticmethod
+    def commit(members: Sequence[_Iceberg], fs: FileSystem) -> list[TableOutcome]:
+        """One snapshot of the members (those an earlier attempt committed found, not committed again)."""
+        from spark_pipeline.tables import iceberg
+
+        first = members[0]
+        found = iceberg.append_group(iceberg.TableRef.of(first.spec, iceberg.TableStorage.of(fs)), first.group,
+                                     [iceberg.GroupMember(m.number, m.files, m.spec.summary) for m in members])
+        return [TableOutcome("verified" if m.number in found else "executed") for m in members]
+
+    @staticmethod
+    def held(members: Sequence[_Iceberg], fs: FileSystem) -> list[bool]:
+        from spark_pipeline.tables import iceberg
+
+        first = members[0]
+        committed = iceberg.committed_members(iceberg.TableRef.of(first.spec, iceberg.TableStorage.of(fs)),
+                                              first.group)
+        return [m.number in committed for m in members]
+
+
+@dataclass(frozen=True)
+class _Delta:
+    """A DeltaCommit: its step and its files."""
+
+    spec: DeltaCommitStep
+    files: tuple[str, ...]
+
+    @staticmethod
+    def commit(members: Sequence[_Delta], fs: FileSystem) -> list[TableOutcome]:
+        """One write transaction of the members (those found done or refused left out)."""
+        from spark_pipeline.tables import delta
+
+        outcome = delta.commit_group(delta.DeltaRef.of(members[0].spec, delta.TableStorage.of(fs)),
+                                     [delta.DeltaMember(m.spec.app_id, m.spec.version, m.spec.commit_id, m.files,
+                                                        m.spec.metadata) for m in members])
+        return [TableOutcome(error=CommitStepError(outcome.refused[m.spec.app_id])) if m.spec.app_id in outcome.refused
+                else TableOutcome("verified" if m.spec.app_id in outcome.found else "executed") for m in members]
+
+    @staticmethod
+    def held(members: Sequence[_Delta], fs: FileSystem) -> list[bool]:
+        from spark_pipeline.tables import delta
+
+        versions = delta.versions_of(delta.DeltaRef.of(members[0].spec, delta.TableStorage.of(fs)),
+                                     [m.spec.app_id for m in members])
+        return [versions.get(m.spec.app_id) == m.spec.version for m in members]
+
+
+Member = TypeVar("Member", _Iceberg, _Delta)
+
+
+def _commit_into(outcomes: list[TableOutcome], table: Sequence[tuple[int, Member]], fs: FileSystem) -> None:
+    """One table's commit, each member's outcome put at its index in `outcomes`."""
+    for (index, _), outcome in zip(table, _commit_one_table([member for _, member in table], fs), strict=True):
+        outcomes[index] = outcome
+
+
+def _commit_one_table(members: Sequence[Member], fs: FileSystem) -> list[TableOutcome]:
     """One commit of the members into their table; on a refusal of the data, each half committed on its own."""
     from spark_pipeline.tables.errors import TableDataError, TableError
 
     try:
-        return _commit(members, fs)
+        return type(members[0]).commit(members, fs)
     except TableDataError as e:
         if len(members) == 1:
             return _after_failure(members, fs, e)
-        half = len(members) // 2
+        half: int = len(members) // 2
         return [*_commit_one_table(members[:half], fs), *_commit_one_table(members[half:], fs)]
     except TableError as e:
         return _after_failure(members, fs, e)
 
 
-def _commit(members: Sequence[TableMember], fs: FileSystem) -> list[TableOutcome]:
-    """The commit itself (a TableError if it failed): each member executed now, or found committed before."""
-    first = members[0].spec
-    if isinstance(first, TableCommitStep):
-        from spark_pipeline.tables import iceberg
-
-        specs = [_iceberg(m.spec) for m in members]
-        found = iceberg.append_group(iceberg.TableRef.of(first, iceberg.TableStorage.of(fs)), _group(first),
-                                     [iceberg.GroupMember(_number(s), m.files, s.summary)
-                                      for s, m in zip(specs, members, strict=True)])
-        return [TableOutcome("verified" if _number(s) in found else "executed") for s in specs]
-    from spark_pipeline.tables import delta
-
-    deltas = [_delta(m.spec) for m in members]
-    outcome = delta.commit_group(delta.DeltaRef.of(first, delta.TableStorage.of(fs)),
-                                 [delta.DeltaMember(s.app_id, s.version, s.commit_id, m.files, s.metadata)
-                                  for s, m in zip(deltas, members, strict=True)])
-    return [TableOutcome(error=CommitStepError(outcome.refused[s.app_id])) if s.app_id in outcome.refused
-            else TableOutcome("verified" if s.app_id in outcome.found else "executed") for s in deltas]
-
-
-def _after_failure(members: Sequence[TableMember], fs: FileSystem, error: Exception) -> list[TableOutcome]:
-    """After a failed commit, the table asked again: a member it holds is done (the commit was made, its answer lost),
-    the others failed; when the table cannot be read, nothing tells whether it took effect (unsettled)."""
+def _after_failure(members: Sequence[Member], fs: FileSystem, error: Exception) -> list[TableOutcome]:
+    """After a failed commit, the table asked again (one read): a member it holds is done (the commit was made, its
+    answer lost), the others failed; when the table cannot be read, nothing tells whether it took effect (unsettled)."""
     from spark_pipeline.tables.errors import TableError
 
     try:
-        held = _held(members, fs)
+        held = type(members[0]).held(members, fs)
     except TableError as e:
         unsettled = UnsettledCommitStepError(f"{error}; then the table could not be read: {e}")
         return [TableOutcome(error=unsettled) for _ in members]
     failed = CommitStepError(str(error))
     return [TableOutcome("executed") if h else TableOutcome(error=failed) for h in held]
-
-
-def _held(members: Sequence[TableMember], fs: FileSystem) -> list[bool]:
-    """Whether the table holds each member's commit (one read of the table)."""
-    first = members[0].spec
-    if isinstance(first, TableCommitStep):
-        from spark_pipeline.tables import iceberg
-
-        committed = iceberg.committed_members(iceberg.TableRef.of(first, iceberg.TableStorage.of(fs)), _group(first))
-        return [_number(_iceberg(m.spec)) in committed for m in members]
-    from spark_pipeline.tables import delta
-
-    deltas = [_delta(m.spec) for m in members]
-    versions = delta.versions_of(delta.DeltaRef.of(first, delta.TableStorage.of(fs)), [s.app_id for s in deltas])
-    return [versions.get(s.app_id) == s.version for s in deltas]
-
-
-def _iceberg(spec: TableCommitStep | DeltaCommitStep) -> TableCommitStep:
-    if not isinstance(spec, TableCommitStep):
-        raise TypeError(f"a {spec.kind} step among an Iceberg table's")
-    return spec
-
-
-def _delta(spec: TableCommitStep | DeltaCommitStep) -> DeltaCommitStep:
-    if not isinstance(spec, DeltaCommitStep):
-        raise TypeError(f"a {spec.kind} step among a Delta table's")
-    return spec
-
-
-def _group(spec: TableCommitStep) -> str:
-    if spec.group is None:
-        raise TypeError(f"the TableCommit {spec.commit_id} belongs to no group")
-    return spec.group
-
-
-def _number(spec: TableCommitStep) -> int:
-    if spec.member is None:
-        raise TypeError(f"the TableCommit {spec.commit_id} has no member number")
-    return spec.member

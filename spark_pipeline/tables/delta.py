@@ -13,6 +13,7 @@ the table, the commit is done; a later version there means another writer commit
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,18 +26,20 @@ from deltalake.transaction import AddAction, RemoveAction, create_table_with_add
 
 from events.commit import TABLE_COMMIT_ID, DeltaCommitStep
 from filesystems import urls
+from spark_pipeline.tables import delta_log
 from spark_pipeline.tables.base import shared_summary
 from spark_pipeline.tables.delta_partitions import DeltaPartitioning, delta_partitioning, partition_values
 from spark_pipeline.tables.errors import TableDataError, TableError
-from spark_pipeline.tables.files import files_schema, first_line, local, mismatched
+from spark_pipeline.tables.files import Footer, files_schema, first_line, local, mismatched
 from spark_pipeline.tables.partitioning import PARTITION_SPEC, TablePartitioning
-from spark_pipeline.tables.storage import TableStorage
+from spark_pipeline.tables.storage import Footers, TableStorage
 
 COMMIT_ID = TABLE_COMMIT_ID
 """The commit info key naming the sequence that made the commit (`job/dataset/sequence`)."""
 COMMIT_ATTEMPTS = 5
 """How often a commit is tried when another writer commits to the table in between (beyond delta-rs's own retries)."""
-LOG_FOLDER = "_delta_log"
+LOG_FOLDER = delta_log.LOG_FOLDER
+logger = logging.getLogger(__name__)
 
 LIBRARY_ERRORS: tuple[type[Exception], ...] = (delta_errors.DeltaError, OSError, ValueError, TypeError, KeyError,
                                                 pa.ArrowException)
@@ -116,7 +119,30 @@ def latest_version(ref: DeltaRef, app_id: str) -> int | None:
 def versions_of(ref: DeltaRef, app_ids: Sequence[str]) -> dict[str, int | None]:
     """The latest version of each app transaction in the table, read once (None: it never committed, or no table)."""
     table = load_table(ref)
-    return {app_id: transaction_version(table, ref, app_id) if table is not None else None for app_id in app_ids}
+    return transaction_versions(table, ref, app_ids) if table is not None else dict.fromkeys(app_ids)
+
+
+def transaction_versions(table: DeltaTable, ref: DeltaRef, app_ids: Sequence[str]) -> dict[str, int | None]:
+    """The latest version of each app transaction in the table (None: it never committed), from one read of its log
+    (`delta_log`): delta-rs replays the log for each app id it is asked, N replays for a commit of N datasets. Asked of
+    delta-rs one by one for a table whose log that reading does not follow, or when it disagrees with delta-rs on the
+    first app id (checked each time: a log laid out otherwise than it expects)."""
+    if not app_ids:
+        return {}
+    try:
+        protocol, configuration = table.protocol(), table.metadata().configuration
+    except LIBRARY_ERRORS as e:
+        raise TableError(f"cannot read the protocol of {ref.describe()}: {first_line(e)}") from e
+    if delta_log.readable(protocol.reader_features, configuration):
+        found = delta_log.app_transactions(ref.storage, ref.location, table.version())
+        versions = {app_id: found.get(app_id) for app_id in app_ids}
+        first = app_ids[0]
+        theirs = transaction_version(table, ref, first)
+        if versions[first] == theirs:
+            return versions
+        logger.warning("%s: its log read once says app transaction %r is at version %s, delta-rs says %s; asking "
+                       "delta-rs for each app id", ref.describe(), first, versions[first], theirs)
+    return {app_id: transaction_version(table, ref, app_id) for app_id in app_ids}
 
 
 def ahead(ref: DeltaRef, app_id: str, found: int, version: int) -> str:
@@ -164,11 +190,12 @@ def commit_group(ref: DeltaRef, members: Sequence[DeltaMember]) -> GroupOutcome:
     to its schema just before. Leaves out the members the table holds already, and refuses those whose app
     transaction it holds at a later version; looks again after another writer's commit came in between: never twice."""
     found: frozenset[str] | None = None
+    footers = Footers(ref.storage, ref.describe())
     with _lock(ref):
         for _ in range(COMMIT_ATTEMPTS):
             table = load_table(ref)
-            versions = {m.app_id: transaction_version(table, ref, m.app_id) if table is not None else None
-                        for m in members}
+            app_ids = [m.app_id for m in members]
+            versions = transaction_versions(table, ref, app_ids) if table is not None else dict.fromkeys(app_ids)
             refused = {m.app_id: ahead(ref, m.app_id, seen, m.version) for m in members
                        if (seen := versions[m.app_id]) is not None and seen > m.version}
             held = frozenset(m.app_id for m in members if versions[m.app_id] == m.version)
@@ -176,22 +203,22 @@ def commit_group(ref: DeltaRef, members: Sequence[DeltaMember]) -> GroupOutcome:
             todo = [m for m in members if m.app_id not in held and m.app_id not in refused]
             if not todo:
                 return GroupOutcome(found, refused)
-            if _commit_once(ref, table, todo):
+            if _commit_once(ref, table, todo, footers):
                 _check_committed(ref, todo)
                 return GroupOutcome(found, refused)
     raise TableError(f"{ref.describe()}: {COMMIT_ATTEMPTS} commits of {_label(members)} lost to other writers' "
                      f"commits")
 
 
-def _commit_once(ref: DeltaRef, table: DeltaTable | None, members: Sequence[DeltaMember]) -> bool:
+def _commit_once(ref: DeltaRef, table: DeltaTable | None, members: Sequence[DeltaMember], footers: Footers) -> bool:
     """One write transaction adding the members' files (the table created by it if `table` is None); False when
-    another writer's commit (or creation) came in between."""
-    files = [path for member in members for path in member.files]
+    another writer's commit (or creation) came in between. Each file's footer is read once (`footers`)."""
+    files = footers.of([path for member in members for path in member.files])
     metadata = _shared(members)
     properties = CommitProperties(custom_metadata=metadata,
                                   app_transactions=[Transaction(m.app_id, m.version) for m in members])
     spec = metadata.get(PARTITION_SPEC)
-    schema = files_schema(files, ref.storage)
+    schema = files_schema(files)
     partitioning = delta_partitioning(TablePartitioning.decode(spec), schema, ref.describe()) if spec else None
     try:
         if table is None:
@@ -204,7 +231,7 @@ def _commit_once(ref: DeltaRef, table: DeltaTable | None, members: Sequence[Delt
         if table is None and load_table(ref) is not None:
             return False  # another writer created the table in between
         raise TableError(f"{ref.describe()} cannot take the data of {len(files)} file(s) (the first "
-                         f"{files[0]}): {first_line(e)}; nothing was committed") from e
+                         f"{files[0].path}): {first_line(e)}; nothing was committed") from e
     return True
 
 
@@ -231,29 +258,29 @@ def _label(members: Sequence[DeltaMember]) -> str:
     return members[0].commit_id if len(members) == 1 else f"{len(members)} sequences (the first {members[0].commit_id})"
 
 
-def _create(ref: DeltaRef, schema: pa.Schema, partitioning: DeltaPartitioning | None, files: Sequence[str],
+def _create(ref: DeltaRef, schema: pa.Schema, partitioning: DeltaPartitioning | None, files: Sequence[Footer],
             properties: CommitProperties) -> None:
     """The table created by the commit adding `files`, with the data's schema and, if the job partitions by time, the
     partition column (not in the files: each add action carries its file's value)."""
     columns = [partitioning.name] if partitioning is not None else []
     table_schema = schema.append(partitioning.field) if partitioning is not None else schema
-    actions = [_add_action(ref, path, partitioning, columns) for path in files]
+    actions = [_add_action(ref, footer, partitioning, columns) for footer in files]
     create_table_with_add_actions(ref.uri, _delta_schema(ref, table_schema), actions, mode="error",
                                   partition_by=columns or None, storage_options=ref.options or None,
                                   commit_properties=properties)
 
 
 def _append(ref: DeltaRef, table: DeltaTable, schema: pa.Schema, partitioning: DeltaPartitioning | None,
-            files: Sequence[str], properties: CommitProperties, commit_id: str) -> None:
+            files: Sequence[Footer], properties: CommitProperties, commit_id: str) -> None:
     """The files added to an existing table (each in its partition, if the table has a partition column), after the
     data's new columns (a commit of their own: delta-rs's add-actions commit keeps the table's schema)."""
     columns = pa.schema(table.schema().to_arrow())
     wrong = mismatched(columns, schema)
     if wrong:
-        raise TableDataError(f"{ref.describe()} cannot take the data (the first file {files[0]}): "
+        raise TableDataError(f"{ref.describe()} cannot take the data (the first file {files[0].path}): "
                          f"{'; '.join(wrong)}; nothing was committed")
     partition_columns = list(table.metadata().partition_columns)
-    actions = [_add_action(ref, path, partitioning, partition_columns) for path in files]
+    actions = [_add_action(ref, footer, partitioning, partition_columns) for footer in files]
     new = [field for field in schema if columns.get_field_index(field.name) < 0]
     if new:
         added = _delta_schema(ref, pa.schema([field.with_nullable(True) for field in new])).fields
@@ -273,20 +300,14 @@ def _delta_schema(ref: DeltaRef, schema: pa.Schema) -> Schema:
                          f"({', '.join(f'{f.name}: {f.type}' for f in schema)}): {first_line(e)}") from e
 
 
-def _add_action(ref: DeltaRef, path: str, partitioning: DeltaPartitioning | None, columns: Sequence[str]
+def _add_action(ref: DeltaRef, footer: Footer, partitioning: DeltaPartitioning | None, columns: Sequence[str]
                 ) -> AddAction:
-    """The add action of a data file under the table's root: its relative path, partition values (for a table
-    partitioned by `columns`), size, time and record count."""
+    """The add action of a data file under the table's root, from its footer: its relative path, partition values (for
+    a table partitioned by `columns`), size, time and record count."""
     try:
-        relative = urls.relative_to(path, ref.location)
+        relative = urls.relative_to(footer.path, ref.location)
     except ValueError as e:
-        raise TableError(f"{ref.describe()}: the data file {path} lies outside the table's folder") from e
-    try:
-        info = ref.storage.info(path)
-        with ref.storage.parquet(path) as file:
-            records = file.metadata.num_rows
-    except (OSError, pa.ArrowException) as e:
-        raise TableError(f"{ref.describe()}: cannot read the data file {path}: {first_line(e)}") from e
-    stats: dict[str, Any] = {"numRecords": records}
-    values = partition_values(partitioning, columns, path, ref.storage, ref.describe())
-    return AddAction(relative, info.size, values, info.modified_ms, True, json.dumps(stats))
+        raise TableError(f"{ref.describe()}: the data file {footer.path} lies outside the table's folder") from e
+    stats: dict[str, Any] = {"numRecords": footer.rows}
+    values = partition_values(partitioning, columns, footer, ref.storage, ref.describe())
+    return AddAction(relative, footer.size, values, footer.modified_ms, True, json.dumps(stats))

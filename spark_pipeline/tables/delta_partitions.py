@@ -11,8 +11,9 @@ start, of the column's kind:
 - a timestamp column: a timestamp of the same type, the UTC period's first instant;
 - a date column: a date, the period's first day (an hour: its day).
 
-A file's value is the period of its column's values (Parquet statistics, else the column read): values in two periods
-are refused, as pyiceberg's `add_files` refuses them. A file whose column is null throughout has a null value.
+A file's value is the period of its column's values (the Parquet statistics of its footer, read once per commit, else
+the column read): values in two periods are refused, as pyiceberg's `add_files` refuses them. A file whose column is
+null throughout has a null value.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import pyarrow.compute as pc
 
 from spark_pipeline.jobfile.partitions import COLUMNS_KEY
 from spark_pipeline.tables.errors import TableError
-from spark_pipeline.tables.files import first_line
+from spark_pipeline.tables.files import Footer, first_line
 from spark_pipeline.tables.partitioning import Period, TablePartitioning, column_type
 from spark_pipeline.tables.storage import TableStorage
 
@@ -60,41 +61,41 @@ def delta_partitioning(partitioning: TablePartitioning, schema: pa.Schema, where
     return None
 
 
-def partition_value(partitioning: DeltaPartitioning, path: str, storage: TableStorage, where: str) -> str | None:
+def partition_value(partitioning: DeltaPartitioning, footer: Footer, storage: TableStorage, where: str) -> str | None:
     """The file's value of the partition column, as Delta writes it: the one period its column's values lie in (None:
     the column is null throughout); a TableError naming the file if they lie in two."""
-    low, high = _min_max(path, storage, partitioning.partitioning.column, where)
+    low, high = _min_max(footer, storage, partitioning.partitioning.column, where)
     if low is None or high is None:
         return None
     first, last = (_period_start(partitioning, v) for v in (low, high))
     if first != last:
-        raise TableError(f"{where}: the data file {path} holds values of {partitioning.partitioning.column!r} in two "
-                         f"{partitioning.partitioning.period.value}s ({_text(first)}, {_text(last)}); each partition "
-                         f"folder must lie within one UTC period ({COLUMNS_KEY}, writer.partition.pattern, "
+        raise TableError(f"{where}: the data file {footer.path} holds values of {partitioning.partitioning.column!r} "
+                         f"in two {partitioning.partitioning.period.value}s ({_text(first)}, {_text(last)}); each "
+                         f"partition folder must lie within one UTC period ({COLUMNS_KEY}, writer.partition.pattern, "
                          f"writer.partition.timezone)")
     return _text(first)
 
 
-def _min_max(path: str, storage: TableStorage, column: str, where: str) -> tuple[Any, Any]:
-    """The least and greatest value of `column` in the file: its row groups' statistics where every one has them,
-    else the column read."""
+def _min_max(footer: Footer, storage: TableStorage, column: str, where: str) -> tuple[Any, Any]:
+    """The least and greatest value of `column` in the file: its row groups' statistics (in the footer read already)
+    where every one has them, else the column read."""
     try:
-        with storage.parquet(path) as file:
-            metadata = file.metadata
-            index = next((i for i in range(metadata.num_columns) if metadata.schema.column(i).path == column), None)
-            stats = [metadata.row_group(g).column(index).statistics for g in range(metadata.num_row_groups)
-                     ] if index is not None else []
-            if stats and all(s is not None and (s.has_min_max or s.null_count == s.num_values) for s in stats):
-                bounds = [(s.min, s.max) for s in stats if s.has_min_max]
-                if not bounds:
-                    return None, None
-                if all(isinstance(v, dt.datetime | dt.date | int) for b in bounds for v in b):
-                    return min(b[0] for b in bounds), max(b[1] for b in bounds)
+        metadata = footer.metadata
+        index = next((i for i in range(metadata.num_columns) if metadata.schema.column(i).path == column), None)
+        stats = [metadata.row_group(g).column(index).statistics for g in range(metadata.num_row_groups)
+                 ] if index is not None else []
+        if stats and all(s is not None and (s.has_min_max or s.null_count == s.num_values) for s in stats):
+            bounds = [(s.min, s.max) for s in stats if s.has_min_max]
+            if not bounds:
+                return None, None
+            if all(isinstance(v, dt.datetime | dt.date | int) for b in bounds for v in b):
+                return min(b[0] for b in bounds), max(b[1] for b in bounds)
+        with storage.parquet(footer.path) as file:
             values = file.read(columns=[column]).column(0)
         both = pc.min_max(values)
         return both["min"].as_py(), both["max"].as_py()
     except (OSError, ValueError, KeyError, pa.ArrowException) as e:
-        raise TableError(f"{where}: cannot read {column!r} of the data file {path}: {first_line(e)}") from e
+        raise TableError(f"{where}: cannot read {column!r} of the data file {footer.path}: {first_line(e)}") from e
 
 
 def _period_start(partitioning: DeltaPartitioning, value: Any) -> int | dt.datetime | dt.date:
@@ -132,7 +133,7 @@ def _text(value: int | dt.datetime | dt.date) -> str:
     return str(value)
 
 
-def partition_values(partitioning: DeltaPartitioning | None, columns: Sequence[str], path: str,
+def partition_values(partitioning: DeltaPartitioning | None, columns: Sequence[str], footer: Footer,
                      storage: TableStorage, where: str) -> dict[str, str | None]:
     """A file's partition values for a table partitioned by `columns`: the job's partition column's, if the table's
     is it; a TableError naming the keys if the table is partitioned by a column the job's partitioner does not make."""
@@ -143,4 +144,4 @@ def partition_values(partitioning: DeltaPartitioning | None, columns: Sequence[s
         raise TableError(f"{where} is partitioned by {', '.join(columns)}; the job's time partitioner makes {made} "
                          f"(writer.partitioner.class, {COLUMNS_KEY}, writer.partition.pattern): nothing was "
                          f"committed")
-    return {partitioning.name: partition_value(partitioning, path, storage, where)}
+    return {partitioning.name: partition_value(partitioning, footer, storage, where)}

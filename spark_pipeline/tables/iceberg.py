@@ -18,8 +18,16 @@ import pyarrow as pa
 import sqlalchemy.exc
 from pyiceberg import exceptions as iceberg_errors
 from pyiceberg.catalog import Catalog, load_catalog
-from pyiceberg.io.pyarrow import schema_to_pyarrow
-from pyiceberg.table import Table
+from pyiceberg.io.pyarrow import (
+    _check_pyarrow_schema_compatible,
+    compute_statistics_plan,
+    data_file_statistics_from_parquet_metadata,
+    parquet_path_to_id_mapping,
+    schema_to_pyarrow,
+)
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.table import Table, TableProperties, Transaction
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.transforms import (
     DayTransform,
@@ -40,9 +48,9 @@ from events.commit import (
 )
 from spark_pipeline.tables.base import shared_summary
 from spark_pipeline.tables.errors import TableDataError, TableError
-from spark_pipeline.tables.files import files_schema, mismatched
+from spark_pipeline.tables.files import Footer, files_schema, mismatched
 from spark_pipeline.tables.partitioning import PARTITION_SPEC, Period, TablePartitioning, column_type
-from spark_pipeline.tables.storage import TableStorage
+from spark_pipeline.tables.storage import Footers, TableStorage
 
 COMMIT_ATTEMPTS = 5
 """How often an append is tried when another writer commits to the table in between (optimistic concurrency)."""
@@ -197,16 +205,18 @@ def append_group(ref: TableRef, group: str, members: Sequence[GroupMember]) -> f
     partitioning = TablePartitioning.decode(spec) if spec else None
     wanted = {member.number for member in members}
     found: frozenset[int] | None = None
+    footers = Footers(ref.storage, ref.describe())
     with _table_locks.setdefault(ref, threading.Lock()):
         for _ in range(COMMIT_ATTEMPTS):
-            table = load_table(ref) or _create(ref, members[0].files, partitioning)
+            table = load_table(ref) or _create(ref, footers.of(members[0].files), partitioning)
             held = group_members(table, group)
             found = held & wanted if found is None else found
             todo = [member for member in members if member.number not in held]
             if not todo:
                 return found
             try:
-                _append_once(ref, table, [f for member in todo for f in member.files], group_summary(group, todo))
+                _append_once(ref, table, footers.of([f for member in todo for f in member.files]),
+                             group_summary(group, todo))
             except iceberg_errors.CommitFailedException:
                 continue  # another writer's snapshot came in between: look again, then try on top of it
             made = load_table(ref)
@@ -232,13 +242,14 @@ def append(ref: TableRef, files: Sequence[str], commit_id: str, summary: dict[st
     table it creates is partitioned as `summary`'s `oncelog.partition-spec` says (an existing table keeps its spec)."""
     spec = summary.get(PARTITION_SPEC)
     partitioning = TablePartitioning.decode(spec) if spec else None
+    footers = Footers(ref.storage, ref.describe())
     with _table_locks.setdefault(ref, threading.Lock()):
         for _ in range(COMMIT_ATTEMPTS):
-            table = load_table(ref) or _create(ref, files, partitioning)
+            table = load_table(ref) or _create(ref, footers.of(files), partitioning)
             if (done := snapshot_of(table, commit_id)) is not None:
                 return done
             try:
-                _append_once(ref, table, files, {**summary, TABLE_COMMIT_ID: commit_id})
+                _append_once(ref, table, footers.of(files), {**summary, TABLE_COMMIT_ID: commit_id})
             except iceberg_errors.CommitFailedException:
                 continue  # another writer's snapshot came in between: look again, then try on top of it
             made = load_table(ref)
@@ -249,24 +260,68 @@ def append(ref: TableRef, files: Sequence[str], commit_id: str, summary: dict[st
     raise TableError(f"{ref.describe()}: {COMMIT_ATTEMPTS} appends of {commit_id} lost to other writers' commits")
 
 
-def _append_once(ref: TableRef, table: Table, files: Sequence[str], properties: dict[str, str]) -> None:
+def _append_once(ref: TableRef, table: Table, files: Sequence[Footer], properties: dict[str, str]) -> None:
     """One transaction: the schema evolved by the files' new columns, then the files added, as one table commit."""
-    schema = files_schema(files, ref.storage)
+    schema = files_schema(files)
     mismatched = _mismatched(table, schema)
+    first = files[0].path
     if mismatched:
-        raise TableDataError(f"{ref.describe()} cannot take the data of {len(files)} file(s) (the first {files[0]}): "
-                         f"{'; '.join(mismatched)}; nothing was committed")
+        raise TableDataError(f"{ref.describe()} cannot take the data of {len(files)} file(s) (the first {first}): "
+                             f"{'; '.join(mismatched)}; nothing was committed")
     try:
         with table.transaction() as transaction:
             if not _has_all(table, schema):
                 with transaction.update_schema() as update:
                     update.union_by_name(schema)
-            transaction.add_files(list(files), snapshot_properties=properties)
+            _add_files(transaction, files, properties)
     except iceberg_errors.CommitFailedException:
         raise
     except LIBRARY_ERRORS as e:
-        raise TableError(f"{ref.describe()} cannot take the data of {len(files)} file(s) (the first {files[0]}): "
+        raise TableError(f"{ref.describe()} cannot take the data of {len(files)} file(s) (the first {first}): "
                          f"{_first_line(e)}") from e
+
+
+def _add_files(transaction: Transaction, files: Sequence[Footer], properties: dict[str, str]) -> None:
+    """pyiceberg's `Transaction.add_files`, its data files made from the footers read already (`data_files`) rather
+    than each footer read again: the same checks (no path twice, none the table holds), the same name mapping set on a
+    table without one, the same snapshot (a fast append, or a merge append if the table's properties say so)."""
+    paths = [footer.path for footer in files]
+    if len(paths) != len(set(paths)):
+        raise ValueError("File paths must be unique")
+    referenced = transaction._find_referenced_data_files(paths)
+    if referenced:
+        raise ValueError(f"Cannot add files that are already referenced by table, files: {', '.join(referenced)}")
+    if transaction.table_metadata.name_mapping() is None:
+        mapping = transaction.table_metadata.schema().name_mapping.model_dump_json()
+        transaction.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
+    with transaction._append_snapshot_producer(properties) as append_files:
+        for data_file in data_files(transaction.table_metadata, files):
+            append_files.append_data_file(data_file)
+
+
+def data_files(metadata: TableMetadata, files: Sequence[Footer]) -> list[DataFile]:
+    """The table's data file entries of Parquet files, from their footers: what pyiceberg's `parquet_file_to_data_file`
+    makes of each file (its statistics, its partition from them, its size), with the table's statistics plan and column
+    ids found once, and each distinct file schema checked against the table's once."""
+    schema = metadata.schema()
+    plan = compute_statistics_plan(schema, metadata.properties)
+    ids = parquet_path_to_id_mapping(schema)
+    spec = metadata.spec()
+    checked: set[bytes] = set()
+    made = []
+    for footer in files:
+        arrow = footer.metadata.schema.to_arrow_schema()
+        key = arrow.serialize().to_pybytes()
+        if key not in checked:
+            _check_pyarrow_schema_compatible(schema, arrow, format_version=metadata.format_version)
+            checked.add(key)
+        statistics = data_file_statistics_from_parquet_metadata(footer.metadata, plan, ids)
+        made.append(DataFile.from_args(
+            content=DataFileContent.DATA, file_path=footer.path, file_format=FileFormat.PARQUET,
+            partition=statistics.partition(spec, schema), file_size_in_bytes=footer.size, sort_order_id=None,
+            spec_id=metadata.default_spec_id, equality_ids=None, key_metadata=None,
+            **statistics.to_serialized_dict()))
+    return made
 
 
 def _mismatched(table: Table, schema: pa.Schema) -> list[str]:
@@ -287,10 +342,10 @@ def _field(table: Table, name: str) -> bool:
     return True
 
 
-def _create(ref: TableRef, files: Sequence[str], partitioning: TablePartitioning | None) -> Table:
+def _create(ref: TableRef, files: Sequence[Footer], partitioning: TablePartitioning | None) -> Table:
     """The table, created at its location with the data's schema and the partition spec `partitioning` makes of it
     (and its namespace, if missing), in one catalog commit; another writer's table of that name, if it came first."""
-    schema = files_schema(files, ref.storage)
+    schema = files_schema(files)
     transform = _transform(ref, partitioning, schema) if partitioning is not None else None
     catalog = catalog_of(ref)
     try:

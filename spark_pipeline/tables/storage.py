@@ -17,11 +17,13 @@ from __future__ import annotations
 import functools
 import posixpath
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -30,7 +32,8 @@ from filesystems.router import FileSystems
 from filesystems.s3 import endpoint_of
 from filesystems.settings import FileSystemSettings
 from filesystems.urls import Scheme, parent, parse
-from spark_pipeline.tables.files import local
+from spark_pipeline.tables.errors import TableError
+from spark_pipeline.tables.files import Footer, first_line, local
 
 S3_SCHEMES = (Scheme.S3, Scheme.S3A)
 HDFS_SCHEMES = (Scheme.HDFS, Scheme.WEBHDFS)
@@ -38,6 +41,10 @@ FILE_IO = "spark_pipeline.tables.fileio.FileSystemsIO"
 """pyiceberg's FileIO for a warehouse on HDFS (`py-io-impl`): oncelog's own file systems."""
 HADOOP_PROPERTY = "oncelog.hadoop."
 """The prefix of the catalog properties that hand the job's Hadoop keys to that FileIO."""
+LOCAL_FILES = pafs.LocalFileSystem()
+"""Arrow's local file system (one for the process: it holds no state)."""
+REMOTE_READS = 16
+"""How many data files' footers are read at a time from S3 or HDFS (each read is a round trip or two)."""
 DEFAULT_REGION = "us-east-1"
 """The region pyiceberg's S3 client signs for when the job names an endpoint but no region (else it asks AWS where
 the bucket is, which an S3-compatible server does not answer)."""
@@ -109,7 +116,7 @@ class TableStorage:
         if is_hdfs(path):
             raise ValueError(f"{path}: Arrow's HDFS client needs libhdfs.so; read HDFS through TableStorage.parquet")
         if not is_s3(path):
-            return pafs.LocalFileSystem(), local(path)
+            return LOCAL_FILES, local(path)
         location = parse(path)
         return self._s3, f"{location.authority}/{location.path.lstrip('/')}"
 
@@ -142,6 +149,36 @@ class TableStorage:
         with fs.open_input_file(where) as stream, pq.ParquetFile(stream) as file:
             yield file
 
+    def footer(self, path: str) -> Footer:
+        """A data file's size, time and Parquet footer, in one open of the file; an OSError when the store fails (a
+        FileNotFoundError when the file is missing)."""
+        if is_hdfs(path):
+            info = self.info(path)
+            with self.parquet(path) as file:
+                return Footer(path, info.size, info.modified_ms, file.schema_arrow, file.metadata)
+        fs, where = self.arrow(path)
+        found = fs.get_file_info(where)
+        if found.type != pafs.FileType.File or found.size is None:
+            raise FileNotFoundError(f"no file {path}")
+        with fs.open_input_file(where) as stream, pq.ParquetFile(stream) as file:
+            return Footer(path, found.size, _ms(found), file.schema_arrow, file.metadata)
+
+    def footers(self, paths: Sequence[str], where: str) -> list[Footer]:
+        """Each data file's footer (`footer`), in order: on S3 and HDFS several at a time (each read waits on the
+        store), on local disk one after the other (faster there); a TableError naming the file `where` could not
+        read."""
+        def read(path: str) -> Footer:
+            try:
+                return self.footer(path)
+            except (OSError, ValueError, TypeError, pa.ArrowException) as e:
+                raise TableError(f"{where}: cannot read the Parquet footer of the data file {path}: "
+                                 f"{first_line(e)}") from e
+
+        if len(paths) < 2 or not any(is_s3(path) or is_hdfs(path) for path in paths):
+            return [read(path) for path in paths]
+        with ThreadPoolExecutor(min(REMOTE_READS, len(paths))) as pool:
+            return list(pool.map(read, paths))
+
     def info(self, path: str) -> DataFileInfo:
         """A data file's size and time; a FileNotFoundError when it is missing. On HDFS the time is now (the file was
         moved into the table just before: as delta-rs stamps the files it writes)."""
@@ -155,7 +192,7 @@ class TableStorage:
         found = fs.get_file_info(where)
         if found.type != pafs.FileType.File or found.size is None:
             raise FileNotFoundError(f"no file {path}")
-        return DataFileInfo(found.size, found.mtime_ns // 1_000_000 if found.mtime_ns is not None else 0)
+        return DataFileInfo(found.size, _ms(found))
 
     def exists(self, path: str) -> bool:
         """Whether a file or folder (on S3: any object under the prefix) exists."""
@@ -166,6 +203,27 @@ class TableStorage:
             return Path(local(path)).exists()
         fs, where = self.arrow(path)
         return bool(fs.get_file_info(where).type != pafs.FileType.NotFound)
+
+
+class Footers:
+    """The data files' footers of one table commit, each read once however often the commit is tried (`of`)."""
+
+    def __init__(self, storage: TableStorage, where: str) -> None:
+        self.storage = storage
+        self.where = where
+        """The table, as a failure to read a file names it."""
+        self.read: dict[str, Footer] = {}
+
+    def of(self, paths: Sequence[str]) -> list[Footer]:
+        """The files' footers, those not read yet read now (a TableError naming a file that cannot be read)."""
+        missing = [path for path in dict.fromkeys(paths) if path not in self.read]
+        self.read.update(zip(missing, self.storage.footers(missing, self.where), strict=True))
+        return [self.read[path] for path in paths]
+
+
+def _ms(info: pafs.FileInfo) -> int:
+    """When a file was last written, in epoch milliseconds (0: the store does not say)."""
+    return info.mtime_ns // 1_000_000 if info.mtime_ns is not None else 0
 
 
 @contextmanager
@@ -181,11 +239,15 @@ LOCAL_STORAGE = TableStorage()
 """Local disk (and S3 through AWS's own configuration chain alone)."""
 
 
+S3_PREFIXES = tuple(f"{s.value}://" for s in S3_SCHEMES)
+HDFS_PREFIXES = tuple(f"{s.value}://" for s in HDFS_SCHEMES)
+
+
 def is_s3(location: str) -> bool:
     """Whether a location is in an S3 bucket (`s3a://`, `s3://`)."""
-    return location.startswith(tuple(f"{s.value}://" for s in S3_SCHEMES))
+    return location.startswith(S3_PREFIXES)
 
 
 def is_hdfs(location: str) -> bool:
     """Whether a location is on HDFS (`hdfs://`, `webhdfs://`)."""
-    return location.startswith(tuple(f"{s.value}://" for s in HDFS_SCHEMES))
+    return location.startswith(HDFS_PREFIXES)

@@ -41,6 +41,7 @@ from filesystems import urls
 from spark_pipeline.constructs import DataWriter, DataWriterBuilder, Record, WriterDestination
 from spark_pipeline.sources.synthetic import SCHEMA
 from spark_pipeline.tables import delta, iceberg
+from spark_pipeline.tables.files import Footer
 from spark_pipeline.writers import move_to_task_output, path_segment, unit_file_name
 from tests.sim.faults import Fault, FaultPlan, SimulatedCrash
 
@@ -145,7 +146,7 @@ class FaultyTables:
             yield
 
     def _wrap_append(self, append_once: Callable[..., None]) -> Callable[..., None]:
-        def faulty(ref: iceberg.TableRef, table: Any, files: Sequence[str], properties: dict[str, str]) -> None:
+        def faulty(ref: iceberg.TableRef, table: Any, files: Sequence[Footer], properties: dict[str, str]) -> None:
             if self.plan.armed and self.plan.rng.random() < CONCURRENT_RATE:
                 self._foreign_commit(ref)
             fault = self._decide()

@@ -53,10 +53,10 @@ class FileSystems(FileSystem):
 
     def _pair(self, src: str, dst: str) -> FileSystem:
         """The one backend of two locations (moves and copies never cross stores)."""
-        backend = self.backend(src)
-        if backend is LOCAL and self.backend(dst) is LOCAL:
+        backend, other = self.backend(src), self.backend(dst)
+        if backend is LOCAL and other is LOCAL:
             return LOCAL
-        if self.backend(dst) is not backend or parse(src).root != parse(dst).root:
+        if other is not backend or parse(src).root != parse(dst).root:
             raise FileSystemError(f"{src} and {dst} lie on different file systems: oncelog moves files within one")
         return backend
 

@@ -525,7 +525,8 @@ def commit_settings(config: JobConfig, faults: FaultInjector = NO_FAULTS) -> Com
                           max_attempts=config.commit_sequence_max_attempts, parallelism=config.commit_parallelism,
                           shards=config.commit_shards, on_executors=on_executors,
                           executors_min_datasets=config.commit_executors_min_datasets,
-                          batch_records=config.commit_batch_records, faults=faults)
+                          batch_records=config.commit_batch_records,
+                          fence_fresh_s=config.commit_fence_fresh_ms / 1000, faults=faults)
 
 
 def publisher_class(config: JobConfig) -> type[DataPublisher]:

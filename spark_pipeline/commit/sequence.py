@@ -42,7 +42,7 @@ from projections.projector import fold_gc
 from projections.views import SequenceView
 from spark_pipeline.commit.faults import FaultPoint
 from spark_pipeline.commit.settings import CommitSettings
-from spark_pipeline.commit.sink import FENCE_FRESH_S, MAX_GROUP_EVENTS, EventSink
+from spark_pipeline.commit.sink import MAX_GROUP_EVENTS, EventSink
 from spark_pipeline.commit.steps import (
     CommitStepError,
     FsRenameCommitStep,
@@ -361,7 +361,8 @@ class Committer:
         if dataset is None or dataset.blocked_by is None:
             raise CommitStepError(f"dataset {dataset_urn!r} of job {job!r} is not blocked: nothing to release")
         blocked = self.sink.state.sequences[(job, dataset_urn, dataset.blocked_by)]
-        time.sleep(FENCE_FRESH_S)  # by then a fenced writer's every check fails: none can publish what this moves back
+        # By then a fenced writer's every check fails: none can publish again what this moves back.
+        time.sleep(self.settings.fence_fresh_s)
         self._roll_back(blocked)
         self.sink.emit([DatasetReleased(job=job, run_id=blocked.run_id, dataset_urn=dataset_urn,
                                         sequence_id=blocked.sequence_id, reason=reason)])

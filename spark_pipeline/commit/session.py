@@ -123,5 +123,5 @@ def open_session(log: EventLog, writer_name: str, settings: CommitSettings, fs: 
     except BaseException:
         writer.close()
         raise
-    sink = EventSink(writer, state, pack=settings.batch_records)
+    sink = EventSink(writer, state, pack=settings.batch_records, fresh_s=settings.fence_fresh_s)
     return CommitSession(log, state, writer, sink, Committer(sink, settings, fs))

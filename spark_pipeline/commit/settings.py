@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector
+from spark_pipeline.commit.sink import FENCE_FRESH_S
 from spark_pipeline.commit.steps import PublishRoots
 from spark_pipeline.jobfile.config import (
     DEFAULT_EXECUTORS_MIN_DATASETS,
@@ -31,6 +32,8 @@ class CommitSettings:
     executors_min_datasets: int = DEFAULT_EXECUTORS_MIN_DATASETS
     batch_records: bool = True
     """`job.commit.batch.records`: plans and completions of many datasets appended as one record per batch."""
+    fence_fresh_s: float = FENCE_FRESH_S
+    """`job.commit.fence.fresh.ms`: how long a probe that found the writer not fenced answers later checks (sink)."""
     faults: FaultInjector = NO_FAULTS
 
     def in_shards(self, datasets: int) -> bool:

@@ -116,7 +116,7 @@ def commit_shard(work: ShardWork, log: EventLog, fs: FileSystem, settings: Commi
             if newer is not None:
                 return ShardSummary(work.shard, error=f"run {newer} of job {work.job} started after run "
                                     f"{work.run_id} assigned this shard: it publishes nothing", fenced=True)
-            sink = EventSink(writer, state, pack=settings.batch_records)
+            sink = EventSink(writer, state, pack=settings.batch_records, fresh_s=settings.fence_fresh_s)
             try:
                 results = _commit(work, Committer(sink, settings, fs), publisher)
             finally:

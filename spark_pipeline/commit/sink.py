@@ -20,6 +20,7 @@ from events.batch import pack, unpack
 from events.log import LogWriter
 from events.model import Event
 from projections.state import State
+from spark_pipeline.jobfile.config import DEFAULT_FENCE_FRESH_MS
 
 MAX_GROUP_EVENTS = 20_000
 CHECK_GATHER_S = 0.001
@@ -28,7 +29,7 @@ its rename: one probe per check would cost a store round trip per dataset)."""
 CHECK_GATHER_MAX = 64
 """Checks that, waiting together, are probed at once without waiting longer; and the most checks one probe answers
 afterwards."""
-FENCE_FRESH_S = 0.05
+FENCE_FRESH_S = DEFAULT_FENCE_FRESH_MS / 1000
 """How long after it began a probe (or append) that found the writer not fenced answers later checks. A rename already
 past its check can finish after a newer writer took over anyway (the newer run's recovery verifies what it moved by
 size and checksum), so a check answered 50 ms early allows nothing new; a writer paused longer (SIGSTOP, a long GC)
@@ -49,8 +50,10 @@ class EventSink:
     No thread of its own: the first emitter to find none committing leads, committing groups of what is queued until
     its own request is in; the others wait for their outcome (or to lead next)."""
 
-    def __init__(self, writer: LogWriter, state: State, pack: bool = True) -> None:
+    def __init__(self, writer: LogWriter, state: State, pack: bool = True, fresh_s: float = FENCE_FRESH_S) -> None:
         self.writer = writer
+        self.fresh_s = fresh_s
+        """How long a probe or append that found the writer not fenced answers later checks."""
         self.pack = pack
         """Whether runs of commit events are appended as batched records (events.batch.pack)."""
         self.state = state
@@ -121,13 +124,13 @@ class EventSink:
         return group
 
     def check_fenced(self, among_others: bool = False) -> None:
-        """Return once the writer was found not fenced after this call began, or at most FENCE_FRESH_S before it by a
+        """Return once the writer was found not fenced after this call began, or at most `fresh_s` before it by a
         probe that has answered fewer than CHECK_GATHER_MAX checks (FencedError if it was fenced). `among_others`:
         other threads are committing too, so the check may wait a moment to share their probe (alone, it would only
         wait)."""
         with self._cv:
             since = self._fresh_since
-            if (since is not None and time.monotonic() - since <= FENCE_FRESH_S
+            if (since is not None and time.monotonic() - since <= self.fresh_s
                     and self._fresh_uses < CHECK_GATHER_MAX):
                 self._fresh_uses += 1
                 return

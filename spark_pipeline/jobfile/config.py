@@ -104,6 +104,8 @@ class TaskEngineKind(StrEnum):
 DEFAULT_EXECUTORS_MIN_DATASETS = 10_000
 """Below this many datasets the driver commits a run quicker than shard tasks do (benchmarks.commit_scale on 2
 cores: 1.1 s against 5.1 s at 1,000 datasets, 10.0 s against 11.3 s at 10,000)."""
+DEFAULT_FENCE_FRESH_MS = 50
+"""How long a fence probe that passed answers later checks (`job.commit.fence.fresh.ms`)."""
 
 
 class CommitOnExecutors(StrEnum):
@@ -296,6 +298,9 @@ class JobConfig(BranchKeys):
     commit_batch_records: bool = Field(default=True, alias="job.commit.batch.records")
     """true: many datasets' plans and completions are appended as one record each batch (events.batch); false: a
     record per event, as before batches existed."""
+    commit_fence_fresh_ms: int = Field(default=DEFAULT_FENCE_FRESH_MS, ge=0, alias="job.commit.fence.fresh.ms")
+    """How long a fence probe that found the committer's writer not fenced answers its later checks; a release of an
+    abandoned sequence waits as long before it moves files back."""
     commit_shards: int | None = Field(default=None, ge=1, alias="job.commit.shards")
     """How many shards datasets are committed in (default, and at most: the events topic's partitions)."""
     commit_on_executors: Annotated[CommitOnExecutors, BeforeValidator(_boolean_word)] = Field(

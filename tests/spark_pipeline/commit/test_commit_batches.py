@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from events.codec import Record
 from events.commit import (
@@ -28,6 +29,8 @@ from spark_pipeline.commit.session import open_session, strict_state
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.sink import CHECK_GATHER_MAX, FENCE_FRESH_S, EventSink
 from spark_pipeline.commit.steps import PublishRoots
+from spark_pipeline.jobs import load_job_config
+from spark_pipeline.launcher import commit_settings
 
 SEQUENCES = 40
 
@@ -153,6 +156,28 @@ def test_checks_one_after_another_share_a_probe_for_a_few_milliseconds_only(log:
             sink.check_fenced()
         with pytest.raises(FencedError):
             sink.check_fenced()  # a failed probe answers no later check
+    finally:
+        sink.close()
+        writer.close()
+
+
+def test_a_job_without_a_fresh_window_probes_before_every_check(tmp_path: Path, log: EventLog) -> None:
+    """`job.commit.fence.fresh.ms: 0` reaches the committer's sink: no probe answers a later check."""
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"job.name": "job",
+                                   "source.class": "spark_pipeline.sources.synthetic.SyntheticSource",
+                                   "writer.staging.dir": str(tmp_path / "staging"),
+                                   "writer.output.dir": str(tmp_path / "out"),
+                                   "data.publisher.final.dir": str(tmp_path / "pub"),
+                                   "job.commit.fence.fresh.ms": 0}))
+    settings = commit_settings(load_job_config(job))
+    assert settings.fence_fresh_s == 0
+    writer = CountingWriter(log.writer("job"))
+    sink = EventSink(writer, State(), fresh_s=settings.fence_fresh_s)
+    try:
+        for _ in range(5):
+            sink.check_fenced()
+        assert writer.probes == 5
     finally:
         sink.close()
         writer.close()

@@ -76,11 +76,10 @@ class DatasetPublished(DatasetEvent, Parted):
         return {partition: tuple(files) for partition, files in sorted(grouped.items())}
 
 
-def published_events(sequence: SequenceFields, steps: Sequence[CommitStepSpec], budget: int = MAX_PART_BYTES
-                     ) -> list[DatasetPublished]:
-    """The DatasetPublished parts of a completed sequence, from its planned steps (the FsRename steps carry each
-    file's records since plan version 2); each part's lists weigh at most `budget`. Built unvalidated (`trusted`):
-    every value comes from a recorded plan."""
+def published_event(sequence: SequenceFields, steps: Sequence[CommitStepSpec]) -> DatasetPublished:
+    """What a completed sequence published, whole (an event sink appends it in parts), from its planned steps (the
+    FsRename steps carry each file's records since plan version 2). Built unvalidated (`trusted`): every value comes
+    from a recorded plan."""
     files = tuple(PublishedFile.trusted(path=s.dst, size=s.size, checksum=s.checksum, records=s.records,
                                         partition=s.partition)
                   for s in steps if isinstance(s, FsRenameStep))
@@ -88,6 +87,13 @@ def published_events(sequence: SequenceFields, steps: Sequence[CommitStepSpec], 
                    for s in steps if isinstance(s, HighWatermarkStep))
     state = next((s for s in steps if isinstance(s, DatasetStateStep)), None)
     records = state.records_published if state else sum(f.records or 0 for f in files)
-    whole = DatasetPublished.trusted(**sequence, files=files, watermarks=ranges, files_published=len(files),
-                                     records_published=records, bytes_published=sum(f.size for f in files))
+    return DatasetPublished.trusted(**sequence, files=files, watermarks=ranges, files_published=len(files),
+                                    records_published=records, bytes_published=sum(f.size for f in files))
+
+
+def published_events(sequence: SequenceFields, steps: Sequence[CommitStepSpec], budget: int = MAX_PART_BYTES
+                     ) -> list[DatasetPublished]:
+    """The DatasetPublished parts of a completed sequence (`published_event` in parts whose lists weigh at most
+    `budget`), as a reader of the log sees them."""
+    whole = published_event(sequence, steps)
     return [part for part in whole.in_parts(budget) if isinstance(part, DatasetPublished)]

@@ -102,6 +102,8 @@ def join(base: str, *parts: str) -> str:
 
 def parent(location: str) -> str:
     """The folder holding a location."""
+    if _plain_local(location):
+        return posixpath.dirname(location)
     parsed = parse(location)
     return parsed.root + posixpath.dirname(parsed.path)
 

@@ -35,7 +35,7 @@ from events.commit import (
 )
 from events.dataset import DatasetReleased
 from events.model import Event
-from events.published import published_events
+from events.published import published_event
 from filesystems import urls
 from filesystems.base import FileSystem, FileSystemError
 from projections.projector import fold_gc
@@ -197,7 +197,7 @@ class CommitSequence:
             executed=counts["executed"], verified=counts["verified"],
             step_ms=step_timings(progress.step_ms, len(self.view.steps)))
         verified = self._applied_events("verified") if counts["verified"] else []
-        record([*progress.effects, *verified, completed, *published_events(fields, self.view.steps)])
+        record([*progress.effects, *verified, completed, published_event(fields, self.view.steps)])  # the sink parts it
         return self._result(Outcome.COMPLETED, executed=counts["executed"], verified=counts["verified"])
 
     def _apply(self, index: int, spec: CommitStepSpec) -> tuple[bool, list[Event]]:
@@ -286,6 +286,11 @@ class Committer:
             done(len(alone))
             return alone
         workers = max(1, min(self.settings.parallelism, len(views))) if self._round_trips(views) else 1
+        with fold_gc():  # what a commit allocates forms no cycles: no full collections mid-way
+            return self._commit_all(views, workers, done)
+
+    def _commit_all(self, views: list[SequenceView], workers: int, done: Callable[[int], None]
+                    ) -> list[CommitResult]:
         sequences = [self.sequence(v, among_others=workers > 1) for v in views]
         batches: list[list[Event]] = [[] for _ in views]
         ended = itertools.count(1)
@@ -302,7 +307,6 @@ class Committer:
         results: dict[int, CommitResult] = {}
         records = _Records(self)
         with ExitStack() as pools:
-            pools.enter_context(fold_gc())  # what a commit allocates forms no cycles: no full collections mid-way
             pool = (pools.enter_context(ThreadPoolExecutor(max_workers=workers, thread_name_prefix="commit"))
                     if workers > 1 else None)
 

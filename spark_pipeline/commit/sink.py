@@ -27,8 +27,9 @@ CHECK_GATHER_S = 0.001
 """How long a fence check waits for others to share its probe (sequences commit in parallel, each checking before
 its rename: one probe per check would cost a store round trip per dataset)."""
 CHECK_GATHER_MAX = 64
-"""Checks that, waiting together, are probed at once without waiting longer; and the most checks one probe answers
-afterwards."""
+"""Checks that, waiting together, are probed at once without waiting longer."""
+FRESH_USES_MAX = 1024
+"""The most checks a probe answers after it ended (within `fresh_s`)."""
 FENCE_FRESH_S = DEFAULT_FENCE_FRESH_MS / 1000
 """How long after it began a probe (or append) that found the writer not fenced answers later checks. A rename already
 past its check can finish after a newer writer took over anyway (the newer run's recovery verifies what it moved by
@@ -125,13 +126,13 @@ class EventSink:
 
     def check_fenced(self, among_others: bool = False) -> None:
         """Return once the writer was found not fenced after this call began, or at most `fresh_s` before it by a
-        probe that has answered fewer than CHECK_GATHER_MAX checks (FencedError if it was fenced). `among_others`:
+        probe that has answered fewer than FRESH_USES_MAX checks (FencedError if it was fenced). `among_others`:
         other threads are committing too, so the check may wait a moment to share their probe (alone, it would only
         wait)."""
         with self._cv:
             since = self._fresh_since
             if (since is not None and time.monotonic() - since <= self.fresh_s
-                    and self._fresh_uses < CHECK_GATHER_MAX):
+                    and self._fresh_uses < FRESH_USES_MAX):
                 self._fresh_uses += 1
                 return
         self._submit(_Request((), gather=among_others))

@@ -27,7 +27,7 @@ from replay.verify import verify
 from spark_pipeline.commit.sequence import Committer, Outcome
 from spark_pipeline.commit.session import open_session, strict_state
 from spark_pipeline.commit.settings import CommitSettings
-from spark_pipeline.commit.sink import CHECK_GATHER_MAX, FENCE_FRESH_S, EventSink
+from spark_pipeline.commit.sink import FENCE_FRESH_S, FRESH_USES_MAX, EventSink
 from spark_pipeline.commit.steps import PublishRoots
 from spark_pipeline.jobs import load_job_config
 from spark_pipeline.launcher import commit_settings
@@ -142,14 +142,14 @@ def _any_event() -> Event:
 
 def test_checks_one_after_another_share_a_probe_for_a_few_milliseconds_only(log: EventLog) -> None:
     """A commit on one thread checks its fence before each rename: a probe answers the next checks of FENCE_FRESH_S
-    (at most CHECK_GATHER_MAX of them), not every check a round trip; once it is older, a newer writer's fence is
+    (at most FRESH_USES_MAX of them), not every check a round trip; once it is older, a newer writer's fence is
     found."""
     writer = CountingWriter(log.writer("job"))
     sink = EventSink(writer, State())
     try:
-        for _ in range(3 * CHECK_GATHER_MAX):
+        for _ in range(3 * FRESH_USES_MAX):
             sink.check_fenced()
-        assert 3 <= writer.probes < 3 * CHECK_GATHER_MAX
+        assert 3 <= writer.probes < 3 * FRESH_USES_MAX
         log.writer("job").close()  # a newer holder of the name fences ours
         time.sleep(FENCE_FRESH_S)
         with pytest.raises(FencedError):

@@ -21,7 +21,7 @@ def test_the_default_writer_publishes_parquet_into_an_iceberg_table_each_record_
     assert seen == Counter((f"ice.{d}", o) for d in range(2) for o in range(6))  # each record once
     files = sorted(Path(f.file.file_path.removeprefix("file://")) for f in table.scan().plan_files())
     assert sorted(f.name for f in files) == sorted(
-        f"ice.{d}%3A0_{r}.parquet" for r in ("0-3", "3-6") for d in range(2))
+        f"ice.{d}+ice.{d}%3A0_{r}.parquet" for r in ("0-3", "3-6") for d in range(2))
     assert pq.ParquetFile(files[0]).metadata.row_group(0).column(0).compression == "SNAPPY"
     assert len({s.summary.additional_properties["oncelog.commit-id"] for s in table.snapshots()
                 if s.summary is not None}) == 2  # one snapshot per run

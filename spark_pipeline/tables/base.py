@@ -99,6 +99,7 @@ class TablePublisher(BaseDataPublisher):
         members = 0
         sequences = super().plan(run_id, outputs, dataset_states)
         group = group_of(sequences)
+        output_of = {output.dataset_urn: output for output in outputs}
         for sequence in sequences:
             renames = [s for s in sequence.steps if isinstance(s, FsRenameStep)]
             previous = dataset_states.get(sequence.dataset_urn)
@@ -109,8 +110,8 @@ class TablePublisher(BaseDataPublisher):
                 continue  # only watermarks moved: no table commit
             moved = [s.model_copy(update={"dst": data_file_path(location, urls.relative_to(s.dst, warehouse))})
                      for s in renames]
-            output = next(o for o in outputs if o.dataset_urn == sequence.dataset_urn)
-            step = self.table_step(settings, warehouse, location, sequence, output, previous, group, members)
+            step = self.table_step(settings, warehouse, location, sequence, output_of[sequence.dataset_urn], previous,
+                                   group, members)
             members += 1
             planned.append(sequence.model_copy(update={"steps": (*moved, step, *others)}))
         return planned

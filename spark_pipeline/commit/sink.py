@@ -33,7 +33,7 @@ FRESH_USES_MAX = 1024
 FENCE_FRESH_S = DEFAULT_FENCE_FRESH_MS / 1000
 """How long after it began a probe (or append) that found the writer not fenced answers later checks. A rename already
 past its check can finish after a newer writer took over anyway (the newer run's recovery verifies what it moved by
-size and checksum), so a check answered 50 ms early allows nothing new; a writer paused longer (SIGSTOP, a long GC)
+size and checksum), so a check answered 200 ms early allows nothing new; a writer paused longer (SIGSTOP, a long GC)
 probes again before its next rename."""
 
 

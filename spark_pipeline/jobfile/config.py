@@ -104,7 +104,7 @@ class TaskEngineKind(StrEnum):
 DEFAULT_EXECUTORS_MIN_DATASETS = 10_000
 """Below this many datasets the driver commits a run quicker than shard tasks do (benchmarks.commit_scale on 2
 cores: 1.1 s against 5.1 s at 1,000 datasets, 10.0 s against 11.3 s at 10,000)."""
-DEFAULT_FENCE_FRESH_MS = 50
+DEFAULT_FENCE_FRESH_MS = 200
 """How long a fence probe that passed answers later checks (`job.commit.fence.fresh.ms`)."""
 
 

@@ -259,7 +259,7 @@ def write_job(base: Path, name: str, url: str, rng: random.Random, table: str | 
         # Half the jobs commit in shards (in-process shard tasks, each with its own fenced writer), one or two of them.
         "job.commit.on.executors": rng.random() < 0.5, "job.commit.shards": rng.randint(1, 2),
         # A fenced writer is a thread paused by the scheduler here, not a process paused for seconds: a release need not
-        # wait 50 ms for its fresh probes to expire, thousands of times a run.
+        # wait the default 200 ms for its fresh probes to expire, thousands of times a run.
         "job.commit.fence.fresh.ms": 2,
     }
     # A quarter of the jobs append a record per event, as before batched commit records (no draw: seeds stay as they

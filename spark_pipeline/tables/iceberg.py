@@ -18,14 +18,8 @@ import pyarrow as pa
 import sqlalchemy.exc
 from pyiceberg import exceptions as iceberg_errors
 from pyiceberg.catalog import Catalog, load_catalog
-from pyiceberg.io.pyarrow import (
-    _check_pyarrow_schema_compatible,
-    compute_statistics_plan,
-    data_file_statistics_from_parquet_metadata,
-    parquet_path_to_id_mapping,
-    schema_to_pyarrow,
-)
-from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, TableProperties, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
@@ -49,6 +43,7 @@ from events.commit import (
 from spark_pipeline.tables.base import shared_summary
 from spark_pipeline.tables.errors import TableDataError, TableError
 from spark_pipeline.tables.files import Footer, files_schema, mismatched
+from spark_pipeline.tables.iceberg_stats import DataFiles
 from spark_pipeline.tables.partitioning import PARTITION_SPEC, Period, TablePartitioning, column_type
 from spark_pipeline.tables.storage import Footers, TableStorage
 
@@ -300,28 +295,8 @@ def _add_files(transaction: Transaction, files: Sequence[Footer], properties: di
 
 
 def data_files(metadata: TableMetadata, files: Sequence[Footer]) -> list[DataFile]:
-    """The table's data file entries of Parquet files, from their footers: what pyiceberg's `parquet_file_to_data_file`
-    makes of each file (its statistics, its partition from them, its size), with the table's statistics plan and column
-    ids found once, and each distinct file schema checked against the table's once."""
-    schema = metadata.schema()
-    plan = compute_statistics_plan(schema, metadata.properties)
-    ids = parquet_path_to_id_mapping(schema)
-    spec = metadata.spec()
-    checked: set[bytes] = set()
-    made = []
-    for footer in files:
-        arrow = footer.metadata.schema.to_arrow_schema()
-        key = arrow.serialize().to_pybytes()
-        if key not in checked:
-            _check_pyarrow_schema_compatible(schema, arrow, format_version=metadata.format_version)
-            checked.add(key)
-        statistics = data_file_statistics_from_parquet_metadata(footer.metadata, plan, ids)
-        made.append(DataFile.from_args(
-            content=DataFileContent.DATA, file_path=footer.path, file_format=FileFormat.PARQUET,
-            partition=statistics.partition(spec, schema), file_size_in_bytes=footer.size, sort_order_id=None,
-            spec_id=metadata.default_spec_id, equality_ids=None, key_metadata=None,
-            **statistics.to_serialized_dict()))
-    return made
+    """The table's data file entries of Parquet files, from their footers (`iceberg_stats`)."""
+    return DataFiles(metadata).of(files)
 
 
 def _mismatched(table: Table, schema: pa.Schema) -> list[str]:

@@ -98,6 +98,41 @@ def test_icebergs_data_files_from_the_footers_read_once_are_pyicebergs_own(
     assert any(f.lower_bounds for f in ours) and any(f.partition for f in ours) == (partitioning is not None)
 
 
+METRICS = {"default": {}, "counts": {"write.metadata.metrics.default": "counts"},
+           "none": {"write.metadata.metrics.default": "none"},
+           "full": {"write.metadata.metrics.default": "full"},
+           "truncate-4": {"write.metadata.metrics.default": "truncate(4)"},
+           "per-column": {"write.metadata.metrics.default": "none", "write.metadata.metrics.column.text": "truncate(3)",
+                          "write.metadata.metrics.column.offset": "counts",
+                          "write.metadata.metrics.column.timestamp": "full"}}
+
+
+@pytest.mark.parametrize("properties", METRICS.values(), ids=METRICS.keys())
+def test_icebergs_data_files_under_every_metrics_mode_are_pyicebergs_own(properties: dict[str, str],
+                                                                        tmp_path: Path) -> None:
+    """The table's metrics modes, and Parquet's other ways to hold a column (decimals as integers, floats, texts in
+    dictionaries of several row groups), give the entries pyiceberg's own path gives."""
+    location = tmp_path / "lake" / "events"
+    files = [mixed_file(location, i, hour=i % 2, row_groups=1 + i % 3, statistics=i != 4) for i in range(3)]
+    step = iceberg_step(tmp_path, 0, TablePartitioning("timestamp", Period.HOUR))
+    assert commit_together([TableMember(step, (files[0],))], LOCAL)[0].done == "executed"
+    table = iceberg.load_table(iceberg.TableRef.of(step))
+    assert table is not None
+    for i, store_decimal_as_integer in enumerate((True, False)):
+        path = location / "data" / f"kinds-{i}.parquet"
+        data = pq.read_table(files[i])
+        data = data.set_column(data.schema.get_field_index("ratio"), "ratio",
+                               data["ratio"].cast(pa.float32()).cast(pa.float64()))
+        pq.write_table(data, path, store_decimal_as_integer=store_decimal_as_integer, row_group_size=2)
+        files.append(str(path))
+    assert pq.read_metadata(files[-2]).row_group(0).column(8).physical_type == "INT32"
+    metadata = table.metadata.model_copy(update={"properties": {**table.metadata.properties, **properties}})
+    ours = iceberg.data_files(metadata, LOCAL_STORAGE.footers(files, "test"))
+    table.metadata = metadata
+    theirs = [parquet_file_to_data_file(table.io, metadata, path) for path in files]
+    assert [entry(f) for f in ours] == [entry(f) for f in theirs]
+
+
 @pytest.fixture
 def parquet_opens(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """How many Parquet files are opened for their footer or columns (by oncelog, pyiceberg, anyone in process)."""

@@ -183,7 +183,8 @@ def shared_summary(summaries: Sequence[Mapping[str, str]]) -> dict[str, str]:
         shared = {key: value for key, value in shared.items() if summary.get(key) == value}
     properties = {**shared, "oncelog.sequences": str(len(summaries)),
                   "oncelog.records": str(sum(int(summary.get("oncelog.records", "0")) for summary in summaries))}
-    if len(summaries) > 1:
+    # each sequence's ranges are part of the text: past the limit together, they need not be parsed to know it
+    if len(summaries) > 1 and sum(len(s.get(TABLE_WATERMARKS, "")) for s in summaries) <= DATASET_WATERMARKS_MAX:
         ranges = {s.get("oncelog.dataset", str(i)): json.loads(s.get(TABLE_WATERMARKS, "{}"))
                   for i, s in enumerate(summaries)}
         text = json.dumps(ranges, sort_keys=True, separators=(",", ":"))

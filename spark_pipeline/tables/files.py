@@ -80,8 +80,13 @@ def fits(data: pa.DataType, table: pa.DataType) -> bool:
 
 
 def local(path: str) -> str:
-    """A data file's path as Arrow opens it (file:// URLs as plain paths)."""
-    return str(Path(path.removeprefix("file://"))) if path.startswith(("file://", "/")) else path
+    """A data file's path as Arrow opens it (file:// URLs as plain paths, normalised as `Path` does: a table commit
+    asks this of every file, so a path already normal is returned as it is)."""
+    if not path.startswith(("file://", "/")):
+        return path
+    plain = path.removeprefix("file://")
+    normal = plain.startswith("/") and "//" not in plain and "/." not in plain and not plain.endswith("/")
+    return plain if normal else str(Path(plain))
 
 
 def first_line(error: BaseException) -> str:

@@ -70,6 +70,8 @@ def _lower(kind: PrimitiveType, length: int | None) -> Callable[[Any], bytes | N
     """`StatsAggregator.min_as_bytes`: the lower bound truncated (to `length`, if set), as bytes."""
     if length is None:
         return lambda value: to_bytes(kind, value)
+    if isinstance(kind, StringType):
+        return lambda value: value[:length].encode("utf-8")  # what truncate(length) and to_bytes make of a text
     truncate = TruncateTransform(width=length).transform(kind)
 
     def truncated(value: Any) -> bytes | None:
@@ -126,8 +128,9 @@ class DataFiles:
                         for fid, c in compute_statistics_plan(self.schema, metadata.properties).items()}
         self.ids = parquet_path_to_id_mapping(self.schema)
         self.physical_checked: set[tuple[int, str]] = set()
-        self.layouts: dict[pa.Schema, list[ColumnMetrics]] = {}
-        """Each distinct file schema's columns, in the file's order, once checked against the table's."""
+        self.layouts: list[tuple[pq.ParquetSchema, dict[bytes, bytes] | None, list[ColumnMetrics]]] = []
+        """Each distinct file schema (its Parquet schema and key-value metadata, from which Arrow reads its Arrow
+        schema) with its columns in the file's order, once checked against the table's."""
         self.partition_fields: list[tuple[PartitionField, Callable[[Any], Any]]] = [
             (f, f.transform.transform(self.schema.find_field(f.source_id).field_type)) for f in self.spec.fields]
 
@@ -136,7 +139,7 @@ class DataFiles:
 
     def entry(self, footer: Footer) -> DataFile:
         """The data file entry of one file (`parquet_file_to_data_file` of pyiceberg, from the footer read)."""
-        stats = self._statistics(footer.metadata, self._layout(footer))
+        stats = self._statistics(footer.metadata, self._layout(footer.metadata))
         lower: dict[int, bytes] = {}
         upper: dict[int, bytes] = {}
         for fid, low in stats.lows.items():
@@ -154,16 +157,17 @@ class DataFiles:
             null_value_counts=stats.nulls, nan_value_counts={}, lower_bounds=lower, upper_bounds=upper,
             split_offsets=stats.offsets)
 
-    def _layout(self, footer: Footer) -> list[ColumnMetrics]:
+    def _layout(self, metadata: pq.FileMetaData) -> list[ColumnMetrics]:
         """The file's columns, each distinct file schema checked against the table's once (pyiceberg checks every
         file's) and its columns found once."""
-        if (known := self.layouts.get(footer.schema)) is not None:
-            return known
-        metadata = footer.metadata
-        _check_pyarrow_schema_compatible(self.schema, metadata.schema.to_arrow_schema(),
+        schema, properties = metadata.schema, metadata.metadata
+        for known, known_properties, columns in self.layouts:
+            if properties == known_properties and schema.equals(known):
+                return columns
+        _check_pyarrow_schema_compatible(self.schema, schema.to_arrow_schema(),
                                          format_version=self.metadata.format_version)
-        made = [self.columns[self.ids[metadata.schema.column(p).path]] for p in range(metadata.num_columns)]
-        self.layouts[footer.schema] = made
+        made = [self.columns[self.ids[schema.column(p).path]] for p in range(metadata.num_columns)]
+        self.layouts.append((schema, properties, made))
         return made
 
     def _statistics(self, metadata: pq.FileMetaData, columns: list[ColumnMetrics]) -> _FileStatistics:

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spark_pipeline.tables.base import data_file_path
+from spark_pipeline.tables.files import local
 from spark_pipeline.tables.iceberg import TableRef, load_table
 from tests.spark_pipeline.tables.table_jobs import run_table_job
 
@@ -19,6 +20,14 @@ RELATIVE = st.lists(SEGMENT, min_size=1, max_size=4).map("/".join)
 @given(st.lists(RELATIVE, min_size=2, max_size=6, unique=True))
 def test_distinct_published_paths_stay_distinct_in_the_table(relatives: list[str]) -> None:
     assert len({data_file_path("/t", relative) for relative in relatives}) == len(relatives)
+
+
+@given(st.sampled_from(["", "/", "//", "file://", "file:///", "s3a://b/"]), st.lists(
+    st.text(st.sampled_from("a./"), max_size=4), max_size=4).map("/".join))
+def test_a_data_files_local_path_is_the_one_path_makes_of_it(prefix: str, rest: str) -> None:
+    path = prefix + rest
+    expected = str(Path(path.removeprefix("file://"))) if path.startswith(("file://", "/")) else path
+    assert local(path) == expected
 
 
 def test_a_dataset_folder_becomes_part_of_the_file_name_and_time_partitions_stay_folders() -> None:

@@ -72,6 +72,8 @@ def _lower(kind: PrimitiveType, length: int | None) -> Callable[[Any], bytes | N
         return lambda value: to_bytes(kind, value)
     if isinstance(kind, StringType):
         return lambda value: value[:length].encode("utf-8")  # what truncate(length) and to_bytes make of a text
+    if isinstance(kind, BinaryType):
+        return lambda value: value[:length]  # and of bytes
     truncate = TruncateTransform(width=length).transform(kind)
 
     def truncated(value: Any) -> bytes | None:

@@ -110,6 +110,10 @@ def parent(location: str) -> str:
 
 def relative_to(location: str, base: str) -> str:
     """location's path below base ('a/b.avro'); a ValueError when it does not lie below it."""
+    if _plain_local(location) and _plain_local(base):  # already normal: compared as they are, without parsing
+        if not location.startswith(base + "/"):
+            raise ValueError(f"{location} does not lie under {base}")
+        return location[len(base) + 1:]
     inner, outer = parse(location), parse(base)
     prefix = outer.path.rstrip("/") + "/"
     if inner.root != outer.root or not inner.path.startswith(prefix):

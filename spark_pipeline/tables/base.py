@@ -10,6 +10,7 @@ Loads no table library: each publisher's commit step loads its own (pyiceberg, d
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from abc import abstractmethod
@@ -128,6 +129,11 @@ class TablePublisher(BaseDataPublisher):
 
     def partition_summary(self) -> dict[str, str]:
         """The partitioning a table this job creates gets, from the job's time partitioner (none: unpartitioned)."""
+        return dict(self._partition_summary)
+
+    @functools.cached_property
+    def _partition_summary(self) -> dict[str, str]:
+        """`partition_summary`, read from the job's keys once (every dataset's table step carries it)."""
         partitioning = table_partitioning(partitioning_of(self.config.properties))
         return {PARTITION_SPEC: partitioning.encode()} if partitioning is not None else {}
 

@@ -2,6 +2,7 @@
 folders, in one run; and the table commit of a many-dataset job.
 
     python -m benchmarks.tables [--quick] [--records N] [--partitions P] [--repeats R] [--datasets D]
+                                [--commit-repeats C]
 
 One topic (8 partitions) holds N page-view records (pipeline.py's), produced before any timing with Kafka timestamps
 spread over hours from a day before the run (37 ms apart: 1M records span about ten hours), so that the time
@@ -20,7 +21,9 @@ sides rotate which goes first. Figures: records/s at the median repeat, and the 
 The table commit: a synthetic job of D datasets (10,000; `--quick` 1,000), one partition and a few records each,
 published by each table publisher and, beside it, by the folder publisher, each committed on the driver (a table
 job's default; `job.commit.on.executors: false` for the folder job too); its commit phase from the run's last
-task event to JobRunCommitted, read from the log's timestamps (benchmarks.pipeline's phases).
+task event to JobRunCommitted, read from the log's timestamps (benchmarks.pipeline's phases); `--commit-repeats`
+runs of each side (3; `--quick` 1), the sides rotating which goes first, the median the figure (single runs of one code
+were seen to differ by 3× on this VM).
 
 The Kafka broker is `$KAFKA_BOOTSTRAP`, or a local one started for the run. Last line of stdout: the JSON figures.
 """
@@ -66,8 +69,8 @@ FIRST_TS_MS = (time.time_ns() // 1_000_000 // HOUR_MS - 24) * HOUR_MS
 default: the topic's records deleted while the benchmark reads them) and lie after a clock set back."""
 STEP_MS = 37
 """Record i's Kafka timestamp is FIRST_TS_MS + 37·i: 97,297 records an hour."""
-FULL = {"records": 1_000_000, "repeats": 3, "datasets": 10_000, "warm_up": 100_000}
-QUICK = {"records": 100_000, "repeats": 1, "datasets": 1_000, "warm_up": 20_000}
+FULL = {"records": 1_000_000, "repeats": 3, "datasets": 10_000, "warm_up": 100_000, "commit_repeats": 3}
+QUICK = {"records": 100_000, "repeats": 1, "datasets": 1_000, "warm_up": 20_000, "commit_repeats": 1}
 TARGETS = {"iceberg_over_folders": 0.9, "delta_over_folders": 0.9, "iceberg_commit_s_10000": 5.0,
            "delta_commit_s_10000": 5.0}
 """The tables issue's targets."""
@@ -221,7 +224,7 @@ class Samples:
     """Each side's timed runs on the topic, its table commit, and the 1-minute load after each run."""
 
     topic: dict[Side, list[Timed]] = field(default_factory=dict)
-    commit_s: dict[Side, float] = field(default_factory=dict)
+    commit_s: dict[Side, list[float]] = field(default_factory=dict)
     load: list[float] = field(default_factory=list)
 
 
@@ -240,9 +243,12 @@ def measure(bench: Bench, sides: list[Side], args: argparse.Namespace) -> Sample
             samples.topic.setdefault(side, []).append(timed)
             samples.load.append(os.getloadavg()[0])
             note(f"{side}: {args.records / timed.seconds:,.0f} records/s ({timed.seconds:.2f}s, {timed.cpu:.1f} CPU s)")
-    for side in sides:
-        samples.commit_s[side] = run_commit(bench, side, args.datasets)
-        note(f"{side}: {args.datasets:,} datasets committed in {samples.commit_s[side]:.2f}s")
+    for i in range(args.commit_repeats):
+        for side in sides[i % len(sides):] + sides[:i % len(sides)]:
+            seconds = run_commit(bench, side, args.datasets)
+            samples.commit_s.setdefault(side, []).append(seconds)
+            samples.load.append(os.getloadavg()[0])
+            note(f"{side}: {args.datasets:,} datasets committed in {seconds:.2f}s")
     return samples
 
 
@@ -257,8 +263,8 @@ def figures(args: argparse.Namespace, samples: Samples) -> dict[str, Any]:
         return round(table / folders, 3) if table and folders else None
 
     def commit(side: Side) -> float | None:
-        seconds = samples.commit_s.get(side)
-        return round(seconds, 3) if seconds is not None else None
+        runs = samples.commit_s.get(side)
+        return round(statistics.median(runs), 3) if runs else None
 
     result: dict[str, Any] = {
         "iceberg_rps": rps(Side.ICEBERG), "delta_rps": rps(Side.DELTA), "folders_rps": rps(Side.FOLDERS),
@@ -267,9 +273,11 @@ def figures(args: argparse.Namespace, samples: Samples) -> dict[str, Any]:
         f"delta_commit_s_{args.datasets}": commit(Side.DELTA),
         f"folders_commit_s_{args.datasets}": commit(Side.FOLDERS),
         **{f"{side}_rps_each": [round(args.records / t.seconds) for t in runs] for side, runs in samples.topic.items()},
+        **{f"{side}_commit_s_each": [round(s, 3) for s in runs] for side, runs in samples.commit_s.items()},
         **{f"{side}_cpu_s": round(statistics.median(t.cpu for t in runs), 2) for side, runs in samples.topic.items()},
         "records": args.records, "partitions": PARTITIONS, "hours": round(args.records * STEP_MS / 3_600_000, 1),
-        "datasets": args.datasets, "repeats": args.repeats, "quick": args.quick, "cpus": os.cpu_count(),
+        "datasets": args.datasets, "repeats": args.repeats, "commit_repeats": args.commit_repeats,
+        "quick": args.quick, "cpus": os.cpu_count(),
         "load_avg_1m_median": round(statistics.median(samples.load), 2) if samples.load else None,
     }
     met = {f"{name}_target_met": (None if result.get(name) is None else
@@ -285,6 +293,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, help="timed runs of each side (3)")
     parser.add_argument("--datasets", type=int, help="datasets of the table-commit job (10,000)")
     parser.add_argument("--warm-up", type=int, help="records of the untimed warm-up topic (100,000)")
+    parser.add_argument("--commit-repeats", type=int,
+                        help="runs of each side's many-dataset job, sides rotating; the median is the figure (3)")
     args = parser.parse_args()
     for name, value in (QUICK if args.quick else FULL).items():
         if getattr(args, name) is None:

@@ -85,20 +85,18 @@ def _lower(kind: PrimitiveType, length: int | None) -> Callable[[Any], bytes | N
 def _upper(kind: PrimitiveType, length: int | None) -> Callable[[Any], bytes | None]:
     """`StatsAggregator.max_as_bytes`: the upper bound as bytes, a text or binary one truncated upward (none when it
     cannot be)."""
-    if isinstance(kind, StringType):
-        def text(value: Any) -> bytes | None:
-            if not isinstance(value, str):
-                raise ValueError("Expected the current_max to be a string")
-            bound = truncate_upper_bound_text_string(value, length)
+    if isinstance(kind, (StringType, BinaryType)):
+        text = isinstance(kind, StringType)
+        expected, named = (str, "a string") if text else (bytes, "bytes")
+        upward: Callable[[Any, int | None], Any] = (truncate_upper_bound_text_string if text
+                                                    else truncate_upper_bound_binary_string)
+
+        def truncated(value: Any) -> bytes | None:
+            if not isinstance(value, expected):
+                raise ValueError(f"Expected the current_max to be {named}")
+            bound = upward(value, length)
             return to_bytes(kind, bound) if bound is not None else None
-        return text
-    if isinstance(kind, BinaryType):
-        def binary(value: Any) -> bytes | None:
-            if not isinstance(value, bytes):
-                raise ValueError("Expected the current_max to be bytes")
-            bound = truncate_upper_bound_binary_string(value, length)
-            return to_bytes(kind, bound) if bound is not None else None
-        return binary
+        return truncated
     if length is not None:
         raise ValueError(f"{kind} cannot be truncated")
     return lambda value: to_bytes(kind, value)

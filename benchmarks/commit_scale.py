@@ -4,6 +4,7 @@ path.
     python -m benchmarks.commit_scale [--quick] [--sizes 1000,10000,100000] [--log sqlite|kafka]
                                       [--paths both|sharded|driver-only] [--shards-on spark|in-process]
                                       [--record-shapes both|batched|per-event] [--records-per-dataset 2]
+                                      [--second-run]
 
 Each dataset has one partition and a few records (spark_pipeline/sources/synthetic.py); tasks run in the job's own
 process (InProcessTaskEngine), so that what is measured is the commit machinery, not Spark's scheduling of tasks.
@@ -21,7 +22,9 @@ per-work-unit objects included (an upper bound of the driver's alone). For each 
   process: its recovery phase, from its JobRunStarted to its WorkUnitsPlanned (every pending sequence finished, by
   the shards or by the driver as the path says, and the log folded again before planning); recovered: how many
   sequences it finished;
-- max_event_bytes: the largest encoded value in the log (the codec refuses any over 256 KiB).
+- max_event_bytes: the largest encoded value in the log (the codec refuses any over 256 KiB);
+- second_run_commit_s (`--second-run`): the same job run again, its commit phase: every dataset's folder exists by
+  then, so a folder job's commit creates none (a first run's new folders cost 0.6–1 ms each on the development VM).
 
 Each is measured with both record shapes (`--record-shapes`): batched commit records (job.commit.batch.records, the
 default) and a record per event as before batches (figures prefixed `per_event_`); commit_records_per_dataset counts
@@ -194,14 +197,22 @@ def log_url(template: str, folder: Path) -> str:
 
 
 def measure(base: Path, template: str, datasets: int, records: int, on_executors: str, shards_on: str,
-            batch_records: bool) -> dict[str, Any]:
-    """One path at one size: a full run, then a run killed after planning and its recovery."""
+            batch_records: bool, second_run: bool = False) -> dict[str, Any]:
+    """One path at one size: a full run (`second_run`: and the same job again, publishing into the folders the first
+    made), then a run killed after planning and its recovery."""
     where = {"ONCELOG_BENCH_SHARDS_ON": shards_on}
     path = job_file(base / "run", log_url(template, base / "run"), datasets, records, on_executors, batch_records)
     ran = child("run", str(path), env=where)
     if ran["status"] != "COMMITTED":
         raise RuntimeError(f"{datasets:,} datasets: the run ended {ran['status']}: {ran['error']}")
     scanned = child("scan", str(path), ran["run_id"])
+    again: dict[str, Any] = {}
+    if second_run:
+        rerun = child("run", str(path), env=where)
+        if rerun["status"] != "COMMITTED":
+            raise RuntimeError(f"{datasets:,} datasets: the second run ended {rerun['status']}: {rerun['error']}")
+        again = {"second_run_commit_s": round(child("scan", str(path), rerun["run_id"])["commit_s"], 3),
+                 "second_run_peak_rss_mib": round(rerun["peak_rss_mib"], 1)}
     crash = job_file(base / "crash", log_url(template, base / "crash"), datasets, records, on_executors,
                      batch_records)
     killed = child("run", str(crash), env={**where, "ONCELOG_CRASH_AT": "after-planning"}, may_die=True)
@@ -220,7 +231,7 @@ def measure(base: Path, template: str, datasets: int, records: int, on_executors
         "recovery_run_peak_rss_mib": round(recovered["peak_rss_mib"], 1),
         "max_event_bytes": max(scanned["max_event_bytes"], crash_scan["max_event_bytes"]),
         "max_event_type": scanned["max_event_type"], "events": scanned["events"],
-        "commit_records_per_dataset": round(scanned["commit_records"] / datasets, 4),
+        "commit_records_per_dataset": round(scanned["commit_records"] / datasets, 4), **again,
     }
 
 
@@ -261,7 +272,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         note(f"{datasets:,} datasets, {'driver only' if path_prefix else 'commit shards'}, "
                              f"{'a record per event' if shape else 'batched records'}: running")
                         found = measure(work / f"{prefix or 'sharded_'}{datasets}", template, datasets,
-                                        args.records_per_dataset, on_executors, args.shards_on, batch_records)
+                                        args.records_per_dataset, on_executors, args.shards_on, batch_records,
+                                        args.second_run)
                         note(f"  commit {found['commit_s']:.2f}s of {found['job_s']:.2f}s, "
                              f"{found['commit_us_per_dataset']:,.0f} µs/dataset, peak RSS "
                              f"{found['driver_peak_rss_mib']:,.0f} MiB, recovery of {found['recovered']:,} sequences "
@@ -288,6 +300,9 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="1,000 and 10,000 datasets only (under two minutes)")
+    parser.add_argument("--second-run", action="store_true",
+                        help="run each job twice and report the second commit too (second_run_commit_s): its datasets' "
+                             "folders exist, so it measures the commit without creating them")
     parser.add_argument("--sizes", default=",".join(map(str, FULL_SIZES)), help="dataset counts, comma-separated")
     parser.add_argument("--log", choices=("sqlite", "kafka"), default="sqlite", help="the log's store")
     parser.add_argument("--paths", choices=("both", "sharded", "driver-only"), default="both",

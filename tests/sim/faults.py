@@ -120,6 +120,8 @@ class FaultyFileSystem(FileSystem):
         self.scope: str | None = None
         """The folder of the job whose run or command is working: a deletion outside it is a violation."""
         self.violations: list[str] = []
+        self.half_copies: dict[str, tuple[str, str]] = {}
+        """Each destination a copy cut short left behind: the SHA-256 of what it holds, and the copy's source."""
 
     def _guarded(self, call: str, path: str, action: Callable[[], T], partial: Callable[[], None] | None = None) -> T:
         """Run one file operation as the plan says: an OSError or a crash before it, a crash after it, or neither.
@@ -168,6 +170,7 @@ class FaultyFileSystem(FileSystem):
         writer = self.inner.open_write(dst)
         writer.write(data[: len(data) // 2])
         writer.close()
+        self.half_copies[dst] = (hashlib.sha256(data[: len(data) // 2]).hexdigest(), src)
 
     def _check_scope(self, path: str) -> None:
         """Record a deletion outside the working job's folder (a clean-up must never touch another job's)."""

@@ -66,6 +66,14 @@ def test_a_table_scenario_commits_each_dataset_in_a_shard_of_its_own() -> None:
     assert len({shard_of(urn, LOG_PARTITIONS, LOG_PARTITIONS) for urn in DATASETS}) == 1
 
 
+def test_the_half_of_an_unchanged_file_a_cut_short_copy_left_is_not_taken_for_changed_output(tmp_path: Path) -> None:
+    # seed 5798: a copy cut short leaves the first half of ds.0's file at its destination, and ds.1's task output is
+    # truncated to the same length: both are the same bytes (an Avro header's start), yet nothing changed was published
+    failures, totals, _ = _play([5798], tmp_path)
+    assert not failures
+    assert totals["copy:partial"] and totals["output-changed:truncated"]
+
+
 def _play(seeds: Iterable[int], work: Path, open_scenario_log: OpenLog = sqlite_log,
           spark: SparkSession | None = None, table_rate: float = TABLE_RATE) -> tuple[list[str], Counter[str], int]:
     """Play seeds in `work`: failures, counts, records checked."""

@@ -29,7 +29,6 @@ from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.partitioning import PartitionField, partition_record_value
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.transforms import TruncateTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import BinaryType, DecimalType, PrimitiveType, StringType
 from pyiceberg.utils.decimal import unscaled_to_decimal
@@ -67,19 +66,15 @@ class ColumnMetrics:
 
 
 def _lower(kind: PrimitiveType, length: int | None) -> Callable[[Any], bytes | None]:
-    """`StatsAggregator.min_as_bytes`: the lower bound truncated (to `length`, if set), as bytes."""
+    """`StatsAggregator.min_as_bytes`: the lower bound truncated (to `length`, if set), as bytes. Only texts and
+    binaries are truncated: the statistics plan gives every other column `full` metrics."""
     if length is None:
         return lambda value: to_bytes(kind, value)
     if isinstance(kind, StringType):
         return lambda value: value[:length].encode("utf-8")  # what truncate(length) and to_bytes make of a text
     if isinstance(kind, BinaryType):
         return lambda value: value[:length]  # and of bytes
-    truncate = TruncateTransform(width=length).transform(kind)
-
-    def truncated(value: Any) -> bytes | None:
-        made = truncate(value)
-        return to_bytes(kind, made) if made is not None else None
-    return truncated
+    raise ValueError(f"{kind} cannot be truncated")
 
 
 def _upper(kind: PrimitiveType, length: int | None) -> Callable[[Any], bytes | None]:

@@ -67,6 +67,11 @@ class DatasetPublished(DatasetEvent, Parted):
     def key(self) -> str:
         return self.part_key(self.commit_key("PUBLISHED"))
 
+    def fits_at_a_glance(self, budget: int) -> bool:
+        """A file weighs at most its texts' lengths and 40 (approx_size: 37), a range its partition's and 32 (23)."""
+        size = sum(len(f.path) + len(f.checksum) + len(f.partition) + 40 for f in self.files)
+        return size + sum(len(w.partition) + 32 for w in self.watermarks) <= budget
+
     @property
     def by_partition(self) -> dict[str, tuple[PublishedFile, ...]]:
         """This part's files per time partition ("": the files of a job without a partitioner), in order."""

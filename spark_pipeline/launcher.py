@@ -281,7 +281,7 @@ class JobLauncher:
         unsettled = state.unsettled_datasets(config.job_name)
         result.skipped = {urn: skip_reason(sequence) for urn, sequence in sorted(unsettled.items())}
         planned_from = source_state(self.config, state, self.run_id)
-        early = self._early
+        early, self._early = self._early, None  # its units are copied below: not held twice for the run
         if early is not None and early.state == planned_from:
             if early.error is not None:
                 raise early.error

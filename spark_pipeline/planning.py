@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from events.job import WorkUnitSpec
 from projections.views import WorkUnitStatus
@@ -39,14 +40,16 @@ def source_work_units(config: JobConfig, state: SourceState) -> list[WorkUnitSpe
 def pack_work_units(config: JobConfig, planned: list[WorkUnitSpec],
                     slots: Callable[[], int]) -> tuple[list[WorkUnitSpec], list[MultiWorkUnit]]:
     """The work units with their task ids, and the tasks that run them (at most `slots()` tasks; asked only when
-    there is work, since knowing the slots may start Spark)."""
+    there is work, since knowing the slots may start Spark). The tasks hold the very units returned: one copy of
+    each unit for the run, not two."""
     if not planned:
         return [], []
     source = make_construct(config, "source.class", config.source_class, Source)
     packed = source.pack(planned, slots())
     by_task = {w.work_unit_id: m.multi_work_unit_id for m in packed for w in m.work_units}
     work_units = [w.model_copy(update={"multi_work_unit_id": by_task[w.work_unit_id]}) for w in planned]
-    return work_units, packed
+    by_id = {w.work_unit_id: w for w in work_units}
+    return work_units, [replace(m, work_units=tuple(by_id[w.work_unit_id] for w in m.work_units)) for m in packed]
 
 
 def plan_work_units(config: JobConfig, state: SourceState,

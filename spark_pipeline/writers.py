@@ -183,9 +183,9 @@ class AvroDataWriter(DataWriter):
         checksum = self._file.digest.hexdigest()
         target = urls.join(self.destination.output_dir, output_file_name(self.destination, actual_high_watermark))
         move_to_task_output(self.fs, self.staging_path, target, self._file.size, checksum)
-        return [OutputFile(path=target, size=self._file.size, checksum=checksum, records=self.records_written,
-                           branch=self.destination.branch.index, folder=self.destination.output_dir,
-                           partition=self.destination.partition)]
+        return [OutputFile.trusted(path=target, size=self._file.size, checksum=checksum,
+                                   records=self.records_written, branch=self.destination.branch.index,
+                                   folder=self.destination.output_dir, partition=self.destination.partition)]
 
     def abort(self) -> None:
         if self._file.closed:
@@ -251,9 +251,9 @@ class ParquetDataWriter(DataWriter):
                            unit_file_name(self.destination.work_unit, self.destination.partition,
                                           actual_high_watermark, ".parquet"))
         move_to_task_output(self.fs, self.staging_path, target, file.size, checksum)
-        return [OutputFile(path=target, size=file.size, checksum=checksum, records=self.records_written,
-                           branch=self.destination.branch.index, folder=self.destination.output_dir,
-                           partition=self.destination.partition)]
+        return [OutputFile.trusted(path=target, size=file.size, checksum=checksum, records=self.records_written,
+                                   branch=self.destination.branch.index, folder=self.destination.output_dir,
+                                   partition=self.destination.partition)]
 
     def abort(self) -> None:
         self._rows, self._batches = [], []

@@ -291,13 +291,18 @@ class Committer:
 
     def _commit_all(self, views: list[SequenceView], workers: int, done: Callable[[int], None]
                     ) -> list[CommitResult]:
-        sequences = [self.sequence(v, among_others=workers > 1) for v in views]
-        batches: list[list[Event]] = [[] for _ in views]
+        # Each sequence and its events exist from its commit until they are recorded (a paused one: until it ends):
+        # a hundred thousand datasets' sequences are not all held at once.
+        sequences: dict[int, CommitSequence] = {}
+        batches: dict[int, list[Event]] = {}
         ended = itertools.count(1)
         lock = threading.Lock()
 
         def commit(index: int, pause: bool) -> CommitResult | None:
-            sequence, record = sequences[index], batches[index].extend
+            sequence = sequences.get(index)
+            if sequence is None:
+                sequence = sequences[index] = self.sequence(views[index], among_others=workers > 1)
+            record = batches.setdefault(index, []).extend
             result = sequence.commit_or_wait(record) if pause else sequence.commit(record)
             if result is not None:
                 with lock:
@@ -322,8 +327,7 @@ class Committer:
                         paused.append(index)
                         continue
                     results[index] = result
-                    batch, batches[index] = batches[index], []  # recorded below: not kept twice
-                    records.add(batch, sequences[index].renamed_into)
+                    records.add(batches.pop(index), sequences.pop(index).renamed_into)
                 return paused
 
             waiting = run(range(len(views)), pause=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 from os import PathLike
 from typing import Generic, TypeVar
 
@@ -118,6 +119,15 @@ class CommitStep(ABC):
         """Do the step; returns the events that record its effect."""
 
 
+class _Unseen(Enum):
+    """No size seen yet (None is a size seen: no file)."""
+
+    UNSEEN = "unseen"
+
+
+UNSEEN = _Unseen.UNSEEN
+
+
 class FsRenameCommitStep(CommitStep):
     """Publish a file: move it from task output to the job output.
 
@@ -130,13 +140,19 @@ class FsRenameCommitStep(CommitStep):
     def __init__(self, spec: FsRenameStep, fs: FileSystem) -> None:
         self.spec = spec
         self.fs = fs
+        self._source_size: int | None | _Unseen = UNSEEN
+        """The source's size verify() just found (None: no file), for execute() right after it not to ask again."""
 
     def verify(self) -> bool:
-        return not self.fs.exists(self.spec.src) and self.fs.holds(self.spec.dst, self.spec.size, self.spec.checksum)
+        self._source_size = self.fs.size(self.spec.src)
+        return self._source_size is None and self.fs.holds(self.spec.dst, self.spec.size, self.spec.checksum)
 
     def execute(self) -> list[Event]:
         spec = self.spec
-        if self.fs.holds(spec.src, spec.size, spec.checksum):  # the common case: no other call before the move
+        size, self._source_size = self._source_size, UNSEEN
+        if isinstance(size, _Unseen):
+            size = self.fs.size(spec.src)
+        if size == spec.size and self.fs.checksum(spec.src) == spec.checksum:  # the common case: then the move
             self.fs.move(spec.src, spec.dst, spec.size, spec.checksum)
             return []
         if not self.fs.exists(spec.src):

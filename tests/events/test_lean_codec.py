@@ -24,7 +24,7 @@ from events.errors import EventDecodeError
 from events.keys import key_of, segment
 from events.log import open_log
 from events.model import Event, SequenceFields, fits_one_slice, split_fields
-from events.published import published_events
+from events.published import DatasetPublished, PublishedFile, WatermarkRange, published_events
 from events.registry import EVENT_TYPES
 from tests.factories import one_of_each
 
@@ -236,6 +236,21 @@ def test_an_event_goes_in_one_part_exactly_when_its_lists_make_one_slice(lists: 
     assert fits_one_slice(lists, budget) == (len(split_fields(lists, budget)) == 1)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(value_of(PublishedFile), min_size=2, max_size=8).map(tuple),
+       st.lists(value_of(WatermarkRange), max_size=4).map(tuple))
+def test_a_published_event_said_to_fit_at_a_glance_makes_one_slice(files: tuple[PublishedFile, ...],
+                                                                   ranges: tuple[WatermarkRange, ...]) -> None:
+    """At the least budget the glance takes, item by item adds up to no more (the bound is one from above)."""
+    event = DatasetPublished(**SEQUENCE, files=files, watermarks=ranges)
+    low, high = 0, 10**7
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if event.fits_at_a_glance(middle) else (middle + 1, high)
+    assert fits_one_slice({"files": files, "watermarks": ranges}, low)
+    assert event.in_parts(low) == (event,)
+
+
 def test_a_key_segment_of_a_str_subclass_is_its_characters() -> None:
     """join takes a str subclass as its characters, as the escaping path always did, whatever its __str__ says."""
 
@@ -244,3 +259,13 @@ def test_a_key_segment_of_a_str_subclass_is_its_characters() -> None:
             return self.upper()
 
     assert key_of("commit", Shouted("planned"), 3) == "commit/planned/3"
+
+
+def test_trusted_values_share_one_fields_set_that_a_copy_with_changes_leaves_alone() -> None:
+    first = CommitStepApplied.trusted(**SEQUENCE, step_index=0, outcome="executed")
+    second = CommitStepApplied.trusted(**SEQUENCE, step_index=1, outcome="verified")
+    assert first.model_fields_set is second.model_fields_set
+    assert first.model_fields_set == set(CommitStepApplied.model_fields)
+    changed = first.model_copy(update={"step_index": 5})
+    assert changed.step_index == 5 and changed.model_fields_set is not first.model_fields_set
+    assert second.model_fields_set == set(CommitStepApplied.model_fields)

@@ -259,7 +259,7 @@ class WorkUnitFlow:
                           for f in writer.commit(self.processed_watermark)]
         self.state.set_actual_high_watermark(self.processed_watermark)
         unit = self.state.work_unit
-        return WorkUnitResult(
+        return WorkUnitResult.trusted(
             work_unit_id=unit.work_unit_id, dataset_urn=unit.dataset_urn, partition=unit.partition,
             low_watermark=unit.low_watermark, expected_high_watermark=unit.expected_high_watermark,
             actual_high_watermark=self.processed_watermark, records_extracted=self.records_extracted,

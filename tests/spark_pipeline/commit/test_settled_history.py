@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from events.commit import CommitSequencePlanned, CommitStepRolledBack, FsRenameS
 from events.errors import ConfigError, LogNotStableError
 from events.job import DatasetSkipped, WorkUnitsPlanned
 from events.log import EventLog, open_log
-from filesystems.local import LOCAL
+from filesystems.local import LOCAL, LocalFileSystem
 from projections.projector import Projector
 from projections.views import RunStatus
 from replay.audit import audit
@@ -184,6 +185,32 @@ def test_a_source_changed_after_its_task_wrote_it_is_never_published(tmp_path: P
     with pytest.raises(CommitStepError, match="does not hold the content its task recorded"):
         FsRenameCommitStep(spec, LOCAL).execute()
     assert not dst.exists()
+
+
+class CountingFileSystem(LocalFileSystem):
+    """The local disk, counting the sizes asked per path."""
+
+    def __init__(self) -> None:
+        self.sizes_asked: Counter[str] = Counter()
+
+    def size(self, path: str) -> int | None:
+        self.sizes_asked[path] += 1
+        return super().size(path)
+
+
+def test_a_rename_verified_then_executed_asks_its_sources_size_once(tmp_path: Path) -> None:
+    src, dst = tmp_path / "out" / "a.avro", tmp_path / "pub" / "a.avro"
+    src.parent.mkdir()
+    src.write_bytes(b"what the task wrote")
+    spec = FsRenameStep(src=str(src), dst=str(dst), size=src.stat().st_size, checksum=LOCAL.checksum(str(src)))
+    fs = CountingFileSystem()
+    step = FsRenameCommitStep(spec, fs)
+    assert not step.verify()
+    assert step.execute() == []
+    assert dst.read_bytes() == b"what the task wrote" and not src.exists()
+    assert fs.sizes_asked[str(src)] == 1
+    assert step.verify()  # asked again: nothing kept from the call before
+    assert fs.sizes_asked[str(src)] == 2
 
 
 def test_every_plan_the_commit_step_store_records_has_a_key_of_its_own(tmp_path: Path, sqlite: EventLog) -> None:

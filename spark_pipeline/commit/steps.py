@@ -125,7 +125,7 @@ class _Unseen(Enum):
     UNSEEN = "unseen"
 
 
-UNSEEN = _Unseen.UNSEEN
+_UNSEEN = _Unseen.UNSEEN
 
 
 class FsRenameCommitStep(CommitStep):
@@ -140,7 +140,7 @@ class FsRenameCommitStep(CommitStep):
     def __init__(self, spec: FsRenameStep, fs: FileSystem) -> None:
         self.spec = spec
         self.fs = fs
-        self._source_size: int | None | _Unseen = UNSEEN
+        self._source_size: int | None | _Unseen = _UNSEEN
         """The source's size verify() just found (None: no file), for execute() right after it not to ask again."""
 
     def verify(self) -> bool:
@@ -149,7 +149,7 @@ class FsRenameCommitStep(CommitStep):
 
     def execute(self) -> list[Event]:
         spec = self.spec
-        size, self._source_size = self._source_size, UNSEEN
+        size, self._source_size = self._source_size, _UNSEEN
         if isinstance(size, _Unseen):
             size = self.fs.size(spec.src)
         if size == spec.size and self.fs.checksum(spec.src) == spec.checksum:  # the common case: then the move

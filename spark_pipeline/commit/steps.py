@@ -149,10 +149,7 @@ class FsRenameCommitStep(CommitStep):
 
     def execute(self) -> list[Event]:
         spec = self.spec
-        size, self._source_size = self._source_size, _UNSEEN
-        if isinstance(size, _Unseen):
-            size = self.fs.size(spec.src)
-        if size == spec.size and self.fs.checksum(spec.src) == spec.checksum:  # the common case: then the move
+        if self._source_holds():  # the common case: then the move
             self.fs.move(spec.src, spec.dst, spec.size, spec.checksum)
             return []
         if not self.fs.exists(spec.src):
@@ -166,6 +163,13 @@ class FsRenameCommitStep(CommitStep):
             f"refusing to publish {spec.src}: it does not hold the content its task recorded ({spec.size} bytes, "
             f"sha256 {spec.checksum[:12]}…); it was changed or damaged after it was written"
         )
+
+    def _source_holds(self) -> bool:
+        """Whether the source holds the recorded content, with the size verify() just found if it did."""
+        spec, size, self._source_size = self.spec, self._source_size, _UNSEEN
+        if isinstance(size, _Unseen):
+            return self.fs.holds(spec.src, spec.size, spec.checksum)
+        return size == spec.size and self.fs.checksum(spec.src) == spec.checksum
 
     def roll_back(self, recorded: bool = True) -> bool:
         """Undo a published rename (the file goes back to the source); False if it was not published (any more). A

@@ -20,7 +20,7 @@ from events.log import open_log
 from projections.projector import Projector
 from spark_pipeline.constructs import MultiWorkUnit
 from spark_pipeline.engines.dataframe import stages
-from spark_pipeline.engines.dataframe.engine import DataFrameTaskEngine
+from spark_pipeline.engines.dataframe.engine import DataFrameTaskEngine, check_stages
 from spark_pipeline.engines.dataframe.sources import read_units
 from spark_pipeline.engines.select import engine_for
 from spark_pipeline.jobfile.config import JobConfig, TaskEngineKind
@@ -72,7 +72,10 @@ def explain(config: JobConfig, spark: SparkSession | None = None) -> Explanation
     skipped = {urn: (f"commit sequence {s.sequence_id} is pending: the run recovers it first, and pulls the dataset "
                      f"only if it then ends" if s.pending else skip_reason(s)) for urn, s in sorted(unsettled.items())}
     _, tasks = plan_work_units(config, source_state(config, state, EXPLAIN_RUN_ID), engine.slots)
-    plan = spark_plan(engine.spark, config, tasks) if isinstance(engine, DataFrameTaskEngine) and tasks else None
+    plan = None
+    if isinstance(engine, DataFrameTaskEngine) and tasks:
+        check_stages(engine.spark, config, tasks)  # as the run does before its tasks: a ConfigError naming the key
+        plan = spark_plan(engine.spark, config, tasks)
     return Explanation(config.job_name, TaskEngineKind(identity[ENGINE_PROPERTY]), identity.get(REASON_PROPERTY, ""),
                        tuple(tasks), skipped, plan)
 

@@ -11,7 +11,9 @@ fault; `located` puts them on the job file's lines. They read and probe, never w
   matches topics;
 - the SQL: each column `converter.sql.select` and `qualitychecker.row.sql` name exists, where the records' columns
   are known without Spark (the source's Avro schema, or its declared Spark schema, through the record converters'
-  output schema; then the select list's output for the row policy).
+  output schema; then the select list's output for the row policy);
+- the time partitioner: each branch's records, where their schema is known the same way, have a column of
+  `writer.partition.columns` holding a time (or the source's `timestamp` to fall back to).
 What only Spark can tell (SQL over columns unknown here, e.g. an Avro directory's, or after DataFrame functions) is for
 `validate --deep`, which plans the job as `run --explain` does.
 """
@@ -20,8 +22,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from time import monotonic
 from typing import Any
@@ -31,7 +34,7 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata
 from sqlglot import exp, parse_one
 from sqlglot.errors import SqlglotError
 
-from events.errors import KafkaSecurityError, OncelogError
+from events.errors import ConfigError, KafkaSecurityError, OncelogError
 from events.log.kafka.config import scrub, security_failure
 from filesystems import urls
 from filesystems.probe import PROBE_TIMEOUT_S, Probe, Use
@@ -39,6 +42,7 @@ from filesystems.settings import FileSystemSettings
 from spark_pipeline.constructs import UNIT_COLUMN, DataFrameReader, SourceError
 from spark_pipeline.jobfile.config import PATH_KEYS, JobConfig, branch_sources, construct_model
 from spark_pipeline.jobfile.formats import Problem, parse_job_file
+from spark_pipeline.jobfile.partitions import COLUMNS_KEY, avro_columns, avro_kind, event_columns, partitioning_of
 from spark_pipeline.jobfile.plugins import import_class, make_construct
 from spark_pipeline.jobfile.sql_columns import (
     columns_after,
@@ -248,29 +252,61 @@ def source_columns(config: JobConfig) -> tuple[str, ...] | None:
         return None  # the job file's own checks report it
     if not issubclass(source, DataFrameReader):
         return None  # the SQL keys are refused for the records engine (engine checks)
+    schema = converted_schema(config)
+    if schema is None:
+        return _declared_spark_columns(config) if issubclass(source, DirectorySource) else None
+    return avro_columns(schema)
+
+
+def converted_schema(config: JobConfig) -> dict[str, Any] | None:
+    """The Avro record schema of the source's records through the record converters, when the source declares it
+    without Spark and the converters say theirs (None otherwise)."""
     try:
         reader = make_construct(config, "source.class", config.source_class, DataFrameReader)
         declared = reader.record_schema([])
     except (ValueError, TypeError, OncelogError):
         return None
     if declared is None:
-        return _declared_spark_columns(config) if issubclass(source, DirectorySource) else None
+        return None
     schema = json.loads(declared)
     if config.converter_classes:
-        schema = _converted(config, schema)
-    if not isinstance(schema, dict) or schema.get("type") != "record":
-        return None
-    return tuple(f["name"] for f in schema.get("fields", ()))
+        schema = _converted(config, config.converter_classes, schema)
+    return schema if isinstance(schema, dict) and schema.get("type") == "record" else None
 
 
-def _converted(config: JobConfig, schema: dict[str, Any]) -> Any:
-    """The record converters' output schema from the source's (None: they cannot say it without a record)."""
+def partition_problems(config: JobConfig, probe: Probe) -> list[Finding]:
+    """The time partitioner's columns are in each branch's records, with a time, where those records' schema is known
+    without Spark (the SQL stages change the columns: `validate --deep` asks Spark then)."""
+    try:
+        partitioning = partitioning_of(config.properties)
+    except ValueError:
+        return []  # the job file's own checks report it
+    if partitioning is None or config.converter_sql_select is not None or config.converter_dataframe_functions:
+        return []
+    schema = converted_schema(config)
+    if schema is None:
+        return []
+    findings: list[Finding] = []
+    for branch in config.branches:
+        written = _converted(config, branch.converter_classes, schema) if branch.converter_classes else schema
+        if not isinstance(written, dict) or written.get("type") != "record":
+            continue
+        try:
+            event_columns(partitioning, partial(avro_kind, written), avro_columns(written))
+        except ConfigError as e:
+            findings.append(Finding(COLUMNS_KEY, f"{e}{_branch(config, branch.index)}"))
+    return findings
+
+
+def _converted(config: JobConfig, classes: Sequence[str], schema: dict[str, Any]) -> Any:
+    """The output schema of the record converters `classes` from `schema` (None: they cannot say it without a
+    record)."""
     from spark_pipeline.constructs import Converter
     from spark_pipeline.engines.avro_types import schema_state
     from spark_pipeline.engines.records.flow import chain_schema
 
     try:
-        converters = [make_construct(config, "converter.classes", p, Converter) for p in config.converter_classes]
+        converters = [make_construct(config, "converter.classes", p, Converter) for p in classes]
         return chain_schema(converters, schema, schema_state(config))[0]
     except Exception:  # user code: whatever it raises means its schema is unknown here (the engine says why)
         return None
@@ -345,6 +381,7 @@ def delta_problems(config: JobConfig, publisher: type[DeltaTablePublisher]) -> l
     return [Finding("delta.table", f"'delta.table': Delta table {settings.table!r}: {problem}")] if problem else []
 
 
-CHECKS: tuple[Check, ...] = (sql_problems, move_problems, folder_problems, kafka_problems, table_problems)
+CHECKS: tuple[Check, ...] = (sql_problems, partition_problems, move_problems, folder_problems, kafka_problems,
+                             table_problems)
 """The checks, cheapest first."""
 

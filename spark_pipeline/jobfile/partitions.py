@@ -429,7 +429,9 @@ def event_columns(partitioning: TimePartitioning, kind_of: Callable[[str], Colum
     if partitioning.columns and not found:
         listed = ", ".join(repr(c) for c in partitioning.columns)
         verb = "is not a column" if len(partitioning.columns) == 1 else "are not columns"
-        raise ConfigError(f"{COLUMNS_KEY}: {listed} {verb} of the records written (their columns: {shown})")
+        from spark_pipeline.jobfile.sql_columns import did_you_mean  # sqlglot: imported for this error only
+        hint = did_you_mean(partitioning.columns[0], names) if len(partitioning.columns) == 1 else ""
+        raise ConfigError(f"{COLUMNS_KEY}: {listed} {verb} of the records written{hint}; their columns: {shown}")
     own = kind_of(SOURCE_TIMESTAMP)
     if SOURCE_TIMESTAMP not in partitioning.columns and isinstance(own, ColumnKind):
         found.append(EventColumn((SOURCE_TIMESTAMP,), ColumnKind.MILLIS if own is ColumnKind.NUMBER else own))

@@ -59,6 +59,23 @@ def test_validate_deep_analyses_the_sql_over_the_sources_columns(tmp_path: Path,
     assert "SQLQueryContextLogger" in (tmp_path / ".oncelog" / "logs" / "crashy-validate.log").read_text()
 
 
+def test_validate_deep_looks_up_the_partition_column_in_the_columns_the_sql_writes(
+        tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The records' columns after the SQL are Spark's to tell: `validate --deep` asks, as the run does before its
+    tasks, and names the key."""
+    monkeypatch.chdir(tmp_path)
+    job = write_job(tmp_path, f"sqlite:///{tmp_path / 'events.db'}", "full", **{
+        "task.engine": "dataframe", SQL_KEY: "dataset, partition, offset AS position, payload",
+        "writer.partitioner.class": "org.apache.gobblin.writer.partitioner.TimeBasedWriterPartitioner",
+        "writer.partition.pattern": "yyyy/MM/dd/HH", "writer.partition.columns": "offset"})
+    shallow = CliRunner().invoke(app, ["validate", str(job)])
+    assert shallow.exit_code == 0, shallow.output
+    deep = CliRunner().invoke(app, ["validate", str(job), "--deep"], catch_exceptions=False)
+    assert deep.exit_code == 1, deep.output
+    assert (f"{job}: dataset 'ds.0': writer.partition.columns: 'offset' is not a column of the records written; "
+            f"their columns: 'dataset', 'partition', 'position', 'payload'") in deep.output.replace("\n  ", " ")
+
+
 def test_explain_on_a_kafka_log_nothing_was_written_to_yet(tmp_path: Path, kafka_bootstrap: str) -> None:
     """A fresh log has no history: nothing to recover, the source's plan as on any first run (no Spark: no work)."""
     (tmp_path / "incoming").mkdir()

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from pyspark.sql import DataFrame
 
-from spark_pipeline.jobfile.config import JobConfigError
+from spark_pipeline.jobfile.config import JobConfig, JobConfigError
 from spark_pipeline.jobfile.paths import absolute_config
 from spark_pipeline.jobfile.plugins import import_class
 from spark_pipeline.jobs import config_from_properties, load_job
@@ -236,3 +236,53 @@ def test_a_directory_sources_sql_is_checked_against_its_format_or_declared_schem
     assert [f.message.rsplit("; ", 1)[1] for f in sql_findings({**csv, "converter.sql.select": "id, nam"})] \
         == ["the columns: id, name"]
     assert sql_findings({**directory, "source.filebased.format": "avro", "converter.sql.select": "anything"}) == []
+
+
+def partition_findings(keys: dict[str, str]) -> list[Finding]:
+    """The pre-flight findings about a job's time partitioner (no other check)."""
+    partitioned = {"writer.partitioner.class": "org.apache.gobblin.writer.partitioner.TimeBasedWriterPartitioner",
+                   "writer.partition.pattern": "yyyy/MM/dd/HH", **keys}
+    return [f for f in preflight(config_from_properties_in(partitioned)) if f.key == "writer.partition.columns"]
+
+
+def config_from_properties_in(keys: dict[str, str]) -> JobConfig:
+    folders = {key: f"/tmp/oncelog-partition-check/{key}" for key in
+               ("writer.staging.dir", "writer.output.dir", "data.publisher.final.dir")}  # never written: probed only
+    return config_from_properties({"job.name": "hourly", "source.class": SYNTHETIC, **folders, **keys})
+
+
+def test_validate_names_a_misspelt_partition_column_and_one_that_holds_no_time_without_a_jvm(tmp_path: Path) -> None:
+    job = write(tmp_path / "hourly.yaml", {
+        "job.name": "hourly", "source.class": SYNTHETIC, "dataset.urn": "clicks", "writer.staging.dir": "staging",
+        "writer.output.dir": "output", "data.publisher.final.dir": "published", "task.engine": "records",
+        "writer.partitioner.class": "org.apache.gobblin.writer.partitioner.TimeBasedWriterPartitioner",
+        "writer.partition.pattern": "yyyy/MM/dd/HH", "writer.partition.columns": "offsett"})
+
+    checked = oncelog(tmp_path, "validate", str(job), env=no_jvm_env())
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert checked.stdout.splitlines() == [
+        f"INVALID  {job} (1 problem)",
+        f"  {job}:{line_of(job, 'writer.partition.columns')}: writer.partition.columns: 'offsett' is not a column of "
+        f"the records written (did you mean 'offset'?); their columns: 'dataset', 'partition', 'offset', 'amount', "
+        f"'payload'"]
+    assert [f.message for f in partition_findings({"writer.partition.columns": "payload"})] == [
+        "writer.partition.columns: column 'payload' is of Avro type string; a partition column holds a time (a long "
+        "or int in writer.partition.timeUnit, a date or a timestamp)"]
+
+
+def test_partition_columns_are_checked_in_each_branchs_records_where_known_and_only_there() -> None:
+    assert partition_findings({"writer.partition.columns": "offset"}) == []
+    assert partition_findings({"writer.partition.columns": "nothing,offset"}) == []  # the first one there is used
+    # no column and no `timestamp` to fall back to (the synthetic records have none)
+    assert [f.message.split(" (")[0] for f in partition_findings({})] == [
+        "writer.partition.columns is not set and the records written have no 'timestamp' field"]
+    # the record converters' output (AmountInCents adds amount_cents), and a branch's own converters
+    converted = {"converter.classes": "spark_pipeline.examples.converters.AmountInCents"}
+    assert partition_findings({**converted, "writer.partition.columns": "amount_cents"}) == []
+    branches = {"fork.branches": "2", "writer.partition.columns": "amount_cents",
+                "converter.classes.1": "spark_pipeline.examples.converters.AmountInCents",
+                **{f"{key}.{n}": f"/tmp/oncelog-partition-check/{n}/{key}" for n in (0, 1) for key in
+                   ("writer.staging.dir", "writer.output.dir", "data.publisher.final.dir")}}
+    assert [f.message.rsplit(", ", 1)[1] for f in partition_findings(branches)] == ["branch 0"]
+    # unknown without Spark: nothing said (validate --deep asks Spark)
+    assert partition_findings({"converter.sql.select": "dataset, offset", "writer.partition.columns": "nothing"}) == []

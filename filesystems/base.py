@@ -92,10 +92,6 @@ class FileSystem(ABC):
     def rename(self, src: str, dst: str) -> None:
         """Move src to dst atomically (replacing dst), creating dst's parent folders; only where renames_atomically."""
 
-    def prepare_folder(self, folder: str) -> None:
-        """Make a folder that renames will move files into, ahead of them, as `rename` would make it (a hint: a rename
-        still makes any folder not made yet); nothing where a store has no folders to make."""
-
     @abstractmethod
     def copy(self, src: str, dst: str) -> None:
         """Copy src to dst (replacing dst), within one store."""

@@ -76,17 +76,14 @@ class LocalFileSystem(FileSystem):
         except FileNotFoundError:
             if not os.path.lexists(src):
                 raise
-        self.prepare_folder(os.path.dirname(dst))
-        os.replace(src, dst)
-
-    def prepare_folder(self, folder: str) -> None:
-        created = _missing_ancestors(folder)
-        for missing in created:
+        created = _missing_ancestors(os.path.dirname(dst))
+        for folder in created:
             with contextlib.suppress(FileExistsError):
-                os.mkdir(missing)
+                os.mkdir(folder)
+        os.replace(src, dst)
         # New folders are entries of their parents: without syncing those, a power cut can lose the whole path. The
-        # folder's own entry is synced by sync_folders (with the folder), where the renames into it batch it.
-        self._fsync_each({os.path.dirname(missing) for missing in created[:-1]})
+        # destination folder's own entry is synced by sync_folders (with the folder), where renames batch it.
+        self._fsync_each({os.path.dirname(folder) for folder in created[:-1]})
 
     def copy(self, src: str, dst: str) -> None:
         Path(dst).parent.mkdir(parents=True, exist_ok=True)

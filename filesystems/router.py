@@ -84,9 +84,6 @@ class FileSystems(FileSystem):
     def rename(self, src: str, dst: str) -> None:
         self._pair(src, dst).rename(src, dst)
 
-    def prepare_folder(self, folder: str) -> None:
-        self.backend(folder).prepare_folder(folder)
-
     def copy(self, src: str, dst: str) -> None:
         self._pair(src, dst).copy(src, dst)
 

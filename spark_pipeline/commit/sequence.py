@@ -41,7 +41,6 @@ from filesystems.base import FileSystem, FileSystemError
 from projections.projector import fold_gc
 from projections.views import SequenceView
 from spark_pipeline.commit.faults import FaultPoint
-from spark_pipeline.commit.folders import FolderPreparer
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.sink import MAX_GROUP_EVENTS, EventSink
 from spark_pipeline.commit.steps import (
@@ -315,8 +314,6 @@ class Committer:
         with ExitStack() as pools:
             pool = (pools.enter_context(ThreadPoolExecutor(max_workers=workers, thread_name_prefix="commit"))
                     if workers > 1 else None)
-            if pool is None:  # the renames on this thread: their new folders made beside them, on another core
-                pools.enter_context(FolderPreparer(self.fs, self.settings.roots, views))
 
             def run(indices: Sequence[int], pause: bool) -> list[int]:
                 """Commit the sequences at `indices`, recording each as it ends; those paused at a table step."""

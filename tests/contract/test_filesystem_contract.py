@@ -142,17 +142,6 @@ def test_a_rename_makes_missing_folders_and_one_of_a_missing_source_fails(store:
     store.fs.sync_folders(many)  # many folders at once: one sync of the file system where the store has one
 
 
-def test_a_folder_prepared_ahead_takes_moves_and_publishes_nothing_itself(store: Store) -> None:
-    folder = store.at("ahead/a/b")
-    store.fs.prepare_folder(folder)
-    store.fs.prepare_folder(folder)  # made already: fine
-    assert store.fs.list_files(store.at("ahead")) == []  # a folder, where the store has them: no file
-    assert store.fs.list_folders(store.at("ahead")) in (["a"], [])  # [] where a store has no folders (S3)
-    store.fs.move(store.put("one", b"1"), f"{folder}/dst", 1, sha(b"1"))
-    store.fs.sync_folders([folder])
-    assert store.fs.holds(f"{folder}/dst", 1, sha(b"1"))
-
-
 def test_copy_keeps_the_source_and_delete_of_a_missing_file_is_fine(store: Store) -> None:
     src = store.put("src", b"copied")
     store.fs.copy(src, store.at("copy/dst"))

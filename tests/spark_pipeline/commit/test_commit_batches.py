@@ -3,7 +3,6 @@ their renames into new folders; fence checks of parallel sequences share probes 
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -22,7 +21,7 @@ from events.commit import (
 from events.errors import FencedError
 from events.log import EventLog, LogWriter, open_log
 from events.model import Event
-from filesystems.local import LOCAL, LocalFileSystem
+from filesystems.local import LOCAL
 from projections.state import State
 from replay.verify import verify
 from spark_pipeline.commit.sequence import Committer, Outcome
@@ -182,42 +181,3 @@ def test_a_job_without_a_fresh_window_probes_before_every_check(tmp_path: Path, 
     finally:
         sink.close()
         writer.close()
-
-
-class SlowRenames(LocalFileSystem):
-    """The local disk, each rename slowed and noting whether its destination's folder was there before it."""
-
-    def __init__(self) -> None:
-        self.folder_was_there: list[bool] = []
-        self.prepared: list[str] = []
-
-    def rename(self, src: str, dst: str) -> None:
-        self.folder_was_there.append(os.path.isdir(os.path.dirname(dst)))
-        time.sleep(0.005)
-        super().rename(src, dst)
-
-    def prepare_folder(self, folder: str) -> None:
-        self.prepared.append(folder)
-        super().prepare_folder(folder)
-
-
-def test_a_commit_on_one_thread_has_its_new_folders_made_ahead_of_its_renames_within_the_roots(
-        log: EventLog, tmp_path: Path) -> None:
-    """On one thread (a local disk), the sequences' new folders are made by a second thread, ahead of the renames (its
-    mkdir runs on another core); a step outside the roots gets no folder, and its sequence is refused as before."""
-    outside = tmp_path / "elsewhere" / "ds-x" / "part.avro"
-    escaping = planned(tmp_path, SEQUENCES)
-    escaping = CommitSequencePlanned(job="job", run_id="r1", dataset_urn=escaping.dataset_urn, sequence_id="r1",
-                                     steps=(escaping.steps[0].model_copy(update={"dst": str(outside)}),))
-    settings = CommitSettings(PublishRoots.of([tmp_path / "task-output"], [tmp_path / "published"]))
-    with open_session(log, "job", settings, LOCAL) as session:
-        session.sink.emit([*(planned(tmp_path, i) for i in range(SEQUENCES)), escaping])
-    fs = SlowRenames()
-    with open_session(log, "job", settings, fs) as session:
-        results = session.committer.recover("job")
-    assert sorted((r.outcome is Outcome.COMPLETED, r.dataset_urn) for r in results) \
-        == [(False, f"ds-{SEQUENCES}"), *sorted((True, f"ds-{i}") for i in range(SEQUENCES))]
-    assert len(fs.folder_was_there) == SEQUENCES and sum(fs.folder_was_there) >= SEQUENCES // 2, fs.folder_was_there
-    assert str(outside.parent) not in fs.prepared and not outside.parent.exists()
-    for i in range(SEQUENCES):
-        assert (tmp_path / "published" / f"ds-{i}" / "part.avro").read_bytes() == f"records of dataset {i}".encode()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -20,23 +22,41 @@ and with the classes of Spark's driver mapped from an archive (tests/spark_archi
 Through the environment, so every command a test starts inherits it; the test session's own long-lived Spark
 session keeps the JVM's defaults (with the archive)."""
 SUBMIT_ARGS = "PYSPARK_SUBMIT_ARGS"
+SCRATCH = "ONCELOG_TESTS_SPARK_SCRATCH"
+"""The test run's folder for its Spark drivers' scratch files (made by the first process, inherited by the rest)."""
 OURS: dict[str, str] = {}
 """The spark-submit arguments this plugin set (empty if they were given): "short" for commands, "long" for the
-session's own Spark."""
+session's own Spark; "scratch", the drivers' scratch folder, when this process made it (and so removes it)."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Short-lived driver JVM options for the commands the tests start, unless spark-submit arguments are given; the
-    class archive they use made in the background by the first process (xdist's controller), if missing."""
+    class archive they use made in the background by the first process (xdist's controller), if missing. Every driver's
+    scratch files (Spark's local dir, the JVM's temporary files) go under one folder of the test run, removed at its
+    end: the drivers the fault tests kill cannot remove their own, and under /tmp they would pile up run after run."""
     archive = archive_path()
-    shared = f"-XX:SharedArchiveFile={archive} {QUIET}"
-    short = f'--driver-java-options "{SHORT_LIVED_JVM} {shared}" pyspark-shell'
+    inherited = os.environ.get(SCRATCH)
+    scratch = inherited or tempfile.mkdtemp(prefix="oncelog-tests-spark-")
+    shared = f"-XX:SharedArchiveFile={archive} {QUIET} -Djava.io.tmpdir={scratch}"
+    local_dir = f"--conf spark.local.dir={scratch}"
+    short = f'{local_dir} --driver-java-options "{SHORT_LIVED_JVM} {shared}" pyspark-shell'
     if os.environ.get(SUBMIT_ARGS, short) != short:
+        if not inherited:
+            os.rmdir(scratch)
         return  # the caller's own
-    OURS.update(short=short, long=f'--driver-java-options "{shared}" pyspark-shell')
+    OURS.update(short=short, long=f'{local_dir} --driver-java-options "{shared}" pyspark-shell')
     os.environ[SUBMIT_ARGS] = short
+    if not inherited:
+        os.environ[SCRATCH] = OURS["scratch"] = scratch
     if not hasattr(config, "workerinput"):
         start_making(archive, SHORT_LIVED_JVM)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The run's scratch folder removed by the process that made it (xdist's controller: its workers have ended)."""
+    scratch = OURS.get("scratch")
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

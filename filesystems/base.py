@@ -9,12 +9,14 @@ content, and only then deletes the source.
 from __future__ import annotations
 
 import hashlib
+import posixpath
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import BinaryIO
 
 from events.errors import OncelogError
+from filesystems import urls
 from filesystems.settings import FileSystemSettings
 
 CHECKSUM_CHUNK = 1 << 20
@@ -92,6 +94,11 @@ class FileSystem(ABC):
     def rename(self, src: str, dst: str) -> None:
         """Move src to dst atomically (replacing dst), creating dst's parent folders; only where renames_atomically."""
 
+    def move_folder(self, src: str, dst: str) -> bool:
+        """Move folder src, with all it holds, to dst in one atomic rename, creating dst's parent folders; False
+        (nothing moved) where the store has no such rename or dst exists. Durable once `sync_folders` is given dst."""
+        return False
+
     @abstractmethod
     def copy(self, src: str, dst: str) -> None:
         """Copy src to dst (replacing dst), within one store."""
@@ -126,6 +133,10 @@ class FileSystem(ABC):
 
     def exists(self, path: str) -> bool:
         return self.size(path) is not None
+
+    def is_folder(self, path: str) -> bool:
+        """Whether a folder is at path (on an object store: whether anything lies below it)."""
+        return posixpath.basename(path) in self.list_folders(urls.parent(path))
 
     def holds(self, path: str, size: int, checksum: str) -> bool:
         """Whether path is a file of exactly this size and content."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import shutil
 import stat
@@ -84,6 +85,28 @@ class LocalFileSystem(FileSystem):
         # New folders are entries of their parents: without syncing those, a power cut can lose the whole path. The
         # destination folder's own entry is synced by sync_folders (with the folder), where renames batch it.
         self._fsync_each({os.path.dirname(folder) for folder in created[:-1]})
+
+    def is_folder(self, path: str) -> bool:
+        return os.path.isdir(path)
+
+    def move_folder(self, src: str, dst: str) -> bool:
+        if os.path.lexists(dst):
+            return False
+        created = _missing_ancestors(os.path.dirname(dst))
+        for folder in created:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(folder)
+        try:
+            os.rename(src, dst)  # onto a folder made meanwhile: only an empty one is replaced (POSIX)
+        except (FileExistsError, IsADirectoryError, NotADirectoryError):
+            return False
+        except OSError as e:
+            if e.errno != errno.ENOTEMPTY:
+                raise
+            return False
+        # the new folders' own entries; dst's entry in its folder is synced by sync_folders, as a rename's is
+        self._fsync_each({os.path.dirname(folder) for folder in created})
+        return True
 
     def copy(self, src: str, dst: str) -> None:
         Path(dst).parent.mkdir(parents=True, exist_ok=True)

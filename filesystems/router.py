@@ -84,6 +84,12 @@ class FileSystems(FileSystem):
     def rename(self, src: str, dst: str) -> None:
         self._pair(src, dst).rename(src, dst)
 
+    def is_folder(self, path: str) -> bool:
+        return self.backend(path).is_folder(path)
+
+    def move_folder(self, src: str, dst: str) -> bool:
+        return self._pair(src, dst).move_folder(src, dst)
+
     def copy(self, src: str, dst: str) -> None:
         self._pair(src, dst).copy(src, dst)
 

@@ -117,6 +117,10 @@ class CommitSequence:
         """The table step it paused at (`commit_or_wait`), for the committer to make with others'."""
         self.table_outcome: TableOutcome | None = None
         """That step's outcome, once the committer made it."""
+        self._moved: set[int] = set()
+        """Renames done by an earlier step's move of their whole folder (`_move_folder`)."""
+        self._kept: set[str] = set()
+        """Destination folders whose move was tried (made or not): their other renames go one by one."""
 
     @property
     def dataset_urn(self) -> str:
@@ -206,12 +210,41 @@ class CommitSequence:
         if self.table_outcome is not None and isinstance(spec, TABLE_STEPS):
             outcome, self.table_outcome = self.table_outcome, None
             return outcome.result(), []
+        if index in self._moved or (isinstance(spec, FsRenameStep) and self._move_folder(index, spec)):
+            return False, []
         step = step_for(spec, self.ref, self.sink.state, self.fs, self.view.steps)
         done = step.verify()
         if not done and isinstance(spec, (FsRenameStep, *TABLE_STEPS)):
             # a superseded writer must move or commit nothing (FencedError)
             self.sink.check_fenced(among_others=self.among_others)
         return done, [] if done else step.execute()
+
+    def _move_folder(self, index: int, spec: FsRenameStep) -> bool:
+        """Apply this rename, and the sequence's others between the same two folders, by one move of the source folder:
+        only where the destination folder does not exist yet and the source folder holds exactly those files, each
+        with its recorded content (what each rename checks). A first run then makes no folder to publish into (on some
+        file systems a new folder costs more than the renames). The others are then applied as moved (`_moved`)."""
+        source, destination = urls.parent(spec.src), urls.parent(spec.dst)
+        if destination in self._kept:
+            return False
+        self._kept.add(destination)  # tried once: whatever the answer, the group's other renames go on their own
+        if (spec.src[len(source):] != spec.dst[len(destination):]
+                or not self.settings.roots.hold_folders(source, destination) or self.fs.is_folder(destination)):
+            return False
+        group = {step.src: (i, step) for i, step in enumerate(self.view.steps)
+                 if isinstance(step, FsRenameStep) and i >= index and i not in self.view.applied
+                 and urls.parent(step.src) == source and urls.parent(step.dst) == destination
+                 and step.src[len(source):] == step.dst[len(destination):]}
+        found = {info.path: info.size for info in self.fs.list_files(source)}
+        if found.keys() != group.keys() or any(found[src] != step.size for src, (_, step) in group.items()):
+            return False  # anything else in the folder (or a file changed): each file its own rename, and its checks
+        if any(self.fs.checksum(src) != step.checksum for src, (_, step) in group.items()):
+            return False
+        self.sink.check_fenced(among_others=self.among_others)  # a superseded writer must move nothing
+        if not self.fs.move_folder(source, destination):
+            return False
+        self._moved |= {i for i, _ in group.values()}
+        return True
 
     def record_now(self, events: Sequence[Event]) -> None:
         """Record events through the sink, once the renames they record are durable."""

@@ -76,6 +76,12 @@ class PublishRoots:
                     f"{sorted(set(roots))}; refused before anything moved"
                 )
 
+    def hold_folders(self, source: str, destination: str) -> bool:
+        """Whether a folder may move whole: the source strictly below a task-output root, the destination strictly
+        below a publish root (a root itself never moves)."""
+        return (any(_within(source, root) and source != root for root in self.sources)
+                and any(_within(destination, root) and destination != root for root in self.destinations))
+
 
 def _root_forms(roots: Sequence[str | PathLike[str]]) -> tuple[str, ...]:
     """Each root normalized, and (local ones) resolved with symlinks followed when that differs."""

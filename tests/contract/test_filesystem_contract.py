@@ -142,6 +142,33 @@ def test_a_rename_makes_missing_folders_and_one_of_a_missing_source_fails(store:
     store.fs.sync_folders(many)  # many folders at once: one sync of the file system where the store has one
 
 
+def test_a_folder_is_known_as_one_and_a_file_or_nothing_is_not(store: Store) -> None:
+    store.put("outer/inner/file", b"1")
+    assert store.fs.is_folder(store.at("outer")) and store.fs.is_folder(store.at("outer/inner"))
+    assert not store.fs.is_folder(store.at("outer/inner/file")) and not store.fs.is_folder(store.at("nothing"))
+
+
+def test_a_folder_moves_whole_into_a_new_place_or_not_at_all(store: Store) -> None:
+    """Where the store moves folders (`move_folder` True), everything moves in one rename and missing parents are
+    made; onto a folder that exists, nothing moves (False), as on a store that cannot."""
+    store.put("attempt/ds/a", b"1")
+    store.put("attempt/ds/b", b"22")
+    store.put("taken/ds/other", b"3")
+    assert not store.fs.move_folder(store.at("attempt/ds"), store.at("taken/ds"))
+    assert [f.path for f in store.fs.list_files(store.at("taken"))] == [store.at("taken/ds/other")]
+    assert len(store.fs.list_files(store.at("attempt/ds"))) == 2
+    moved = store.fs.move_folder(store.at("attempt/ds"), store.at("published/2026/ds"))
+    assert moved or not store.root.startswith("/")  # the local disk moves folders; HDFS and S3 do not (yet)
+    if moved:
+        store.fs.sync_folders([store.at("published/2026/ds")])
+        assert [(f.path, f.size) for f in store.fs.list_files(store.at("published"))] == [
+            (store.at("published/2026/ds/a"), 1), (store.at("published/2026/ds/b"), 2)]
+        assert store.fs.list_files(store.at("attempt")) == [] and not store.fs.is_folder(store.at("attempt/ds"))
+    else:
+        assert len(store.fs.list_files(store.at("attempt/ds"))) == 2
+        assert store.fs.list_files(store.at("published")) == []
+
+
 def test_copy_keeps_the_source_and_delete_of_a_missing_file_is_fine(store: Store) -> None:
     src = store.put("src", b"copied")
     store.fs.copy(src, store.at("copy/dst"))

@@ -160,6 +160,14 @@ class FaultyFileSystem(FileSystem):
             raise AssertionError(f"an object store has no rename, yet {src} was renamed")
         self._guarded("rename", src, lambda: self.inner.rename(src, dst))
 
+    def is_folder(self, path: str) -> bool:
+        return self._guarded("size", path, lambda: self.inner.is_folder(path))
+
+    def move_folder(self, src: str, dst: str) -> bool:
+        if self.object_store:
+            return False
+        return self._guarded("rename", src, lambda: self.inner.move_folder(src, dst))
+
     def copy(self, src: str, dst: str) -> None:
         self._guarded("copy", src, lambda: self.inner.copy(src, dst), partial=lambda: self._half_copy(src, dst))
 

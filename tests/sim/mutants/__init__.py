@@ -78,6 +78,10 @@ MUTANTS = (
            "members from 0, so a shard takes another shard's snapshot for its own: its files never reach the table, "
            "or its sequence, never given up, blocks its dataset",
            "cc0ecc5: a table group per planning, the run's or each commit shard's (tables/base.py: group_of)", 0, 40),
+    Mutant("folder-move-unchecked", "a first run publishes a dataset's task-output folder by one move without "
+           "checking each file's recorded size and SHA-256, so a file changed after its task wrote it is published",
+           "the folder move checks each file as its rename would (commit/sequence.py: CommitSequence._move_folder)",
+           0, 40),
 )
 
 

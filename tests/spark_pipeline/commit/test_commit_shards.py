@@ -184,6 +184,9 @@ class RenamesFail(LocalFileSystem):
     def rename(self, src: str, dst: str) -> None:
         raise OSError(5, "rename failed", src)
 
+    def move_folder(self, src: str, dst: str) -> bool:
+        raise OSError(5, "rename failed", src)
+
 
 def test_a_shard_task_run_again_leaves_what_an_earlier_attempt_abandoned(log_factory: LogFactory,
                                                                         tmp_path: Path) -> None:

@@ -94,9 +94,14 @@ class FileSystem(ABC):
     def rename(self, src: str, dst: str) -> None:
         """Move src to dst atomically (replacing dst), creating dst's parent folders; only where renames_atomically."""
 
+    def moves_folders(self, path: str) -> bool:
+        """Whether the store holding path moves a whole folder in one atomic rename (`move_folder`)."""
+        return False
+
     def move_folder(self, src: str, dst: str) -> bool:
         """Move folder src, with all it holds, to dst in one atomic rename, creating dst's parent folders; False
-        (nothing moved) where the store has no such rename or dst exists. Durable once `sync_folders` is given dst."""
+        (nothing moved) where the store cannot (`moves_folders`) or dst exists. Durable once `sync_folders` is given
+        dst."""
         return False
 
     @abstractmethod

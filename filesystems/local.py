@@ -89,6 +89,9 @@ class LocalFileSystem(FileSystem):
     def is_folder(self, path: str) -> bool:
         return os.path.isdir(path)
 
+    def moves_folders(self, path: str) -> bool:
+        return True
+
     def move_folder(self, src: str, dst: str) -> bool:
         if os.path.lexists(dst):
             return False
@@ -140,16 +143,8 @@ class LocalFileSystem(FileSystem):
             return []
 
     def list_files(self, path: str) -> list[FileInfo]:
-        found = []
-        for folder, _, names in os.walk(path):
-            for name in names:
-                full = os.path.join(folder, name)
-                try:
-                    stat = os.stat(full)
-                except FileNotFoundError:
-                    continue  # gone since it was listed
-                if os.path.isfile(full):
-                    found.append(FileInfo(full, stat.st_size, stat.st_mtime_ns))
+        found: list[FileInfo] = []
+        _scan(path, found)
         return sorted(found, key=lambda f: f.path)
 
     def remove_tree(self, path: str) -> None:
@@ -157,6 +152,26 @@ class LocalFileSystem(FileSystem):
             shutil.rmtree(path)
         except FileNotFoundError:
             pass
+
+
+def _scan(folder: str, found: list[FileInfo]) -> None:
+    """Add every file below folder (symlinks to files followed, to folders not) to `found`: one stat a file."""
+    try:
+        entries = os.scandir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    with entries:
+        for entry in entries:
+            if entry.is_dir():
+                if not entry.is_symlink():
+                    _scan(entry.path, found)
+                continue
+            try:
+                info = entry.stat()
+            except FileNotFoundError:
+                continue  # gone since it was listed, or a dangling link
+            if stat.S_ISREG(info.st_mode):
+                found.append(FileInfo(entry.path, info.st_size, info.st_mtime_ns))
 
 
 def _sync_file_systems(folders: set[str]) -> None:

@@ -87,6 +87,9 @@ class FileSystems(FileSystem):
     def is_folder(self, path: str) -> bool:
         return self.backend(path).is_folder(path)
 
+    def moves_folders(self, path: str) -> bool:
+        return self.backend(path).moves_folders(path)
+
     def move_folder(self, src: str, dst: str) -> bool:
         return self._pair(src, dst).move_folder(src, dst)
 

@@ -228,7 +228,7 @@ class CommitSequence:
         if destination in self._kept:
             return False
         self._kept.add(destination)  # tried once: whatever the answer, the group's other renames go on their own
-        if (spec.src[len(source):] != spec.dst[len(destination):]
+        if (not self.fs.moves_folders(destination) or spec.src[len(source):] != spec.dst[len(destination):]
                 or not self.settings.roots.hold_folders(source, destination) or self.fs.is_folder(destination)):
             return False
         group = {step.src: (i, step) for i, step in enumerate(self.view.steps)

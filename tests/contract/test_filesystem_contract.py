@@ -158,6 +158,7 @@ def test_a_folder_moves_whole_into_a_new_place_or_not_at_all(store: Store) -> No
     assert [f.path for f in store.fs.list_files(store.at("taken"))] == [store.at("taken/ds/other")]
     assert len(store.fs.list_files(store.at("attempt/ds"))) == 2
     moved = store.fs.move_folder(store.at("attempt/ds"), store.at("published/2026/ds"))
+    assert moved == store.fs.moves_folders(store.at("published"))
     assert moved or not store.root.startswith("/")  # the local disk moves folders; HDFS and S3 do not (yet)
     if moved:
         store.fs.sync_folders([store.at("published/2026/ds")])

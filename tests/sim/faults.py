@@ -163,6 +163,9 @@ class FaultyFileSystem(FileSystem):
     def is_folder(self, path: str) -> bool:
         return self._guarded("size", path, lambda: self.inner.is_folder(path))
 
+    def moves_folders(self, path: str) -> bool:
+        return not self.object_store and self.inner.moves_folders(path)
+
     def move_folder(self, src: str, dst: str) -> bool:
         if self.object_store:
             return False

@@ -357,7 +357,8 @@ class JobLauncher:
                                   [o for o in dataset_outputs(result.tasks, config.job_commit_policy)
                                    if o.dataset_urn not in result.skipped], set(result.skipped))
         self._check_cancelled(publishing=True)
-        if self.commit_settings().in_shards(len(outputs)):
+        in_shards = self.commit_settings().in_shards(len(outputs))
+        if in_shards:
             self.observer.phase(Phase.COMMIT, len(outputs))
             result.commits = self._commit_shards(session, ShardAction.PUBLISH, outputs)
             self.observer.datasets_done(len(result.commits))
@@ -371,19 +372,27 @@ class JobLauncher:
             keys = dict.fromkeys((p.job, p.dataset_urn, p.sequence_id) for p in planned)  # a sequence may span events
             views = [session.state.sequences[key] for key in keys]
             self.observer.phase(Phase.COMMIT, len(views))
-            result.commits = session.committer.commit_all(views, done=self.observer.datasets_done)
-        committed = tuple(c.dataset_urn for c in result.commits if c.outcome is Outcome.COMPLETED)
-        abandoned = tuple(c.dataset_urn for c in result.commits if c.outcome is Outcome.ABANDONED)
+            result.commits = session.committer.commit_all(
+                views, done=self.observer.datasets_done,
+                closing=lambda commits: self._committed(result, commits) if not failed else ())
         unfinished = [c for c in result.commits if c.outcome is not Outcome.COMPLETED]
         if failed or unfinished:
             errors = [failure_message(failed)] if failed else []
             errors += [f"commit of {c.dataset_urn} {c.outcome}: {c.error}" for c in unfinished]
             self._finish(session, result, RunStatus.FAILED, "; ".join(errors), failed_task_ids(failed))
             return
-        session.sink.emit([JobRunCommitted(**run, datasets_committed=committed, datasets_abandoned=abandoned,
-                                           datasets_skipped=tuple(result.skipped))])
+        if in_shards:  # on the driver, commit_all recorded it with the last completions
+            session.sink.emit(self._committed(result, result.commits))
         result.status = RunStatus.COMMITTED
         self._clean_up(session, settled=True)
+
+    def _committed(self, result: RunResult, commits: list[CommitResult]) -> tuple[JobRunCommitted, ...]:
+        """The run's JobRunCommitted, if every sequence completed (none if any did not)."""
+        if any(c.outcome is not Outcome.COMPLETED for c in commits):
+            return ()
+        return (JobRunCommitted(**self.run_fields,
+                                datasets_committed=tuple(c.dataset_urn for c in commits),
+                                datasets_abandoned=(), datasets_skipped=tuple(result.skipped)),)
 
     def _recover(self, session: CommitSession) -> list[CommitResult]:
         """Finish every pending sequence of the job before anything is extracted: per shard, in the shards' tasks

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import sys
 from collections.abc import Collection
 from enum import IntEnum
@@ -17,6 +18,8 @@ from enum import IntEnum
 import typer
 from rich.console import Console
 from rich.text import Text
+from typer._click import core as click  # typer's own copy of click, which its commands derive from
+from typer.core import TyperCommand
 
 
 class ExitCode(IntEnum):
@@ -31,6 +34,22 @@ class ExitCode(IntEnum):
     """Fenced or refused: another run of the job holds its lock."""
     SKIPPED = 4
     """A run finished but skipped datasets whose history was not settled."""
+
+
+LOG_URL = re.compile(r"(?:sqlite|kafka)://", re.IGNORECASE)
+"""How a log URL begins (events.log.open_log's schemes)."""
+
+
+class TakesTheLogByOption(TyperCommand):
+    """A command that takes the log by `--log`: a log URL given as an argument (`oncelog verify sqlite:///…`, what a
+    new user types first) is refused with the option to use, instead of click's "unexpected extra argument" or being
+    taken for a dataset, job or run."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        url = next((arg for arg in args if LOG_URL.match(arg)), None)
+        if url is not None and "--log" not in args:
+            ctx.fail(f"{url} is a log URL: the log is given by option, as in: oncelog {ctx.info_name} --log {url}")
+        return super().parse_args(ctx, args)
 
 
 def stdout_console() -> Console:

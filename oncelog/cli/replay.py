@@ -39,6 +39,7 @@ from events.registry import EVENT_TYPES_BY_NAME
 from filesystems.base import FileSystemError
 from oncelog.cli.console import (
     ExitCode,
+    TakesTheLogByOption,
     fail,
     stderr_console,
     stdout_console,
@@ -684,14 +685,14 @@ def gc(keep_runs: Annotated[int, typer.Option(help="Finished runs to keep per jo
 
 def register(app: typer.Typer) -> None:
     """Mount the replay sub-commands on the oncelog command."""
-    app.command("rebuild")(rebuild)
-    app.command("state")(state)
-    app.command("replay")(replay)
-    app.command("runs")(runs)
-    app.command("audit")(audit_run)
-    app.command("history")(history)
-    app.command("verify")(verify)
-    app.command("tail")(tail)
-    app.command("follow")(follow_commits)
-    app.command("lineage")(lineage)
-    app.command("gc")(gc)
+    app.command("rebuild", cls=TakesTheLogByOption)(rebuild)
+    app.command("state", cls=TakesTheLogByOption)(state)
+    app.command("replay", cls=TakesTheLogByOption)(replay)
+    app.command("runs", cls=TakesTheLogByOption)(runs)
+    app.command("audit", cls=TakesTheLogByOption)(audit_run)
+    app.command("history", cls=TakesTheLogByOption)(history)
+    app.command("verify", cls=TakesTheLogByOption)(verify)
+    app.command("tail", cls=TakesTheLogByOption)(tail)
+    app.command("follow", cls=TakesTheLogByOption)(follow_commits)
+    app.command("lineage", cls=TakesTheLogByOption)(lineage)
+    app.command("gc", cls=TakesTheLogByOption)(gc)

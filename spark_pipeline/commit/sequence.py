@@ -61,6 +61,9 @@ UNDOABLE = {"HighWatermark": "its watermarks moved", "DatasetState": "its waterm
 
 Record = Callable[[Sequence[Event]], None]
 """Where a sequence records its events: the sink (at once), or a list the committer appends in one batch."""
+Closing = Callable[[list["CommitResult"]], Sequence[Event]]
+"""What a commit of many sequences records after them, in their last batch (one transaction fewer), given how each
+ended: a run's JobRunCommitted when every one completed."""
 
 
 class Outcome(StrEnum):
@@ -307,22 +310,24 @@ class Committer:
     def sequence(self, view: SequenceView, among_others: bool = False) -> CommitSequence:
         return CommitSequence(view, self.sink, self.settings, self.fs, among_others)
 
-    def commit_all(self, views: list[SequenceView], done: Callable[[int], None] = lambda _: None
-                   ) -> list[CommitResult]:
+    def commit_all(self, views: list[SequenceView], done: Callable[[int], None] = lambda _: None,
+                   closing: Closing = lambda _: ()) -> list[CommitResult]:
         """Commit every sequence (one dataset each): their steps in parallel, their records in batches of up to
         `batch_events` events as the sequences end, in the order given (each sequence's events in one batch, after
         its renames are durable). The sequences' table steps are made together, one commit per table, when every
         sequence has reached its own (`commit_tables`). Results in the order given; `done` hears how many sequences
-        have ended so far."""
+        have ended so far; what `closing` makes of the results is recorded after them, in the last batch."""
         if len(views) <= 1:
             alone = [self.sequence(v).commit() for v in views]
             done(len(alone))
+            if ending := closing(alone):
+                self.sink.emit(ending)
             return alone
         workers = max(1, min(self.settings.parallelism, len(views))) if self._round_trips(views) else 1
         with fold_gc():  # what a commit allocates forms no cycles: no full collections mid-way
-            return self._commit_all(views, workers, done)
+            return self._commit_all(views, workers, done, closing)
 
-    def _commit_all(self, views: list[SequenceView], workers: int, done: Callable[[int], None]
+    def _commit_all(self, views: list[SequenceView], workers: int, done: Callable[[int], None], closing: Closing
                     ) -> list[CommitResult]:
         # Each sequence and its events exist from its commit until they are recorded (a paused one: until it ends):
         # a hundred thousand datasets' sequences are not all held at once.
@@ -367,8 +372,10 @@ class Committer:
             if waiting:
                 self.commit_tables([sequences[index] for index in waiting])
                 run(waiting, pause=False)
+            ended_all = [results[index] for index in range(len(views))]
+            records.add(list(closing(ended_all)), set())
             records.flush()
-        return [results[index] for index in range(len(views))]
+        return ended_all
 
     def commit_tables(self, sequences: list[CommitSequence]) -> None:
         """Make the table steps the sequences wait at, one commit per table, and give each its outcome: their renames

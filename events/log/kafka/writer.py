@@ -13,18 +13,19 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from confluent_kafka import (
-    Consumer,
+    IsolationLevel,
     KafkaError,
     KafkaException,
     Message,
     Producer,
     TopicPartition,
 )
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from events.codec import EventCodec, Record
 from events.errors import FencedError, LogUnavailableError, LogWriteError
 from events.log.interface import LogWriter
-from events.log.kafka.config import ClientMonitor, KafkaSettings, refresh_leaders
+from events.log.kafka.config import ClientMonitor, KafkaSettings
 
 FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 ABORTED_BATCH_RETRIES = 3
@@ -85,7 +86,7 @@ class KafkaWriter(LogWriter):
             monitor,
         )
         self._settings = settings
-        self._visibility: Consumer | None = None
+        self._visibility: AdminClient | None = None
         self._first_offsets: dict[int, int] = {}
         self._last_offsets: dict[int, int] = {}
         self._held: dict[int, int] = {}
@@ -195,30 +196,37 @@ class KafkaWriter(LogWriter):
         below it is held by an older transaction of another writer: the markers of one just committed come within
         milliseconds, but one left open (a killed writer) holds it until the broker aborts it, and waiting for it
         would stall every append: readers see that in `EventLog.await_stable`, not here. Bounded either way: the
-        batch is committed.
+        batch is committed. Each look asks every pending partition's LSO in one ListOffsets request per leader (a
+        round trip a partition cost 2-3 ms each on loopback; the leaders are looked up afresh each time).
         """
         if self._visibility is None:
-            self._visibility = self._settings.make(
-                "consumer",
-                Consumer,
-                {"group.id": f"oncelog-visibility-{self.name}", "isolation.level": "read_committed"},
-                self._monitor,
-            )
+            self._visibility = self._settings.make("admin", AdminClient, {}, self._monitor)
         start = time.monotonic()
         pending = {p: first_offsets.get(p, offset) for p, offset in last_offsets.items()}
         while pending and time.monotonic() - start < VISIBILITY_WAIT_S:
-            for partition, first in list(pending.items()):
-                try:
-                    _, stable = self._visibility.get_watermark_offsets(
-                        TopicPartition(self.topic, partition), timeout=VISIBILITY_SLICE_S, cached=False
-                    )
-                except KafkaException:
-                    refresh_leaders(self._visibility, self.topic, VISIBILITY_SLICE_S)  # its leader may have died
-                    continue
+            for partition, stable in self._stable_offsets(self._visibility, pending).items():
+                first = pending[partition]
                 if stable > first or self._held_by_another(partition, stable, first, time.monotonic() - start):
                     del pending[partition]
             if pending:
                 time.sleep(0.005)
+
+    def _stable_offsets(self, admin: AdminClient, partitions: Iterable[int]) -> dict[int, int]:
+        """The last stable offset of each partition that answered within VISIBILITY_SLICE_S (one that did not, its
+        leader perhaps gone, is asked again on the next look)."""
+        asked = {TopicPartition(self.topic, p): OffsetSpec.latest() for p in partitions}
+        try:
+            futures = admin.list_offsets(asked, isolation_level=IsolationLevel.READ_COMMITTED,
+                                         request_timeout=VISIBILITY_SLICE_S)
+        except KafkaException:
+            return {}
+        stable: dict[int, int] = {}
+        for tp, future in futures.items():
+            try:
+                stable[tp.partition] = future.result().offset
+            except KafkaException:
+                continue
+        return stable
 
     def _held_by_another(self, partition: int, stable: int, first: int, waited_s: float) -> bool:
         """Whether a transaction of another writer, older than our batch, holds the partition's stable offset and
@@ -313,6 +321,4 @@ class KafkaWriter(LogWriter):
 
     def close(self) -> None:
         self._producer.flush(5)
-        if self._visibility is not None:
-            self._visibility.close()
-            self._visibility = None
+        self._visibility = None  # an admin client has no close: its threads end once it is unreferenced

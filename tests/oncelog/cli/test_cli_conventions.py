@@ -182,6 +182,17 @@ def test_unknown_job_or_dataset_is_a_usage_error_with_close_matches(log: EventLo
     assert code == 2 and "as of --until 5" in err  # the run of orders.us came later
 
 
+@pytest.mark.parametrize("command", [["verify"], ["state"], ["runs"], ["audit"], ["gc", "--keep-runs", "1"]])
+def test_a_log_url_given_as_an_argument_is_refused_naming_the_option(log: EventLog, command: list[str]) -> None:
+    """What a new user types first: the URL where an argument goes (taken for a dataset or run, or "unexpected extra
+    argument" before)."""
+    result = runner.invoke(app, [*command, log.url])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert f"{log.url} is a log URL: the log is given by option, as in: oncelog {command[0]} --log {log.url}" in (
+        " ".join(result.stderr.split()))
+    assert "is a log URL" not in cli(log, *command)[2]  # the same with --log
+
+
 def test_replay_refuses_offsets_past_the_end_and_partitions_left_out(log: EventLog) -> None:
     last = max(log.end_offsets().values()) - 1
     assert cli(log, "replay", "--until", str(last))[0] == 0

@@ -19,12 +19,13 @@ from events.commit import (
     HighWatermarkStep,
 )
 from events.errors import FencedError
+from events.job import JobRunCommitted, JobRunStarted
 from events.log import EventLog, LogWriter, open_log
 from events.model import Event
 from filesystems.local import LOCAL
 from projections.state import State
 from replay.verify import verify
-from spark_pipeline.commit.sequence import Committer, Outcome
+from spark_pipeline.commit.sequence import CommitResult, Committer, Outcome
 from spark_pipeline.commit.session import open_session, strict_state
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.sink import FENCE_FRESH_S, FRESH_USES_MAX, EventSink
@@ -100,6 +101,33 @@ def test_sequences_are_recorded_in_bounded_batches_each_whole(log: EventLog, tmp
     for i in range(SEQUENCES):
         assert (tmp_path / "published" / f"ds-{i}" / "part.avro").read_bytes() == f"records of dataset {i}".encode()
         assert replayed.datasets[("job", f"ds-{i}")].watermarks == {f"ds-{i}:0": i + 1}
+    assert verify(log).ok
+
+
+def test_what_closing_makes_of_the_results_is_recorded_in_the_last_batch_not_an_append_of_its_own(
+        log: EventLog, tmp_path: Path) -> None:
+    """A run's JobRunCommitted goes with its last completions: one transaction fewer at the end of every commit."""
+    settings = CommitSettings(PublishRoots.of([tmp_path / "task-output"], [tmp_path / "published"]))
+    with open_session(log, "job", settings, LOCAL) as session:
+        session.sink.emit([JobRunStarted(job="job", run_id="r1"), *(planned(tmp_path, i) for i in range(SEQUENCES))])
+    writer = CountingWriter(log.writer("job"))
+    state = strict_state(log)
+    sink = EventSink(writer, state)
+    heard: list[list[Outcome]] = []
+
+    def closing(results: list[CommitResult]) -> list[Event]:
+        heard.append([r.outcome for r in results])
+        return [JobRunCommitted(job="job", run_id="r1", datasets_committed=tuple(r.dataset_urn for r in results))]
+
+    try:
+        Committer(sink, settings, LOCAL, batch_events=20).commit_all(state.pending_sequences("job"), closing=closing)
+    finally:
+        sink.close()
+        writer.close()
+    assert heard == [[Outcome.COMPLETED] * SEQUENCES]
+    assert writer.appends == -(-SEQUENCES // 6)  # as many as without it: 6 sequences of 3 events a batch
+    committed = [e.event for e in log.read() if isinstance(e.event, JobRunCommitted)]
+    assert len(committed) == 1 and len(committed[0].datasets_committed) == SEQUENCES
     assert verify(log).ok
 
 

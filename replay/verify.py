@@ -3,6 +3,7 @@
 - every planned sequence is completed, abandoned or pending — and only a completed one has all its steps applied;
   an abandoned one keeps no file published (its applied renames were rolled back); a pending one was not followed
   by a later sequence of its dataset (its end is gone: found by the fold every command uses, `State.ends_missing`);
+- a run recorded committed (`JobRunCommitted`) planned no sequence that is not completed, but those it lists abandoned;
 - every watermark move and every dataset state committed is the one its sequence planned (same partition, low
   watermark and value; same watermarks and counts): a damaged or forged transition is named by its offset;
 - a completed sequence moved every watermark it planned, and committed the state it planned;
@@ -47,6 +48,7 @@ from events.commit import (
 from events.completeness import PartitionCompleted
 from events.dataset import DatasetStateCommitted, WatermarkAdvanced
 from events.errors import EventDecodeError
+from events.job import JobRunCommitted
 from events.log import EventLog, StoredRecord
 from events.model import Event, LoggedEvent, Position
 from filesystems import urls
@@ -168,6 +170,8 @@ class _Checker:
         self.identities: dict[int, int] = {}
         """Per key (its hash): the hash of the value first stored under it. Small: one entry per key of the log."""
         self.reused: list[_KeyReuse] = []
+        self.committed_runs: dict[tuple[str, str], tuple[set[str], str]] = {}
+        """Per (job, run) recorded committed: the datasets its JobRunCommitted lists abandoned, and where it lies."""
         self.report = VerifyReport()
 
     def on_error(self, error: EventDecodeError) -> None:
@@ -214,6 +218,10 @@ class _Checker:
             self.state.apply(logged)
         if isinstance(event, PartitionCompleted):
             self._fold_completed(logged, event)
+        if isinstance(event, JobRunCommitted):
+            abandoned, _ = self.committed_runs.setdefault((event.job, event.run_id),
+                                                          (set(), where_of(logged.topic, logged.position)))
+            abandoned.update(event.datasets_abandoned)
         if not isinstance(event, (CommitSequencePlanned, CommitStepApplied, CommitStepRolledBack,
                                   CommitSequenceCompleted, CommitSequenceAbandoned, WatermarkAdvanced,
                                   DatasetStateCommitted)):
@@ -336,6 +344,7 @@ class _Checker:
         self._check_parts()
         self._check_reused_keys(log)
         self._check_sequences()
+        self._check_committed_runs()
         self._check_ends()
         for sequence in self.sequences.values():
             self._check_against_plan(sequence)
@@ -390,6 +399,17 @@ class _Checker:
                 if renamed:
                     self.violate("published-by-abandoned", f"sequence {sequence_id!r} of {urn!r} ({job}) was "
                                  f"abandoned after publishing the files of steps {renamed}, never rolled back", s.at)
+
+    def _check_committed_runs(self) -> None:
+        """A run recorded committed planned no sequence that did not complete (but those it lists abandoned): a run
+        is committed only once every sequence it planned has."""
+        for s in self.sequences.values():
+            run = self.committed_runs.get((s.planned.job, s.planned.run_id))
+            if run is None or s.completed or s.planned.dataset_urn in run[0]:
+                continue
+            self.violate("committed-run-unsettled", f"run {s.planned.run_id!r} of job {s.planned.job!r} is recorded "
+                         f"committed (at {run[1]}), but {s.describe()}, which it planned, is "
+                         f"{_status(s).value}", s.at)
 
     def _check_against_plan(self, s: _Sequence) -> None:
         """Each watermark move and state commit of a sequence is the one it planned; a completed one made them all."""

@@ -26,6 +26,7 @@ from events.job import (
     JobLockAcquired,
     JobLockReleased,
     JobRunCommitted,
+    JobRunFailed,
     JobRunStarted,
     JobRunSucceeded,
 )
@@ -116,13 +117,16 @@ def test_gc_keeps_every_published_fact_so_state_and_verify_answer_the_same(log_f
     assert failed and not [e for e in left if isinstance(e, CommitStepFailed) and (e.job, e.run_id) not in kept_runs]
 
 
-def finished_run(job: str, run_id: str, t: float, middle: Sequence[Event] = ()) -> list[Event]:
-    """A run's transitions around `middle`: lock, start, success, commit, release."""
+def finished_run(job: str, run_id: str, t: float, middle: Sequence[Event] = (), committed: bool = True
+                 ) -> list[Event]:
+    """A run's transitions around `middle`: lock, start, success, commit (or, with a sequence it leaves unsettled,
+    failure), release."""
     common: RunFields = {"job": job, "run_id": run_id}
+    end = (JobRunCommitted(**common, emitted_at=at(t + 8)) if committed
+           else JobRunFailed(**common, error="a commit step failed", emitted_at=at(t + 8)))
     return [JobLockAcquired(**common, holder="host:1", emitted_at=at(t)),
             JobRunStarted(**common, emitted_at=at(t + 1)), JobRunSucceeded(**common, tasks=1, emitted_at=at(t + 2)),
-            *middle,
-            JobRunCommitted(**common, emitted_at=at(t + 8)), JobLockReleased(**common, emitted_at=at(t + 9))]
+            *middle, end, JobLockReleased(**common, emitted_at=at(t + 9))]
 
 
 def applying(sequence: SequenceFields, partition: str, low: int, value: int, records: int, t: float) -> list[Event]:
@@ -150,10 +154,10 @@ def test_gc_keeps_the_newest_watermark_when_an_older_sequence_completed_last(log
     pending: SequenceFields = {"job": "J", "run_id": "run-4", "dataset_urn": "ds", "sequence_id": "run-4"}
     first = applying(old, "ds:0", 0, 10, records=10, t=3)
     log.append([
-        *finished_run("J", "run-1", 0, first[:1]),
+        *finished_run("J", "run-1", 0, first[:1], committed=False),
         *finished_run("J", "run-2", 100, applying(newer, "ds:1", 0, 7, records=7, t=103)),
         *finished_run("J", "run-3", 200, first[1:]),
-        *finished_run("J", "run-4", 300, applying(pending, "ds:0", 10, 20, records=10, t=303)[:3]),
+        *finished_run("J", "run-4", 300, applying(pending, "ds:0", 10, 20, records=10, t=303)[:3], committed=False),
         *finished_run("J", "run-5", 400),
     ])
     before = answers(log)

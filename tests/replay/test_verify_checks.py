@@ -17,6 +17,7 @@ from events.commit import (
     HighWatermarkStep,
 )
 from events.dataset import DatasetStateCommitted, WatermarkAdvanced
+from events.job import JobRunCommitted, JobRunStarted
 from events.keys import partition_for
 from events.log import EventLog, open_log
 from events.model import Event, SequenceFields
@@ -115,6 +116,25 @@ def test_a_clean_history_passes_and_the_plans_are_checked_against_the_committed_
     assert oncelog.rebuild(sqlite_log).dataset_states("MyJob")["MyTopic"].watermarks[PARTITION] == 500
     assert "stands at 500" in behind.message and "publish twice [100, 500)" in behind.message
     assert report.pending == ["MyJob / MyTopic / run-6"]
+
+
+def test_a_run_recorded_committed_while_a_sequence_it_planned_is_unsettled_is_named(sqlite_log: EventLog) -> None:
+    """A run is committed once every sequence it planned has completed: its JobRunCommitted beside a sequence still
+    pending (a step that failed) says otherwise of a dataset that is not published."""
+    run_1 = [JobRunStarted(job="MyJob", run_id="run-1", emitted_at=at(0)), *published("run-1", 0, 100, t=1),
+             JobRunCommitted(job="MyJob", run_id="run-1", datasets_committed=("MyTopic",), emitted_at=at(10))]
+    sqlite_log.append(run_1)
+    assert verify(sqlite_log).ok
+
+    sqlite_log.append([JobRunStarted(job="MyJob", run_id="run-2", emitted_at=at(20)),
+                       published("run-2", 100, 200, t=21)[0],  # planned, never applied
+                       JobRunCommitted(job="MyJob", run_id="run-2", datasets_committed=("MyTopic",), emitted_at=at(30))])
+    report = verify(sqlite_log)
+
+    [unsettled] = of_kind(report.violations, "committed-run-unsettled")
+    assert unsettled.position == where(sqlite_log, CommitSequencePlanned, "run-2")
+    assert "run 'run-2' of job 'MyJob' is recorded committed" in unsettled.message
+    assert "sequence 'run-2' of 'MyTopic' (MyJob), which it planned, is pending" in unsettled.message
 
 
 def test_one_key_never_holds_two_payloads(sqlite_log: EventLog) -> None:

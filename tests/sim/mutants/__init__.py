@@ -82,6 +82,10 @@ MUTANTS = (
            "checking each file's recorded size and SHA-256, so a file changed after its task wrote it is published",
            "the folder move checks each file as its rename would (commit/sequence.py: CommitSequence._move_folder)",
            0, 40),
+    Mutant("run-committed-unfinished", "a run records JobRunCommitted with its last completions although a sequence "
+           "of it failed or was abandoned, so the run reads as committed while a dataset of it is unsettled",
+           "the run's JobRunCommitted in its last batch only when every sequence completed (launcher.py: "
+           "JobLauncher._committed)", 0, 40),
 )
 
 

@@ -128,7 +128,8 @@ def test_a_run_recorded_committed_while_a_sequence_it_planned_is_unsettled_is_na
 
     sqlite_log.append([JobRunStarted(job="MyJob", run_id="run-2", emitted_at=at(20)),
                        published("run-2", 100, 200, t=21)[0],  # planned, never applied
-                       JobRunCommitted(job="MyJob", run_id="run-2", datasets_committed=("MyTopic",), emitted_at=at(30))])
+                       JobRunCommitted(job="MyJob", run_id="run-2", datasets_committed=("MyTopic",),
+                                       emitted_at=at(30))])
     report = verify(sqlite_log)
 
     [unsettled] = of_kind(report.violations, "committed-run-unsettled")

@@ -50,11 +50,11 @@ check: $(STAMP)
 	$(BIN)/mypy events projections replay spark_pipeline oncelog filesystems localservers tests benchmarks
 	$(BIN)/lint-imports
 
-# Three pytest workers, each taking one test module at a time (module fixtures start once): most tests wait on JVMs,
-# brokers and child processes; with two, CI's last run kept the two cores busy half its time (user + system 35.7 min
-# in 35 min), so a third overlaps more. Modules go out in collection order, the slowest first (tests/conftest.py:
-# SLOWEST_MODULES), so no long one starts last.
-TEST_WORKERS ?= 3
+# Two pytest workers, each taking one test module at a time (module fixtures start once): most tests wait on JVMs,
+# brokers and child processes, so two overlap on two cores (README, Tests: the times measured). Modules go out in
+# collection order, the slowest first (tests/conftest.py: SLOWEST_MODULES), so no long one starts last. Three were
+# slower on a clean clone (28 November: pytest 35:54 against 33:28 with two; load average 7-11).
+TEST_WORKERS ?= 2
 # The tests start Python processes by the hundred (commands, simulation workers, Spark's Python daemons): each would
 # compile oncelog's modules again if $PYTHONDONTWRITEBYTECODE kept their bytecode from being cached (__pycache__,
 # ignored by git); pytest's collection alone took 14 s a process instead of 5.5.

@@ -9,9 +9,11 @@ from __future__ import annotations
 import gc
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,7 +35,7 @@ def kafka_bootstrap() -> Iterator[str]:
     if explicit:
         yield explicit.removeprefix("kafka://")
         return
-    with tempfile.TemporaryDirectory(prefix="oncelog-bench-kafka-") as work_dir:
+    with stopped_cleanly_on_termination(), tempfile.TemporaryDirectory(prefix="oncelog-bench-kafka-") as work_dir:
         broker = LocalKafkaBroker(Path(work_dir))
         note(f"starting a local Kafka broker in {work_dir} (set KAFKA_BOOTSTRAP to use a running one)")
         broker.start()
@@ -41,6 +43,30 @@ def kafka_bootstrap() -> Iterator[str]:
             yield broker.bootstrap
         finally:
             broker.stop()
+
+
+TERMINATING = (signal.SIGTERM, signal.SIGHUP)
+"""What `kill`, `timeout` and a closed terminal send: Python would die of them without running any `finally`."""
+
+
+@contextmanager
+def stopped_cleanly_on_termination() -> Iterator[None]:
+    """Within the block, SIGTERM or SIGHUP exits by SystemExit (status 128 + the signal), so that every `finally`
+    runs: a broker started for a benchmark is stopped, not left running after it. Off the main thread (where Python
+    cannot take a signal), nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def exit_now(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    before = {sig: signal.signal(sig, exit_now) for sig in TERMINATING}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import shlex
 import sys
 from collections.abc import Collection
 from enum import IntEnum
@@ -48,7 +49,8 @@ class TakesTheLogByOption(TyperCommand):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         url = next((arg for arg in args if LOG_URL.match(arg)), None)
         if url is not None and "--log" not in args:
-            ctx.fail(f"{url} is a log URL: the log is given by option, as in: oncelog {ctx.info_name} --log {url}")
+            ctx.fail(f"{url} is a log URL: the log is given by option, as in: "
+                     f"oncelog {ctx.info_name} --log {shlex.quote(url)}")
         return super().parse_args(ctx, args)
 
 

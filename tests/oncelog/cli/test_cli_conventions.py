@@ -188,9 +188,17 @@ def test_a_log_url_given_as_an_argument_is_refused_naming_the_option(log: EventL
     argument" before)."""
     result = runner.invoke(app, [*command, log.url])
     assert result.exit_code == 2 and result.stdout == ""
-    assert f"{log.url} is a log URL: the log is given by option, as in: oncelog {command[0]} --log {log.url}" in (
+    assert f"{log.url} is a log URL: the log is given by option, as in: oncelog {command[0]} --log '{log.url}'" in (
         " ".join(result.stderr.split()))
     assert "is a log URL" not in cli(log, *command)[2]  # the same with --log
+
+
+def test_the_suggested_command_quotes_a_url_the_shell_would_split_or_glob() -> None:
+    """A Kafka URL's query (`?`, `&`) would be globbed or cut by the shell if pasted unquoted."""
+    url = "kafka://localhost:9092/audit?security.protocol=SASL_SSL&sasl.mechanism=PLAIN"
+    result = runner.invoke(app, ["verify", url])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert f"oncelog verify --log '{url}'" in " ".join(result.stderr.split())
 
 
 def test_replay_refuses_offsets_past_the_end_and_partitions_left_out(log: EventLog) -> None:

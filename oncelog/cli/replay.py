@@ -91,13 +91,25 @@ def opened(url: str) -> Iterator[EventLog]:
     if url.startswith("sqlite:"):
         _, location, _ = parse_url(url)
         if not Path(location).exists():
-            raise fail(f"no log at {location} (log URL {redact_url(url)}, from --log, $ONCELOG_LOG or the default); "
-                       "run a job first, or point --log at one")
+            raise fail(f"no log at {location} (log URL {redact_url(url)}, from --log, $ONCELOG_LOG or the default)"
+                       f"{missing_log_hint(location)}")
     try:
         with open_log(url) as log:
             yield log
     except OncelogError as e:
         raise fail(redact_message(str(e), url)) from e
+
+
+def missing_log_hint(location: str) -> str:
+    """What to do about a SQLite log not found. A relative path (`sqlite:///tmp/x.db` is tmp/x.db, below the current
+    folder) is said to be one, with the URL of the absolute path a user most likely meant when a log is there."""
+    if Path(location).is_absolute():
+        return "; run a job first, or point --log at one"
+    absolute = Path("/") / location
+    if absolute.exists():
+        return f", but there is one at {absolute}: an absolute path takes four slashes, --log sqlite:///{absolute}"
+    return (f", a path relative to {Path.cwd()} (an absolute path takes four slashes: sqlite:////…); run a job "
+            "first, or point --log at one")
 
 
 PINNED_WAIT_S = 3.0

@@ -220,3 +220,23 @@ def test_tail_refuses_nonsense_and_matches_event_types_in_any_case(log: EventLog
     assert [json.loads(line)["type"] for line in out.splitlines()] == ["JobRunCommitted"] * 4
     code, _, err = cli(log, "tail", "--type", "JobRunComitted", "--max", "1")
     assert code == 2 and "unknown event type 'JobRunComitted'" in err and "did you mean 'JobRunCommitted'" in err
+
+
+def test_a_three_slash_url_missing_a_log_that_four_slashes_would_find_says_so(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sqlite:///tmp/x.db` is tmp/x.db below the current folder: the error names the URL of the log at /tmp/x.db."""
+    with open_log(f"sqlite:///{tmp_path}/events.db") as log, log.writer("test") as writer:  # four slashes
+        writer.append(one_of_each()[:1])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    three_slashes = f"sqlite://{tmp_path}/events.db"
+    refused = runner.invoke(app, ["state", "--log", three_slashes])
+    assert refused.exit_code == 2 and refused.stdout == ""
+    message = " ".join(refused.stderr.split())
+    assert f"no log at {str(tmp_path)[1:]}/events.db" in message
+    assert f"but there is one at {tmp_path}/events.db: an absolute path takes four slashes, --log sqlite:///" \
+           f"{tmp_path}/events.db" in message
+    nowhere = runner.invoke(app, ["state", "--log", "sqlite:///no/such/events.db"])
+    assert nowhere.exit_code == 2
+    assert f"a path relative to {elsewhere} (an absolute path takes four slashes" in " ".join(nowhere.stderr.split())

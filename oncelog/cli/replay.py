@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import shlex
 import sys
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
@@ -107,7 +108,8 @@ def missing_log_hint(location: str) -> str:
         return "; run a job first, or point --log at one"
     absolute = Path("/") / location
     if absolute.exists():
-        return f", but there is one at {absolute}: an absolute path takes four slashes, --log sqlite:///{absolute}"
+        return (f", but there is one at {absolute}: an absolute path takes four slashes, "
+                f"--log {shlex.quote(f'sqlite:///{absolute}')}")
     return (f", a path relative to {Path.cwd()} (an absolute path takes four slashes: sqlite:////…); run a job "
             "first, or point --log at one")
 

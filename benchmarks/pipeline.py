@@ -616,8 +616,8 @@ def big_batch_sides(bench: Bench) -> list[Side]:
 
 def settle_jit(spark: SparkSession, quiet_ms: int = 50, window_s: float = 3.0, limit_s: float = 300.0) -> float:
     """Wait until the JVM's JIT compilers are idle (less than `quiet_ms` of compiling in `window_s`), at most
-    `limit_s`; returns the seconds waited. The warm-up queues the hot path for C2, and on 2 cores its one thread
-    takes a while to get through: a timed repeat begun before then pays for the compiling (docs/benchmarks.md)."""
+    `limit_s`; returns the seconds waited. So that no timed repeat begins with the warm-up's compiling still queued
+    (on 2 cores C2 has one thread). It does not make the first repeat as fast as the others (docs/benchmarks.md)."""
     jvm = spark.sparkContext._jvm
     if jvm is None:
         raise RuntimeError("the Spark session has no JVM gateway to ask about its JIT")

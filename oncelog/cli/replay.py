@@ -104,14 +104,14 @@ def opened(url: str) -> Iterator[EventLog]:
 def missing_log_hint(location: str) -> str:
     """What to do about a SQLite log not found. A relative path (`sqlite:///tmp/x.db` is tmp/x.db, below the current
     folder) is said to be one, with the URL of the absolute path a user most likely meant when a log is there."""
+    what_to_do = "; run a job first, or point --log at one"
     if Path(location).is_absolute():
-        return "; run a job first, or point --log at one"
+        return what_to_do
     absolute = Path("/") / location
     if absolute.exists():
         return (f", but there is one at {absolute}: an absolute path takes four slashes, "
                 f"--log {shlex.quote(f'sqlite:///{absolute}')}")
-    return (f", a path relative to {Path.cwd()} (an absolute path takes four slashes: sqlite:////…); run a job "
-            "first, or point --log at one")
+    return f", a path relative to {Path.cwd()} (an absolute path takes four slashes: sqlite:////…){what_to_do}"
 
 
 PINNED_WAIT_S = 3.0

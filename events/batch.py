@@ -147,16 +147,20 @@ def _batch_aggregate(batch: Event, sequences: Sequence[SequencePlan | SequenceEn
 def unpack(event: Event) -> tuple[Event, ...]:
     """The events a record stands for: a batch's members, in order; any other event itself."""
     if isinstance(event, CommitSequencesPlanned):
-        return tuple(CommitSequencePlanned.trusted(job=event.job, run_id=event.run_id, emitted_at=event.emitted_at,
-                                                   dataset_urn=s.dataset_urn, sequence_id=s.sequence_id,
-                                                   steps=s.steps)
-                     for s in event.sequences)
+        return tuple(planned_member(event, plan) for plan in event.sequences)
     if isinstance(event, CommitSequencesCompleted):
-        return tuple(member for end in event.sequences for member in _ended(event, end))
+        return tuple(member for end in event.sequences for member in ended_members(event, end))
     return (event,)
 
 
-def _ended(batch: CommitSequencesCompleted, end: SequenceEnd) -> Iterable[Event]:
+def planned_member(batch: CommitSequencesPlanned, plan: SequencePlan) -> CommitSequencePlanned:
+    """The `CommitSequencePlanned` a plan of a batch stands for."""
+    return CommitSequencePlanned.trusted(job=batch.job, run_id=batch.run_id, emitted_at=batch.emitted_at,
+                                         dataset_urn=plan.dataset_urn, sequence_id=plan.sequence_id, steps=plan.steps)
+
+
+def ended_members(batch: CommitSequencesCompleted, end: SequenceEnd) -> Iterable[Event]:
+    """The events a completion of a batch stands for, in the order its sequence recorded them."""
     fields = {"job": batch.job, "run_id": batch.run_id, "emitted_at": batch.emitted_at,
               "dataset_urn": end.dataset_urn, "sequence_id": end.sequence_id}
     for moved in end.advanced:

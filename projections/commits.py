@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from events.batch import CommitSequencesCompleted, SequenceEnd
 from events.commit import (
     CommitSequenceAbandoned,
     CommitSequenceCompleted,
@@ -100,3 +101,24 @@ def reduce_dataset(view: DatasetView | None, event: DatasetEvent, sequence: Sequ
         case PartitionCompleted() | EventTimeAdvanced():
             return evolve(view, completeness=advance(view.completeness, event))
     return view
+
+
+def committed(view: DatasetView | None, batch: CommitSequencesCompleted, end: SequenceEnd) -> DatasetView:
+    """A dataset's committed state after a completion of a batch whose sequence is pending: what `reduce_dataset`
+    makes of its `WatermarkAdvanced`s and `DatasetStateCommitted` one after another, in one copy of the view."""
+    view = view or DatasetView(batch.job, end.dataset_urn)
+    watermarks = view.watermarks
+    for moved in end.advanced:
+        if watermarks.get(moved.partition, moved.high_watermark - 1) < moved.high_watermark:
+            if watermarks is view.watermarks:
+                watermarks = dict(watermarks)
+            watermarks[moved.partition] = moved.high_watermark
+    state = end.state
+    if state is None or view.last_sequence_id == end.sequence_id:
+        return view if watermarks is view.watermarks else evolve(view, watermarks=watermarks)
+    merged = dict(watermarks)
+    for partition, value in state.watermarks.items():
+        merged[partition] = max(value, merged.get(partition, value))
+    return evolve(view, watermarks=merged, last_sequence_id=end.sequence_id, last_run_id=batch.run_id,
+                  committed_at=batch.emitted_at, records_published=view.records_published + state.records_published,
+                  files_published=view.files_published + state.files_published, properties=state.properties)

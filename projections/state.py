@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from events.batch import CommitSequencesCompleted, CommitSequencesPlanned, unpack
+from events.batch import CommitSequencesCompleted, CommitSequencesPlanned, ended_members, planned_member
 from events.commit import (
     CommitSequenceAbandoned,
     CommitSequenceCompleted,
@@ -39,7 +39,7 @@ from events.keys import run_of_key
 from events.model import DatasetEvent, Event, LoggedEvent, RunEvent
 from events.published import DatasetPublished
 from events.task import TaskEvent, TaskFailed, TaskRetried, TaskStarted, TaskSucceeded
-from projections.commits import reduce_dataset, reduce_sequence
+from projections.commits import committed, reduce_dataset, reduce_sequence
 from projections.runs import evolve, reduce_job, reduce_run
 from projections.tasks import (
     planned_work_unit,
@@ -490,16 +490,49 @@ NOT_FOLDED: frozenset[type[Event]] = frozenset({DatasetPublished})
 """Event types the fold does nothing with: the projector reads only their envelope (`EventCodec.decode_unless`)."""
 
 
-def _batch_event(state: State, event: Event, position: Where | None) -> None:
-    """A batched commit record: each of the events it stands for, at its position."""
-    for member in unpack(event):
-        HANDLERS[type(member)](state, member, position)
+def _plans(state: State, event: Event, position: Where | None) -> None:
+    """A batch of plans, each folded as its `CommitSequencePlanned` would be: a new sequence (the usual case) at once,
+    without building the event; any other (its sequence already known) through the event."""
+    assert isinstance(event, CommitSequencesPlanned)
+    for plan in event.sequences:
+        dataset_key = (event.job, plan.dataset_urn)
+        if plan.sequence_id in state.completed.get(dataset_key, ()):
+            continue  # a late duplicate of a completed sequence's plan
+        key = (event.job, plan.dataset_urn, plan.sequence_id)
+        if key in state.sequences:
+            _dataset_event(state, planned_member(event, plan), position)
+            continue
+        planned = SequenceView(event.job, plan.dataset_urn, plan.sequence_id, event.run_id, SequenceStatus.PLANNED,
+                               steps=plan.steps, planned_at=event.emitted_at)
+        state.note_planned(planned, position)
+        state.sequences[key] = planned
+
+
+def _completions(state: State, event: Event, position: Where | None) -> None:
+    """A batch of completions, each folded as its events would be one by one: a sequence pending with its whole plan
+    (the usual case) at once, without building the events; any other through its events."""
+    assert isinstance(event, CommitSequencesCompleted)
+    for end in event.sequences:
+        dataset_key = (event.job, end.dataset_urn)
+        if end.sequence_id in state.completed.get(dataset_key, ()):
+            continue  # a late duplicate of a completed sequence's events
+        key = (event.job, end.dataset_urn, end.sequence_id)
+        sequence = state.sequences.get(key)
+        if sequence is None or not sequence.pending or not sequence.plan_complete:
+            for member in ended_members(event, end):
+                HANDLERS[type(member)](state, member, position)
+            continue
+        if end.advanced or end.state is not None:
+            state.datasets[dataset_key] = committed(state.datasets.get(dataset_key), event, end)
+        state.note_ended(sequence)
+        del state.sequences[key]
+        state.completed.setdefault(dataset_key, set()).add(end.sequence_id)
 
 
 HANDLERS: dict[type[Event], Handler] = {
     **{t: _for_consumers for t in NOT_FOLDED},
-    CommitSequencesPlanned: _batch_event,
-    CommitSequencesCompleted: _batch_event,
+    CommitSequencesPlanned: _plans,
+    CommitSequencesCompleted: _completions,
     **{t: _run_event for t in (JobRunStarted, WorkUnitsPlanned, JobRunSucceeded, JobRunCommitted, JobRunFailed,
                                JobRunCancelled, JobLockAcquired, JobLockReleased, DatasetSkipped)},
     **{t: _task_event for t in (TaskStarted, TaskSucceeded, TaskFailed, TaskRetried)},

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from events.batch import pack, unpack
+from events.batch import pack
 from events.log import LogWriter
 from events.model import Event
 from projections.state import State
@@ -154,8 +154,7 @@ class EventSink:
         try:
             with self.state_lock:  # what a reader of the log will fold: a batch's members carry its emitted_at
                 for record in records:
-                    for event in unpack(record):
-                        self.state.apply_event(event)
+                    self.state.apply_event(record)
         except BaseException as e:  # committed, but not folded: no member may go on from this state
             for request in group:
                 request.done.set_exception(e)

@@ -27,7 +27,7 @@ from events.commit import (
     CommitSequencePlanned,
     CommitStepApplied,
     CommitStepSpec,
-    FsRenameStep,
+    quick_size,
 )
 from events.dataset import DatasetStateCommitted, WatermarkAdvanced
 from events.keys import key_of, partition_for
@@ -314,13 +314,10 @@ def _completion(events: Sequence[Event], index: int) -> tuple[SequenceEnd, list[
 
 
 def entry_size(entry: SequencePlan | SequenceEnd) -> int:
-    """approx_size of an entry, with its bulk (renames, published files) added up field by field: cheaper."""
+    """approx_size of an entry, bounded from above, its bulk (steps, published files) added up field by field."""
     size = len(entry.dataset_urn) + len(entry.sequence_id) + 8
     if isinstance(entry, SequencePlan):
-        for step in entry.steps:
-            size += (len(step.src) + len(step.dst) + len(step.checksum) + len(step.partition) + 48
-                     if isinstance(step, FsRenameStep) else approx_size(step))
-        return size
+        return size + sum([quick_size(step) for step in entry.steps])
     size += 120 + sum(len(moved.partition) + 32 for moved in entry.advanced)
     size += approx_size(entry.state) + 12 * (len(entry.found_done) + len(entry.step_ms))
     if entry.published is not None:

@@ -7,7 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from events.model import Count, DatasetEvent, Frozen, Name, Parted
+from events.model import Count, DatasetEvent, Frozen, Name, Parted, approx_size
 
 
 class FsRenameStep(Frozen):
@@ -152,6 +152,16 @@ CommitStepSpec = Annotated[FsRenameStep | HighWatermarkStep | DatasetStateStep |
                            Field(discriminator="kind")]
 
 
+def quick_size(step: CommitStepSpec) -> int:
+    """`approx_size` of a step, bounded from above field by field for the steps every plan holds (FsRename,
+    HighWatermark): weighing a plan is then a few lengths a step, not a walk of each step's fields."""
+    if isinstance(step, FsRenameStep):
+        return len(step.src) + len(step.dst) + len(step.checksum) + len(step.partition) + 48
+    if isinstance(step, HighWatermarkStep):
+        return len(step.partition) + 40
+    return approx_size(step)
+
+
 class CommitSequencePlanned(DatasetEvent, Parted):
     """The steps that publish one dataset's output of a run, recorded before any of them runs.
 
@@ -176,6 +186,10 @@ class CommitSequencePlanned(DatasetEvent, Parted):
 
     def part_fields(self) -> dict[str, Any]:
         return {"total_steps": len(self.steps)}
+
+    def fits_at_a_glance(self, budget: int) -> bool:
+        """Each step weighs at most its `quick_size`."""
+        return sum([quick_size(step) for step in self.steps]) <= budget
 
     @property
     def key(self) -> str:

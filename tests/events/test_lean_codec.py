@@ -19,11 +19,18 @@ from pydantic import BaseModel
 
 from events.avro_schema import envelope_schema
 from events.codec import CHECKSUM_SIZE, ENVELOPE_PREFIX, UNCHECKED_FRAME_MAGIC, EventCodec
-from events.commit import CommitSequencePlanned, CommitStepApplied, DatasetStateStep, FsRenameStep, HighWatermarkStep
+from events.commit import (
+    CommitSequencePlanned,
+    CommitStepApplied,
+    DatasetStateStep,
+    FsRenameStep,
+    HighWatermarkStep,
+    quick_size,
+)
 from events.errors import EventDecodeError
 from events.keys import key_of, segment
 from events.log import open_log
-from events.model import Event, SequenceFields, fits_one_slice, split_fields
+from events.model import Event, SequenceFields, approx_size, fits_one_slice, split_fields
 from events.published import DatasetPublished, PublishedFile, WatermarkRange, published_events
 from events.registry import EVENT_TYPES
 from tests.factories import one_of_each
@@ -248,6 +255,22 @@ def test_a_published_event_said_to_fit_at_a_glance_makes_one_slice(files: tuple[
         middle = (low + high) // 2
         low, high = (low, middle) if event.fits_at_a_glance(middle) else (middle + 1, high)
     assert fits_one_slice({"files": files, "watermarks": ranges}, low)
+    assert event.in_parts(low) == (event,)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(value_of(FsRenameStep), value_of(HighWatermarkStep), value_of(DatasetStateStep)),
+                min_size=2, max_size=8).map(tuple))
+def test_a_plan_said_to_fit_at_a_glance_makes_one_slice(steps: tuple[Any, ...]) -> None:
+    """As for DatasetPublished: each step's quick size bounds its estimate from above, so the glance never says a
+    plan fits that item by item would split."""
+    assert all(quick_size(step) >= approx_size(step) for step in steps)
+    event = CommitSequencePlanned(**SEQUENCE, steps=steps)
+    low, high = 0, 10**7
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if event.fits_at_a_glance(middle) else (middle + 1, high)
+    assert fits_one_slice({"steps": steps}, low)
     assert event.in_parts(low) == (event,)
 
 

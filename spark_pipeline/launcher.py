@@ -48,6 +48,7 @@ from events.model import RunFields
 from filesystems import urls
 from filesystems.base import FileSystem
 from filesystems.router import FileSystems
+from projections.projector import fold_gc
 from projections.state import State
 from projections.views import DatasetView, Phase, RunStatus, SequenceView
 from replay.lineage_client import LineageClient
@@ -363,18 +364,8 @@ class JobLauncher:
             result.commits = self._commit_shards(session, ShardAction.PUBLISH, outputs)
             self.observer.datasets_done(len(result.commits))
         else:
-            publisher = make_construct(config, "data.publisher.type", config.publisher_type, DataPublisher)
-            states = session.state.dataset_states(config.job_name)
-            planned = with_completeness(config, self.run_id, publisher.plan(self.run_id, outputs, states), outputs,
-                                        states)
-            session.sink.emit(planned)  # every dataset's sequence, one atomic batch: the point of no return
-            self.faults.reached(FaultPoint.AFTER_PLANNING)
-            keys = dict.fromkeys((p.job, p.dataset_urn, p.sequence_id) for p in planned)  # a sequence may span events
-            views = [session.state.sequences[key] for key in keys]
-            self.observer.phase(Phase.COMMIT, len(views))
-            result.commits = session.committer.commit_all(
-                views, done=self.observer.datasets_done,
-                closing=lambda commits: self._committed(result, commits) if not failed else ())
+            with fold_gc():  # a plan per dataset, kept in the state: no full collection walks them mid-way
+                result.commits = self._commit_on_driver(session, result, outputs, bool(failed))
         unfinished = [c for c in result.commits if c.outcome is not Outcome.COMPLETED]
         if failed or unfinished:
             errors = [failure_message(failed)] if failed else []
@@ -385,6 +376,23 @@ class JobLauncher:
             session.sink.emit(self._committed(result, result.commits))
         result.status = RunStatus.COMMITTED
         self._clean_up(session, settled=True)
+
+    def _commit_on_driver(self, session: CommitSession, result: RunResult, outputs: list[DatasetOutput],
+                          failed: bool) -> list[CommitResult]:
+        """Plan every dataset's sequence, record the plans in one atomic batch, then commit them here."""
+        config = self.config
+        publisher = make_construct(config, "data.publisher.type", config.publisher_type, DataPublisher)
+        states = session.state.dataset_states(config.job_name)
+        planned = with_completeness(config, self.run_id, publisher.plan(self.run_id, outputs, states), outputs,
+                                    states)
+        session.sink.emit(planned)  # every dataset's sequence, one atomic batch: the point of no return
+        self.faults.reached(FaultPoint.AFTER_PLANNING)
+        keys = dict.fromkeys((p.job, p.dataset_urn, p.sequence_id) for p in planned)  # a sequence may span events
+        views = [session.state.sequences[key] for key in keys]
+        self.observer.phase(Phase.COMMIT, len(views))
+        return session.committer.commit_all(views, done=self.observer.datasets_done,
+                                            closing=lambda commits: self._committed(result, commits) if not failed
+                                            else ())
 
     def _committed(self, result: RunResult, commits: list[CommitResult]) -> tuple[JobRunCommitted, ...]:
         """The run's JobRunCommitted, if every sequence completed (none if any did not)."""

@@ -13,15 +13,18 @@ import yaml
 
 from events.codec import Record
 from events.commit import (
+    CommitSequenceCompleted,
     CommitSequencePlanned,
     CommitStepApplied,
     FsRenameStep,
     HighWatermarkStep,
 )
+from events.dataset import WatermarkAdvanced
 from events.errors import FencedError
 from events.job import JobRunCommitted, JobRunStarted
 from events.log import EventLog, LogWriter, open_log
 from events.model import Event
+from events.published import DatasetPublished, PublishedFile, WatermarkRange
 from filesystems.local import LOCAL
 from projections.state import State
 from replay.verify import verify
@@ -209,3 +212,57 @@ def test_a_job_without_a_fresh_window_probes_before_every_check(tmp_path: Path, 
     finally:
         sink.close()
         writer.close()
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "per-event"])
+def test_a_completion_is_recorded_as_its_events_batched_or_not(log: EventLog, tmp_path: Path, batched: bool) -> None:
+    """What a sequence records as it completes, as the log's readers get it: its watermark moves, a CommitStepApplied
+    for each step found done, CommitSequenceCompleted and DatasetPublished, each under its own key; one record for
+    the sequences of a partition of the log when batches are on (a sequence alone in its partition keeps its own),
+    a record each when they are off."""
+    settings = CommitSettings(PublishRoots.of([tmp_path / "task-output"], [tmp_path / "published"]))
+    plans = [planned(tmp_path, i) for i in range(5)]  # ds-0 to ds-3 in one partition of the log, ds-4 alone
+    with open_session(log, "job", settings, LOCAL) as session:
+        session.sink.emit(plans)
+    done_before = plans[1].steps[0]  # renamed before the commit (a crash after it): found done by verify()
+    assert isinstance(done_before, FsRenameStep)
+    Path(done_before.dst).parent.mkdir(parents=True)
+    Path(done_before.src).rename(done_before.dst)
+    records_before = sum(1 for _ in log.read_records())
+    sink = EventSink(log.writer("job"), strict_state(log), pack=batched)
+    try:
+        results = Committer(sink, settings, LOCAL).recover("job")
+    finally:
+        sink.close()
+        sink.writer.close()
+    assert [r.outcome for r in results] == [Outcome.COMPLETED] * len(plans)
+    read = [logged.event for logged in log.read()][len(plans):]
+    by_dataset = {plan.dataset_urn: [e for e in read if getattr(e, "dataset_urn", None) == plan.dataset_urn]
+                  for plan in plans}
+    for index, plan in enumerate(plans):
+        rename, watermark = plan.steps
+        assert isinstance(rename, FsRenameStep) and isinstance(watermark, HighWatermarkStep)
+        events = by_dataset[plan.dataset_urn]
+        kinds = [type(e).__name__ for e in events]
+        found = ["CommitStepApplied"] if index == 1 else []
+        assert kinds == ["WatermarkAdvanced", *found, "CommitSequenceCompleted", "DatasetPublished"]
+        moved, *_, completed, published = events
+        assert isinstance(moved, WatermarkAdvanced) and isinstance(completed, CommitSequenceCompleted)
+        assert (moved.partition, moved.low_watermark, moved.value) == (watermark.partition, 0, index + 1)
+        assert (completed.steps_applied, completed.executed, completed.verified) == (2, 1 if found else 2, len(found))
+        assert len(completed.step_ms) == 2
+        if found:
+            applied = events[1]
+            assert isinstance(applied, CommitStepApplied)
+            assert (applied.step_index, applied.outcome) == (0, "verified")
+        assert isinstance(published, DatasetPublished)
+        assert published.files == (PublishedFile(path=rename.dst, size=rename.size, checksum=rename.checksum,
+                                                 records=1),)
+        assert published.watermarks == (WatermarkRange(partition=watermark.partition, low_watermark=0,
+                                                       high_watermark=index + 1),)
+        assert (published.files_published, published.records_published) == (1, 1)
+        assert len({e.key for e in events}) == len(events)
+    commit_records = sum(1 for _ in log.read_records()) - records_before
+    alone = by_dataset["ds-4"]  # a batch of one sequence: its own records
+    assert commit_records == (1 + len(alone) if batched else len(read))
+    assert verify(log).ok

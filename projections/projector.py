@@ -143,7 +143,8 @@ class Projector:
 
 
 class _SpacedCollections:
-    """Young collections spaced out while any fold runs; CPython's own thresholds back when the last one ends.
+    """Young collections spaced out while any fold (or a job's run: its plans and commits, kept in its state as a fold
+    keeps its views) runs; CPython's own thresholds back when the last one ends.
 
     What a fold allocates is either freed by reference counting within a few events (records, decoded events, the
     views a newer one replaces) or kept in the state, and none of it forms cycles: collections find nothing to

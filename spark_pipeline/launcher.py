@@ -201,7 +201,9 @@ class JobLauncher:
             holder = (lock.acquire(self.run_id, take_over=self.take_over) if lock
                       else f"writer {self._writer_name()} (job lock off)")
             try:
-                with open_session(log, self._writer_name(), self.commit_settings(), self.fs) as session:
+                # A run plans, records and commits an object or more per dataset, all kept: with CPython's thresholds
+                # each full collection walks them all again (measured at 100,000 datasets: 2.8 of planning's 4.1 s).
+                with fold_gc(), open_session(log, self._writer_name(), self.commit_settings(), self.fs) as session:
                     with self.lineage.following(log) as lineage_warnings:
                         result = self._run(session, holder, lock.displaced if lock else None)
                     result.warnings += lineage_warnings
@@ -364,8 +366,7 @@ class JobLauncher:
             result.commits = self._commit_shards(session, ShardAction.PUBLISH, outputs)
             self.observer.datasets_done(len(result.commits))
         else:
-            with fold_gc():  # a plan per dataset, kept in the state: no full collection walks them mid-way
-                result.commits = self._commit_on_driver(session, result, outputs, bool(failed))
+            result.commits = self._commit_on_driver(session, result, outputs, bool(failed))
         unfinished = [c for c in result.commits if c.outcome is not Outcome.COMPLETED]
         if failed or unfinished:
             errors = [failure_message(failed)] if failed else []

@@ -495,10 +495,9 @@ def _plans(state: State, event: Event, position: Where | None) -> None:
     without building the event; any other (its sequence already known) through the event."""
     assert isinstance(event, CommitSequencesPlanned)
     for plan in event.sequences:
-        dataset_key = (event.job, plan.dataset_urn)
-        if plan.sequence_id in state.completed.get(dataset_key, ()):
-            continue  # a late duplicate of a completed sequence's plan
-        key = (event.job, plan.dataset_urn, plan.sequence_id)
+        key = _unended(state, event.job, plan.dataset_urn, plan.sequence_id)
+        if key is None:
+            continue
         if key in state.sequences:
             _dataset_event(state, planned_member(event, plan), position)
             continue
@@ -508,16 +507,20 @@ def _plans(state: State, event: Event, position: Where | None) -> None:
         state.sequences[key] = planned
 
 
+def _unended(state: State, job: str, dataset_urn: str, sequence_id: str) -> SequenceKey | None:
+    """A sequence's key, or None once it completed (what a batch says of it then is a late duplicate)."""
+    return None if sequence_id in state.completed.get((job, dataset_urn), ()) else (job, dataset_urn, sequence_id)
+
+
 def _completions(state: State, event: Event, position: Where | None) -> None:
     """A batch of completions, each folded as its events would be one by one: a sequence pending with its whole plan
     (the usual case) at once, without building the events; any other through its events."""
     assert isinstance(event, CommitSequencesCompleted)
     for end in event.sequences:
-        dataset_key = (event.job, end.dataset_urn)
-        if end.sequence_id in state.completed.get(dataset_key, ()):
-            continue  # a late duplicate of a completed sequence's events
-        key = (event.job, end.dataset_urn, end.sequence_id)
-        sequence = state.sequences.get(key)
+        key = _unended(state, event.job, end.dataset_urn, end.sequence_id)
+        if key is None:
+            continue
+        dataset_key, sequence = (event.job, end.dataset_urn), state.sequences.get(key)
         if sequence is None or not sequence.pending or not sequence.plan_complete:
             for member in ended_members(event, end):
                 HANDLERS[type(member)](state, member, position)

@@ -391,9 +391,12 @@ class JobLauncher:
         keys = dict.fromkeys((p.job, p.dataset_urn, p.sequence_id) for p in planned)  # a sequence may span events
         views = [session.state.sequences[key] for key in keys]
         self.observer.phase(Phase.COMMIT, len(views))
-        return session.committer.commit_all(views, done=self.observer.datasets_done,
-                                            closing=lambda commits: self._committed(result, commits) if not failed
-                                            else ())
+
+        def closing(commits: list[CommitResult]) -> tuple[JobRunCommitted, ...]:
+            """The run's JobRunCommitted, recorded with the last completions (none after a failed task)."""
+            return () if failed else self._committed(result, commits)
+
+        return session.committer.commit_all(views, done=self.observer.datasets_done, closing=closing)
 
     def _committed(self, result: RunResult, commits: list[CommitResult]) -> tuple[JobRunCommitted, ...]:
         """The run's JobRunCommitted, if every sequence completed (none if any did not)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import posixpath
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -34,6 +34,16 @@ class FileInfo:
     size: int
     modified_ns: int
     """When the file was last written, in nanoseconds since the epoch (as precise as the store keeps it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FolderMove:
+    """Folder `src` moved whole to `dst`, only if it holds exactly `files` (each path below it: its size and SHA-256)
+    and nothing is at `dst` yet: what a rename of each file would check."""
+
+    src: str
+    dst: str
+    files: Mapping[str, tuple[int, str]]
 
 
 class WritableFile(ABC):
@@ -98,10 +108,12 @@ class FileSystem(ABC):
         """Whether the store holding path moves a whole folder in one atomic rename (`move_folder`)."""
         return False
 
-    def move_folder(self, src: str, dst: str) -> bool:
-        """Move folder src, with all it holds, to dst in one atomic rename, creating dst's parent folders; False
-        (nothing moved) where the store cannot (`moves_folders`) or dst exists. Durable once `sync_folders` is given
-        dst."""
+    def move_folder(self, move: FolderMove, before_move: Callable[[], None]) -> bool:
+        """Move a folder, with all it holds, in one atomic rename, creating the destination's parent folders, if it
+        holds exactly the move's files, each with its size and content, and nothing is at the destination; False
+        (nothing moved) where not, or where the store cannot (`moves_folders`). `before_move` is called once the
+        checks passed, just before the rename (a fence check: it raises to stop it). Durable once `sync_folders` is
+        given the destination."""
         return False
 
     @abstractmethod

@@ -14,11 +14,11 @@ import hashlib
 import os
 import shutil
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO
 
-from filesystems.base import CHECKSUM_CHUNK, FileInfo, FileSystem, WritableFile
+from filesystems.base import CHECKSUM_CHUNK, FileInfo, FileSystem, FolderMove, WritableFile
 
 SYNC_ALL_ABOVE = 16
 """More folders to sync than this, and one sync() of the file systems is cheaper than an fsync per folder."""
@@ -105,15 +105,29 @@ class LocalFileSystem(FileSystem):
     def moves_folders(self, path: str) -> bool:
         return True
 
-    def move_folder(self, src: str, dst: str) -> bool:
-        if os.path.lexists(dst):
+    def move_folder(self, move: FolderMove, before_move: Callable[[], None]) -> bool:
+        # One pass of plain system calls (a commit moves a folder a dataset): the listing's entries checked against
+        # the move's files by the content read once (no stat a file), then one rename.
+        if os.path.lexists(move.dst) or not self._holds_exactly(move):
             return False
-        created = _missing_ancestors(os.path.dirname(dst))
+        before_move()
+        try:
+            os.rename(move.src, move.dst)  # onto a folder made meanwhile: only an empty one is replaced (POSIX)
+            return True
+        except FileNotFoundError:
+            pass  # the destination's parent is missing (or the source vanished: the rename fails again below)
+        except (FileExistsError, IsADirectoryError, NotADirectoryError):
+            return False
+        except OSError as e:
+            if e.errno != errno.ENOTEMPTY:
+                raise
+            return False
+        created = _missing_ancestors(os.path.dirname(move.dst))
         for folder in created:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(folder)
         try:
-            os.rename(src, dst)  # onto a folder made meanwhile: only an empty one is replaced (POSIX)
+            os.rename(move.src, move.dst)
         except (FileExistsError, IsADirectoryError, NotADirectoryError):
             return False
         except OSError as e:
@@ -122,6 +136,28 @@ class LocalFileSystem(FileSystem):
             return False
         # the new folders' own entries; dst's entry in its folder is synced by sync_folders, as a rename's is
         self._fsync_each({os.path.dirname(folder) for folder in created})
+        return True
+
+    @staticmethod
+    def _holds_exactly(move: FolderMove) -> bool:
+        """Whether the move's source folder holds exactly its files (nothing else, no folder), each of its size and
+        content."""
+        try:
+            with os.scandir(move.src) as entries:
+                found = [(entry.path, entry.is_file(follow_symlinks=False)) for entry in entries]
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        if len(found) != len(move.files):
+            return False
+        for path, is_file in found:
+            expected = move.files.get(path)
+            if not is_file or expected is None:
+                return False
+            try:
+                if not _holds(path, *expected):
+                    return False
+            except FileNotFoundError:
+                return False
         return True
 
     def copy(self, src: str, dst: str) -> None:
@@ -208,6 +244,23 @@ def _sync_file_systems(folders: set[str]) -> None:
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _holds(path: str, size: int, checksum: str) -> bool:
+    """Whether the file at path has exactly this size and SHA-256 (hex): read to its end once, without a stat, and
+    given up as soon as it is longer."""
+    digest = hashlib.sha256()
+    fd = os.open(path, os.O_RDONLY)
+    read = 0
+    try:
+        while chunk := os.read(fd, CHECKSUM_CHUNK):
+            read += len(chunk)
+            if read > size:
+                return False
+            digest.update(chunk)
+    finally:
+        os.close(fd)
+    return read == size and digest.hexdigest() == checksum
 
 
 def _missing_ancestors(folder: str) -> list[str]:

@@ -6,10 +6,10 @@ job spans; backends are made on first use and kept (one per HDFS cluster, one S3
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import BinaryIO
 
-from filesystems.base import FileInfo, FileSystem, FileSystemError, WritableFile
+from filesystems.base import FileInfo, FileSystem, FileSystemError, FolderMove, WritableFile
 from filesystems.local import LOCAL
 from filesystems.s3 import S3FileSystem, client_for
 from filesystems.settings import FileSystemSettings
@@ -90,8 +90,8 @@ class FileSystems(FileSystem):
     def moves_folders(self, path: str) -> bool:
         return self.backend(path).moves_folders(path)
 
-    def move_folder(self, src: str, dst: str) -> bool:
-        return self._pair(src, dst).move_folder(src, dst)
+    def move_folder(self, move: FolderMove, before_move: Callable[[], None]) -> bool:
+        return self._pair(move.src, move.dst).move_folder(move, before_move)
 
     def copy(self, src: str, dst: str) -> None:
         self._pair(src, dst).copy(src, dst)

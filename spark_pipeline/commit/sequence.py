@@ -37,7 +37,7 @@ from events.dataset import DatasetReleased
 from events.model import Event
 from events.published import published_event
 from filesystems import urls
-from filesystems.base import FileSystem, FileSystemError
+from filesystems.base import FileSystem, FileSystemError, FolderMove
 from projections.projector import fold_gc
 from projections.views import SequenceView
 from spark_pipeline.commit.faults import FaultPoint
@@ -225,29 +225,29 @@ class CommitSequence:
     def _move_folder(self, index: int, spec: FsRenameStep) -> bool:
         """Apply this rename, and the sequence's others between the same two folders, by one move of the source folder:
         only where the destination folder does not exist yet and the source folder holds exactly those files, each
-        with its recorded content (what each rename checks). A first run then makes no folder to publish into (on some
-        file systems a new folder costs more than the renames). The others are then applied as moved (`_moved`)."""
+        with its recorded content (what each rename checks: the file system's `move_folder`). A first run then makes
+        no folder to publish into (on some file systems a new folder costs more than the renames). The others are
+        then applied as moved (`_moved`)."""
         source, destination = urls.parent(spec.src), urls.parent(spec.dst)
         if destination in self._kept:
             return False
         self._kept.add(destination)  # tried once: whatever the answer, the group's other renames go on their own
         if (not self.fs.moves_folders(destination) or spec.src[len(source):] != spec.dst[len(destination):]
-                or not self.settings.roots.hold_folders(source, destination) or self.fs.is_folder(destination)):
+                or not self.settings.roots.hold_folders(source, destination)):
             return False
         group = {step.src: (i, step) for i, step in enumerate(self.view.steps)
                  if isinstance(step, FsRenameStep) and i >= index and i not in self.view.applied
                  and urls.parent(step.src) == source and urls.parent(step.dst) == destination
                  and step.src[len(source):] == step.dst[len(destination):]}
-        found = {info.path: info.size for info in self.fs.list_files(source)}
-        if found.keys() != group.keys() or any(found[src] != step.size for src, (_, step) in group.items()):
-            return False  # anything else in the folder (or a file changed): each file its own rename, and its checks
-        if any(self.fs.checksum(src) != step.checksum for src, (_, step) in group.items()):
-            return False
-        self.sink.check_fenced(among_others=self.among_others)  # a superseded writer must move nothing
-        if not self.fs.move_folder(source, destination):
+        move = FolderMove(source, destination, {src: (step.size, step.checksum) for src, (_, step) in group.items()})
+        # anything else in the folder, a file changed, a destination that exists: each file its own rename and checks
+        if not self.fs.move_folder(move, self._check_fenced):  # a superseded writer must move nothing
             return False
         self._moved |= {i for i, _ in group.values()}
         return True
+
+    def _check_fenced(self) -> None:
+        self.sink.check_fenced(among_others=self.among_others)
 
     def record_now(self, events: Sequence[Event]) -> None:
         """Record events through the sink, once the renames they record are durable."""

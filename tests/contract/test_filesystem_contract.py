@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from filesystems import urls
-from filesystems.base import FileSystem, FileSystemError
+from filesystems.base import FileSystem, FileSystemError, FolderMove
 from filesystems.router import FileSystems
 
 STORES = ["local", "hdfs", "s3"]
@@ -149,18 +149,30 @@ def test_a_folder_is_known_as_one_and_a_file_or_nothing_is_not(store: Store) -> 
 
 
 def test_a_folder_moves_whole_into_a_new_place_or_not_at_all(store: Store) -> None:
-    """Where the store moves folders (`move_folder` True), everything moves in one rename and missing parents are
-    made; onto a folder that exists, nothing moves (False), as on a store that cannot."""
+    """Where the store moves folders, everything moves in one rename and missing parents are made, once the folder is
+    found to hold exactly the move's files with their sizes and content; onto a folder that exists, or with anything
+    else in the folder or a file changed, nothing moves (False), as on a store that cannot."""
     store.put("attempt/ds/a", b"1")
     store.put("attempt/ds/b", b"22")
     store.put("taken/ds/other", b"3")
-    assert not store.fs.move_folder(store.at("attempt/ds"), store.at("taken/ds"))
-    assert [f.path for f in store.fs.list_files(store.at("taken"))] == [store.at("taken/ds/other")]
+    files = {store.at("attempt/ds/a"): (1, sha(b"1")), store.at("attempt/ds/b"): (2, sha(b"22"))}
+    checks: list[str] = []
+
+    def move(to: str, **expected: tuple[int, str]) -> bool:
+        held = {**files, **{store.at(f"attempt/ds/{name}"): value for name, value in expected.items()}}
+        return store.fs.move_folder(FolderMove(store.at("attempt/ds"), store.at(to), held), lambda: checks.append(to))
+
+    assert not move("taken/ds")
+    assert not move("published/2026/ds", b=(2, sha(b"23")))  # a file's content is not what the move expects
+    assert not move("published/2026/ds", b=(3, sha(b"22")))  # nor its size
+    assert not move("published/2026/ds", c=(1, sha(b"1")))  # a file the move expects is missing
+    assert checks == [] and [f.path for f in store.fs.list_files(store.at("taken"))] == [store.at("taken/ds/other")]
     assert len(store.fs.list_files(store.at("attempt/ds"))) == 2
-    moved = store.fs.move_folder(store.at("attempt/ds"), store.at("published/2026/ds"))
+    moved = move("published/2026/ds")
     assert moved == store.fs.moves_folders(store.at("published"))
     assert moved or not store.root.startswith("/")  # the local disk moves folders; HDFS and S3 do not (yet)
     if moved:
+        assert checks == ["published/2026/ds"]  # asked just before the move, once its checks passed
         store.fs.sync_folders([store.at("published/2026/ds")])
         assert [(f.path, f.size) for f in store.fs.list_files(store.at("published"))] == [
             (store.at("published/2026/ds/a"), 1), (store.at("published/2026/ds/b"), 2)]
@@ -168,6 +180,23 @@ def test_a_folder_moves_whole_into_a_new_place_or_not_at_all(store: Store) -> No
     else:
         assert len(store.fs.list_files(store.at("attempt/ds"))) == 2
         assert store.fs.list_files(store.at("published")) == []
+
+
+def test_a_folder_holding_anything_unexpected_does_not_move(store: Store) -> None:
+    """A file the move does not expect, or a folder inside, and the folder stays where it is."""
+    store.put("attempt/ds/a", b"1")
+    store.put("attempt/ds/extra", b"x")
+    store.put("attempt/nested/ds/a", b"1")
+    store.put("attempt/nested/ds/sub/b", b"2")
+
+    def never() -> None:
+        pytest.fail("the fence is checked only before a move")
+
+    assert not store.fs.move_folder(FolderMove(store.at("attempt/ds"), store.at("published/ds"),
+                                               {store.at("attempt/ds/a"): (1, sha(b"1"))}), never)
+    assert not store.fs.move_folder(FolderMove(store.at("attempt/nested/ds"), store.at("published/nested"),
+                                               {store.at("attempt/nested/ds/a"): (1, sha(b"1"))}), never)
+    assert store.fs.list_files(store.at("published")) == []
 
 
 def test_copy_keeps_the_source_and_delete_of_a_missing_file_is_fine(store: Store) -> None:

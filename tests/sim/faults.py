@@ -31,7 +31,7 @@ from events.log import (
     raise_error,
 )
 from events.log.lock import JobLock
-from filesystems.base import FileInfo, FileSystem, WritableFile
+from filesystems.base import FileInfo, FileSystem, FolderMove, WritableFile
 
 T = TypeVar("T")
 
@@ -166,10 +166,10 @@ class FaultyFileSystem(FileSystem):
     def moves_folders(self, path: str) -> bool:
         return not self.object_store and self.inner.moves_folders(path)
 
-    def move_folder(self, src: str, dst: str) -> bool:
+    def move_folder(self, move: FolderMove, before_move: Callable[[], None]) -> bool:
         if self.object_store:
             return False
-        return self._guarded("rename", src, lambda: self.inner.move_folder(src, dst))
+        return self._guarded("rename", move.src, lambda: self.inner.move_folder(move, before_move))
 
     def copy(self, src: str, dst: str) -> None:
         self._guarded("copy", src, lambda: self.inner.copy(src, dst), partial=lambda: self._half_copy(src, dst))

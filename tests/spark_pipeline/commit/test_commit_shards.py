@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,7 +16,7 @@ from events.commit import CommitSequenceCompleted, CommitSequencePlanned, FsRena
 from events.errors import FencedError
 from events.keys import partition_for
 from events.log import EventLog
-from filesystems.base import FileSystem
+from filesystems.base import FileSystem, FolderMove
 from filesystems.local import LOCAL, LocalFileSystem
 from projections.views import RunStatus
 from replay.verify import verify
@@ -184,8 +184,8 @@ class RenamesFail(LocalFileSystem):
     def rename(self, src: str, dst: str) -> None:
         raise OSError(5, "rename failed", src)
 
-    def move_folder(self, src: str, dst: str) -> bool:
-        raise OSError(5, "rename failed", src)
+    def move_folder(self, move: FolderMove, before_move: Callable[[], None]) -> bool:
+        raise OSError(5, "rename failed", move.src)
 
 
 def test_a_shard_task_run_again_leaves_what_an_earlier_attempt_abandoned(log_factory: LogFactory,

@@ -4,10 +4,12 @@ destination yet; anywhere else each file moves by its own rename, with the same 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from events.commit import CommitSequenceCompleted, CommitSequencePlanned, FsRenameStep, HighWatermarkStep
 from events.log import EventLog
+from filesystems.base import FolderMove
 from filesystems.local import LocalFileSystem
 from replay.verify import verify
 from spark_pipeline.commit.sequence import Outcome
@@ -26,9 +28,10 @@ class CountingFileSystem(LocalFileSystem):
         self.calls["rename"] += 1
         super().rename(src, dst)
 
-    def move_folder(self, src: str, dst: str) -> bool:
-        self.calls["move_folder"] += 1
-        return super().move_folder(src, dst)
+    def move_folder(self, move: FolderMove, before_move: Callable[[], None]) -> bool:
+        moved = super().move_folder(move, before_move)
+        self.calls["move_folder" if moved else "move_folder refused"] += 1
+        return moved
 
 
 def task_output(base: Path, dataset: str, names: tuple[str, ...] = ("a.avro", "b.avro")) -> list[Path]:
@@ -82,7 +85,7 @@ def test_anything_else_in_the_folder_or_at_its_destination_and_each_file_moves_a
     (tmp_path / "published" / "taken" / "earlier.avro").write_bytes(b"an earlier run's")
     plans = [planned(tmp_path, "crowded", crowded, fs), planned(tmp_path, "taken", taken, fs)]
     assert commit(event_log, tmp_path, fs, *plans) == [Outcome.COMPLETED, Outcome.COMPLETED]
-    assert fs.calls == {"rename": 4}
+    assert fs.calls == {"move_folder refused": 2, "rename": 4}
     assert sorted(p.name for p in (tmp_path / "published" / "crowded").iterdir()) == ["a.avro", "b.avro"]
     assert [p.name for p in crowded[0].parent.iterdir()] == ["not-planned.tmp"]  # never published, still there
     assert sorted(p.name for p in (tmp_path / "published" / "taken").iterdir()) == ["a.avro", "b.avro",

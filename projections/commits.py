@@ -116,7 +116,7 @@ def committed(view: DatasetView | None, batch: CommitSequencesCompleted, end: Se
     state = end.state
     if state is None or view.last_sequence_id == end.sequence_id:
         return view if watermarks is view.watermarks else evolve(view, watermarks=watermarks)
-    merged = dict(watermarks)
+    merged = dict(watermarks) if watermarks is view.watermarks else watermarks  # copied once, not again
     for partition, value in state.watermarks.items():
         merged[partition] = max(value, merged.get(partition, value))
     return evolve(view, watermarks=merged, last_sequence_id=end.sequence_id, last_run_id=batch.run_id,

@@ -107,27 +107,20 @@ class LocalFileSystem(FileSystem):
 
     def move_folder(self, move: FolderMove, before_move: Callable[[], None]) -> bool:
         # One pass of plain system calls (a commit moves a folder a dataset): the listing's entries checked against
-        # the move's files by the content read once (no stat a file), then one rename.
+        # the move's files by the content read once (no stat a file), then the rename, its parents made only if missing.
         if os.path.lexists(move.dst) or not self._holds_exactly(move):
             return False
         before_move()
+        created: list[str] = []
         try:
-            os.rename(move.src, move.dst)  # onto a folder made meanwhile: only an empty one is replaced (POSIX)
-            return True
-        except FileNotFoundError:
-            pass  # the destination's parent is missing (or the source vanished: the rename fails again below)
-        except (FileExistsError, IsADirectoryError, NotADirectoryError):
-            return False
-        except OSError as e:
-            if e.errno != errno.ENOTEMPTY:
-                raise
-            return False
-        created = _missing_ancestors(os.path.dirname(move.dst))
-        for folder in created:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(folder)
-        try:
-            os.rename(move.src, move.dst)
+            try:
+                os.rename(move.src, move.dst)  # onto a folder made meanwhile: only an empty one is replaced (POSIX)
+            except FileNotFoundError:  # a parent of the destination is missing (or the source is gone: fails again)
+                created = _missing_ancestors(os.path.dirname(move.dst))
+                for folder in created:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(folder)
+                os.rename(move.src, move.dst)
         except (FileExistsError, IsADirectoryError, NotADirectoryError):
             return False
         except OSError as e:

@@ -241,12 +241,13 @@ class CommitSequence:
                  and step.src[len(source):] == step.dst[len(destination):]}
         move = FolderMove(source, destination, {src: (step.size, step.checksum) for src, (_, step) in group.items()})
         # anything else in the folder, a file changed, a destination that exists: each file its own rename and checks
-        if not self.fs.move_folder(move, self._check_fenced):  # a superseded writer must move nothing
+        if not self.fs.move_folder(move, self._check_fenced):
             return False
         self._moved |= {i for i, _ in group.values()}
         return True
 
     def _check_fenced(self) -> None:
+        """The check before a folder moves: a superseded writer must move nothing (FencedError)."""
         self.sink.check_fenced(among_others=self.among_others)
 
     def record_now(self, events: Sequence[Event]) -> None:

@@ -79,7 +79,7 @@ MUTANTS = (
            "or its sequence, never given up, blocks its dataset",
            "cc0ecc5: a table group per planning, the run's or each commit shard's (tables/base.py: group_of)", 0, 40),
     Mutant("folder-move-unchecked", "a first run publishes a dataset's task-output folder by one move without "
-           "checking each file's recorded size and SHA-256, so a file changed after its task wrote it is published",
+           "checking each file's recorded SHA-256, so a file changed after its task wrote it is published",
            "the folder move checks each file as its rename would (filesystems/local.py: LocalFileSystem.move_folder)",
            0, 40),
     Mutant("run-committed-unfinished", "a run records JobRunCommitted with its last completions although a sequence "

@@ -31,7 +31,7 @@ from events.commit import (
 )
 from events.dataset import DatasetStateCommitted, WatermarkAdvanced
 from events.keys import key_of, partition_for
-from events.model import Count, Event, Frozen, Name, approx_size
+from events.model import Count, Event, Frozen, Name
 from events.published import DatasetPublished, PublishedFile, WatermarkRange
 
 E = TypeVar("E", bound=Event)

@@ -1,4 +1,5 @@
-"""The codec: events to and from the bytes stored in the log (Avro via fastavro, parsed schemas cached).
+"""The codec: events to and from the bytes stored in the log (Avro: written by a writer compiled once per schema,
+events.avro_encoder; read by fastavro; parsed schemas cached).
 
 A value is a small frame, the Avro body, and a checksum:
 
@@ -30,6 +31,7 @@ import fastavro
 from fastavro.types import Schema
 from pydantic import BaseModel, ValidationError
 
+from events.avro_encoder import AvroEncodeError, Write, compile_writer
 from events.avro_schema import NAMESPACE, SCHEMA_DIR, envelope_schema, schema_path
 from events.errors import (
     CorruptEventError,
@@ -59,6 +61,13 @@ records over and over (a fold from the start for every run of a simulation) deco
 DECODED_MEMO_MAX_VALUE_BYTES = 2048
 """Values larger than this are not kept: bounds the memo's memory whatever the log holds (measured: 10 MiB for 4,096
 events of benchmarks.log_throughput's mix, 200 bytes a value)."""
+
+
+class EventEncodeError(LogWriteError):
+    """An event's fields do not fit its schema (a bug of the code that built it): nothing of its batch is appended."""
+
+    def __init__(self, event: Event, error: AvroEncodeError) -> None:
+        super().__init__(f"{event.event_type()} {event.key!r} cannot be encoded: {error}")
 
 
 class EventTooLargeError(LogWriteError):
@@ -98,6 +107,8 @@ class _Writer:
     schema: Schema
     datum: Callable[[Any], dict[str, Any]]
     """The event's fields as fastavro takes them (a fresh dict the envelope fields are added to)."""
+    write: Write
+    """The schema's compiled writer (events.avro_encoder): the bytes fastavro would write, without its walk."""
 
 
 Convert = Callable[[Any], Any]
@@ -109,7 +120,7 @@ def datum_builder(model: type[BaseModel]) -> Callable[[Any], dict[str, Any]]:
     Cheaper than `model_dump` (a copy of the instance's field values, converting only fields that hold models),
     and it names the branch of every union of records (fastavro's tuple notation), which fastavro otherwise
     finds by validating the value against each branch in turn: most of the cost of writing a commit plan.
-    Fields the schema does not have (`emitted_at`, carried as `emitted_at_us`) are ignored by fastavro.
+    Fields the schema does not have (`emitted_at`, carried as `emitted_at_us`) are not written.
     """
     nested = {name: convert for name, info in model.model_fields.items() if (convert := _converter(info.annotation))}
     if not nested:
@@ -320,13 +331,15 @@ class EventCodec:
         envelope["event_id"] = event_id_bytes(key)
         envelope["dataset_urn"] = event.urn
         envelope["emitted_at_us"] = emitted_at_us
-        out = io.BytesIO(writer.frame)
-        out.seek(len(writer.frame))
-        fastavro.schemaless_writer(out, writer.schema, envelope)
-        value = out.getvalue()
-        if len(value) > MAX_EVENT_BYTES:
-            raise EventTooLargeError(event, len(value))
-        return value + zlib.crc32(value, zlib.crc32(key)).to_bytes(CHECKSUM_SIZE, "little")
+        out = bytearray(writer.frame)
+        try:
+            writer.write(out, envelope)
+        except AvroEncodeError as e:
+            raise EventEncodeError(event, e) from e
+        if len(out) > MAX_EVENT_BYTES:
+            raise EventTooLargeError(event, len(out))
+        out += zlib.crc32(out, zlib.crc32(key)).to_bytes(CHECKSUM_SIZE, "little")
+        return bytes(out)
 
     def decode(self, value: bytes, topic: str, partition: int, offset: int, key: bytes | None) -> Event:
         """The event held by a record (its value, and its key the checksum covers; None: a record without one).
@@ -432,7 +445,8 @@ class EventCodec:
     def _prepare(self, cls: type[Event]) -> _Writer:
         name = cls.event_type().encode("ascii")
         frame = bytes([FRAME_MAGIC, len(name)]) + name + cls.SCHEMA_VERSION.to_bytes(2, "big")
-        writer = _Writer(frame, self.registry.current(cls), datum_builder(cls))
+        schema = self.registry.current(cls)
+        writer = _Writer(frame, schema, datum_builder(cls), compile_writer(schema))
         self._writers[cls] = writer
         return writer
 

@@ -154,11 +154,14 @@ CommitStepSpec = Annotated[FsRenameStep | HighWatermarkStep | DatasetStateStep |
 
 def quick_size(step: CommitStepSpec) -> int:
     """`approx_size` of a step, bounded from above field by field for the steps every plan holds (FsRename,
-    HighWatermark): weighing a plan is then a few lengths a step, not a walk of each step's fields."""
+    HighWatermark, DatasetState): weighing a plan is then a few lengths a step, not a walk of each step's fields."""
     if isinstance(step, FsRenameStep):
         return len(step.src) + len(step.dst) + len(step.checksum) + len(step.partition) + 48
     if isinstance(step, HighWatermarkStep):
         return len(step.partition) + 40
+    if isinstance(step, DatasetStateStep):  # exactly approx_size's walk: its kind, two counts, two maps
+        return (39 + sum([len(partition) + 12 for partition in step.watermarks])
+                + sum([len(name) + len(value) + 4 for name, value in step.properties.items()]))
     return approx_size(step)
 
 

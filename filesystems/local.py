@@ -66,16 +66,8 @@ class LocalFileSystem(FileSystem):
         return _LocalFile(path)
 
     def checksum(self, path: str) -> str:
-        """sha256 of the file's content, hex: read with plain system calls (a buffered file object costs more than
-        the hashing of a small task-output file, and a commit checks every file it moves)."""
-        digest = hashlib.sha256()
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            while chunk := os.read(fd, CHECKSUM_CHUNK):
-                digest.update(chunk)
-        finally:
-            os.close(fd)
-        return digest.hexdigest()
+        """sha256 of the file's content, hex."""
+        return _content(path)[1]
 
     def round_trips(self, path: str) -> bool:
         return False
@@ -242,18 +234,26 @@ _LIBC = ctypes.CDLL(None, use_errno=True)
 def _holds(path: str, size: int, checksum: str) -> bool:
     """Whether the file at path has exactly this size and SHA-256 (hex): read to its end once, without a stat, and
     given up as soon as it is longer."""
+    read, digest = _content(path, size)
+    return read == size and digest == checksum
+
+
+def _content(path: str, most: int | None = None) -> tuple[int, str]:
+    """A file's size and SHA-256 (hex), read to its end once with plain system calls (a buffered file object costs
+    more than the hashing of a small task-output file, and a commit checks every file it moves); read no further
+    once it holds more than `most` bytes (then the size is only known to be larger, and the digest is empty)."""
     digest = hashlib.sha256()
     fd = os.open(path, os.O_RDONLY)
     read = 0
     try:
         while chunk := os.read(fd, CHECKSUM_CHUNK):
             read += len(chunk)
-            if read > size:
-                return False
+            if most is not None and read > most:
+                return read, ""
             digest.update(chunk)
     finally:
         os.close(fd)
-    return read == size and digest.hexdigest() == checksum
+    return read, digest.hexdigest()
 
 
 def _missing_ancestors(folder: str) -> list[str]:

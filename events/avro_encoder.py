@@ -141,7 +141,7 @@ class _Compiler:
         names = tuple(field["name"] for field in fields)
         defaults = tuple(field.get("default", _NO_DEFAULT) for field in fields)
         writers = tuple(self.writer(field["type"], namespace) for field in fields)
-        values_of = operator.itemgetter(*names) if len(names) > 1 else (lambda value: (value[names[0]],))
+        values_of = _getter(names)
 
         def write_record(out: bytearray, value: Mapping[str, Any]) -> None:
             try:
@@ -178,6 +178,13 @@ class _Compiler:
             branch[1](out, value)
 
         return write_union
+
+
+def _getter(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """A record's values in field order, in one call (itemgetter gives one name's value bare, and takes no names)."""
+    if len(names) > 1:
+        return operator.itemgetter(*names)
+    return lambda value: tuple(value[name] for name in names)
 
 
 def _located(error: Exception, names: tuple[str, ...], writers: tuple[Write, ...], items: tuple[Any, ...]

@@ -118,8 +118,8 @@ def datum_builder(model: type[BaseModel]) -> Callable[[Any], dict[str, Any]]:
     """A function turning a model into the dict fastavro writes: its fields, nested models as dicts too.
 
     Cheaper than `model_dump` (a copy of the instance's field values, converting only fields that hold models),
-    and it names the branch of every union of records (fastavro's tuple notation), which fastavro otherwise
-    finds by validating the value against each branch in turn: most of the cost of writing a commit plan.
+    and it names the branch of every union of records (fastavro's tuple notation), which the compiled writer needs
+    where a union holds several records (fastavro would find it by validating the value against each branch).
     Fields the schema does not have (`emitted_at`, carried as `emitted_at_us`) are not written.
     """
     nested = {name: convert for name, info in model.model_fields.items() if (convert := _converter(info.annotation))}

@@ -36,6 +36,7 @@ EVERY_TYPE = fastavro.parse_schema({
         {"name": "inners", "type": {"type": "array", "items": "Inner"}},
         {"name": "either", "type": ["null", "Inner", {"type": "record", "name": "Other", "fields": [
             {"name": "y", "type": "string"}]}]},
+        {"name": "empty", "type": {"type": "record", "name": "Empty", "fields": []}},
         {"name": "later", "type": "long", "default": 7},
     ]}, named_schemas={})
 
@@ -48,7 +49,7 @@ every = st.fixed_dictionaries({
     "s": texts, "id": st.binary(min_size=4, max_size=4), "colour": st.sampled_from(["RED", "GREEN", "BLUE"]),
     "longs": st.lists(longs, max_size=80) | st.lists(longs, max_size=3).map(tuple),
     "names": st.dictionaries(texts, texts, max_size=4), "maybe": st.none() | longs, "inner": inner,
-    "inners": st.lists(inner, max_size=3),
+    "inners": st.lists(inner, max_size=3), "empty": st.just({}),
     "either": st.none() | inner.map(lambda d: ("t.Inner", d))
     | st.fixed_dictionaries({"y": texts}).map(lambda d: ("t.Other", d)),
 }, optional={"later": longs})
@@ -91,7 +92,7 @@ def test_every_event_type_is_written_as_fastavro_writes_it(drawn: tuple[type[Eve
 def test_a_value_that_does_not_fit_names_its_fields_path(change: dict[str, Any], path: str) -> None:
     datum = {"n": None, "b": True, "i": 1, "l": 2, "f": 1.5, "d": 2.5, "raw": b"r", "s": "s", "id": b"abcd",
              "colour": "RED", "longs": [1], "names": {}, "maybe": None, "inner": {"x": 1, "tags": {}}, "inners": [],
-             "either": None, **change}
+             "either": None, "empty": {}, **change}
     with pytest.raises(AvroEncodeError) as raised:
         compiled_bytes(EVERY_TYPE, datum)
     assert raised.value.path == path
@@ -101,7 +102,7 @@ def test_a_field_left_out_takes_its_default_or_is_named() -> None:
     datum: dict[str, Any] = {
         "n": None, "b": False, "i": 0, "l": 0, "f": 0.0, "d": 0.0, "raw": b"", "s": "", "id": b"abcd",
         "colour": "BLUE", "longs": [], "names": {}, "maybe": 3, "inner": {"x": -1, "tags": {"t": 1}}, "inners": [],
-        "either": None}
+        "either": None, "empty": {}}
     assert compiled_bytes(EVERY_TYPE, datum) == fastavro_bytes(EVERY_TYPE, {**datum, "later": 7})
     del datum["s"]
     with pytest.raises(AvroEncodeError, match="^s: missing, and the schema gives no default$"):

@@ -89,8 +89,8 @@ _ERRORS: tuple[str, ...] = (
     "JobNotFoundError",
     "KafkaProvisioningError", "HdfsProvisioningError", "S3ProvisioningError", "SparkClusterError",
     "SparkConnectorError",
-    "EventTooLargeError", "KafkaSecurityError", "DamagedHistoryError", "ShardLostError", "ShardFailedError",
-    "LineageError", "MissingRecordsError", "TasksAborted", "UnsettledCommitStepError",
+    "EventTooLargeError", "EventEncodeError", "KafkaSecurityError", "DamagedHistoryError", "ShardLostError",
+    "ShardFailedError", "LineageError", "MissingRecordsError", "TasksAborted", "UnsettledCommitStepError",
 )
 """The names of `oncelog.errors` (imported from there on first use, like the rest)."""
 

@@ -6,6 +6,8 @@
 - LogUnavailableError: the event log (SQLite file or Kafka cluster) cannot be reached or used.
 - LogWriteError: an atomic batch could not be appended; nothing of it is visible to readers.
 - EventTooLargeError: an event encodes to more than the log takes; nothing of its batch is appended.
+- EventEncodeError: an event's fields do not fit its schema (a bug of the code that built it); nothing of its batch is
+  appended.
 - KafkaSecurityError: Kafka refused our credentials, or we refused its certificate; names listener and setting.
 - FencedError: a newer writer of the same name (a newer run of the job) took over; this one can append nothing.
 - LogNotStableError: another writer's transaction stays open, so the log's stable end stays short of its end.
@@ -50,7 +52,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from events.codec import EventTooLargeError
+from events.codec import EventEncodeError, EventTooLargeError
 from events.errors import (
     ConfigError,
     CorruptEventError,
@@ -97,6 +99,7 @@ __all__ = [
     "CorruptEventError",
     "DamagedHistoryError",
     "EventDecodeError",
+    "EventEncodeError",
     "EventTooLargeError",
     "FencedError",
     "FileSystemError",

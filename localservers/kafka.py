@@ -19,6 +19,7 @@ import re
 import socket
 import subprocess
 import uuid
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -234,14 +235,17 @@ class LocalKafkaBroker(LocalServer):
 
     def __init__(self, work_dir: Path, port: int | None = None, controller_port: int | None = None,
                  jars: Path | None = None, *, version: str = KAFKA_VERSION,
-                 membership: NodeMembership | None = None, sasl_user: SaslUser | None = None) -> None:
-        """Describe a node in ``work_dir``; ports not given are those of a previous start, else free ones."""
+                 membership: NodeMembership | None = None, sasl_user: SaslUser | None = None,
+                 taken: Iterable[int] = ()) -> None:
+        """Describe a node in ``work_dir``; ports not given are those of a previous start, else free ones (none of
+        `taken`: the ports its cluster's other nodes drew)."""
         super().__init__(work_dir)
         self.version = version
         _major(version)
         recorded = self._recorded_state(_parse_broker_state) or {}
         known = [port, controller_port, *(int(v) for k, v in recorded.items() if k.endswith("port"))]
-        spare = iter(free_ports(4, "the Kafka broker", KafkaProvisioningError, taken=[p for p in known if p]))
+        spare = iter(free_ports(4, "the Kafka broker", KafkaProvisioningError,
+                                taken=[*(p for p in known if p), *taken]))
         self.port = port or int(recorded.get("port", 0)) or next(spare)
         self.controller_port = controller_port or int(recorded.get("controller_port", 0)) or next(spare)
         self.sasl_user = sasl_user
@@ -425,14 +429,17 @@ class LocalKafkaCluster(LocalServer):
         if nodes < 1:
             raise KafkaProvisioningError(f"a Kafka cluster needs at least one node, not {nodes}")
         self.version = version or str(recorded.get("version", KAFKA_VERSION))
-        singles = [LocalKafkaBroker(self._node_dir(i), version=self.version) for i in range(1, nodes + 1)]
+        singles: list[LocalKafkaBroker] = []
+        for i in range(1, nodes + 1):  # each node's free ports drawn around those of the nodes before it
+            drawn = [port for single in singles for port in (single.port, single.controller_port)]
+            singles.append(LocalKafkaBroker(self._node_dir(i), version=self.version, taken=drawn))
         voters = ",".join(f"{i}@127.0.0.1:{single.controller_port}" for i, single in enumerate(singles, 1))
         self.cluster_id = str(recorded.get("cluster_id") or _new_cluster_id())
         self.nodes = [LocalKafkaBroker(self._node_dir(i), single.port, single.controller_port, version=self.version,
                                        membership=NodeMembership(i, self.cluster_id, voters, nodes))
                       for i, single in enumerate(singles, 1)]
         ports = [port for node in self.nodes for port in (node.port, node.controller_port)]
-        if len(set(ports)) != len(ports):  # two nodes drew the same free port before either recorded it
+        if len(set(ports)) != len(ports):  # ports an older start recorded, drawn node by node
             raise KafkaProvisioningError(f"the nodes of the Kafka cluster in {self.work_dir} drew clashing ports "
                                          f"{ports}; remove {self.work_dir} and start again")
 

@@ -204,3 +204,24 @@ def test_missing_maven_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.Monk
     with pytest.raises(KafkaProvisioningError, match="`mvn` was not found on PATH: install Apache Maven"):
         kafka_local.ensure_jars(tmp_path / "cache")
     assert not (tmp_path / "cache" / f"kafka-{kafka_local.KAFKA_VERSION}" / "libs").exists()
+
+
+class _SameDraws:
+    """A SystemRandom that draws the same ports, in the same order, in every instance: what made two nodes of one
+    cluster draw one port each (a clash CI met) before each node's draw avoided the ports of the nodes before it."""
+
+    def __init__(self) -> None:
+        self.next = 21_000
+
+    def randint(self, low: int, high: int) -> int:
+        self.next += 1
+        return self.next
+
+
+def test_the_nodes_of_a_cluster_draw_distinct_ports_even_from_the_same_draws(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("localservers.tools.random.SystemRandom", _SameDraws)
+    monkeypatch.setattr("localservers.tools.port_is_free", lambda port: True)
+    cluster = kafka_local.LocalKafkaCluster(tmp_path / "cluster", nodes=3)
+    ports = [port for node in cluster.nodes for port in (node.port, node.controller_port)]
+    assert len(set(ports)) == 6

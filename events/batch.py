@@ -8,6 +8,10 @@ verified `CommitStepApplied`s, `CommitSequenceCompleted` and `DatasetPublished`,
 `CommitSequencesCompleted`. `unpack` gives back the very events, each under its own key and id, with the batch's
 `emitted_at`: every reader (folds, verify, audit, subscriptions) sees the same events whichever shape was written.
 
+A sequence that completes in the usual shape records its completion directly as a batch of one (`lone_completion`),
+without building the events it stands for: `pack` joins it to its neighbours' batch, or appends its events when it
+stays alone.
+
 A batch holds sequences of one job and run whose datasets lie in one partition of the log, so each dataset's events
 stay totally ordered; within a partition, packing never moves an event past another.
 """
@@ -31,7 +35,7 @@ from events.commit import (
 )
 from events.dataset import DatasetStateCommitted, WatermarkAdvanced
 from events.keys import key_of, partition_for
-from events.model import Count, Event, Frozen, Name
+from events.model import Count, Event, Frozen, Name, SequenceFields
 from events.published import DatasetPublished, PublishedFile, WatermarkRange
 
 E = TypeVar("E", bound=Event)
@@ -144,6 +148,36 @@ def _batch_aggregate(batch: Event, sequences: Sequence[SequencePlan | SequenceEn
     return sequences[0].dataset_urn if sequences else batch.job
 
 
+def lone_completion(sequence: SequenceFields, end: SequenceEnd) -> CommitSequencesCompleted:
+    """One sequence's completion as a batch of one (see the module's docstring), for `pack` to place; its `members`
+    digest is left empty, as `pack` never appends such a batch as it is."""
+    return CommitSequencesCompleted.trusted(job=sequence["job"], run_id=sequence["run_id"], sequences=(end,),
+                                            members="")
+
+
+def stands_for(event: Event) -> int:
+    """How many events a record stands for (`len(unpack(event))`), without building them."""
+    if isinstance(event, CommitSequencesPlanned):
+        return len(event.sequences)
+    if isinstance(event, CommitSequencesCompleted):
+        return sum([len(end.advanced) + len(end.found_done) + (end.state is not None) + (end.published is not None) + 1
+                    for end in event.sequences])
+    return 1
+
+
+def end_keys(job: str, end: SequenceEnd) -> list[str]:
+    """The keys of the events a completion stands for (`ended_members`), without building them."""
+    prefix = ("commit", job, end.dataset_urn, end.sequence_id)
+    keys = [key_of(*prefix, "watermark", moved.partition) for moved in end.advanced]
+    if end.state is not None:
+        keys.append(key_of(*prefix, "DATASET_STATE"))
+    keys += [key_of(*prefix, "step", found.step_index, "APPLIED") for found in end.found_done]
+    keys.append(key_of(*prefix, "COMPLETED"))
+    if end.published is not None:
+        keys.append(key_of(*prefix, "PUBLISHED"))
+    return keys
+
+
 def unpack(event: Event) -> tuple[Event, ...]:
     """The events a record stands for: a batch's members, in order; any other event itself."""
     if isinstance(event, CommitSequencesPlanned):
@@ -217,19 +251,26 @@ class _Packer:
         if isinstance(event, CommitSequencePlanned) and event.parts == 1:
             plan = SequencePlan.trusted(dataset_urn=event.dataset_urn, sequence_id=event.sequence_id,
                                         steps=event.steps)
-            self._add(CommitSequencesPlanned, event, plan, [event])
+            self._add(CommitSequencesPlanned, event, plan, [event], [event.key])
+            return index + 1
+        if isinstance(event, CommitSequencesCompleted) and len(event.sequences) == 1:
+            end = event.sequences[0]
+            self._add(CommitSequencesCompleted, event, end, [event], end_keys(event.job, end))
             return index + 1
         ended = _completion(events, index)
         if ended is not None:
             entry, members = ended
-            self._add(CommitSequencesCompleted, members[-1], entry, members)
+            self._add(CommitSequencesCompleted, members[-1], entry, members, [member.key for member in members])
             return index + len(members)
         partition = partition_for(event.aggregate, self.partitions)
         self._close(partition)
         self.out.append(event)
         return index + 1
 
-    def _add(self, kind: type[Event], event: Event, entry: SequencePlan | SequenceEnd, members: list[Event]) -> None:
+    def _add(self, kind: type[Event], event: Event, entry: SequencePlan | SequenceEnd, originals: list[Event],
+             keys: list[str]) -> None:
+        """Add an entry to its partition's batch: `originals` the records it comes from (appended as they are, unpacked,
+        if it stays alone), `keys` those of the events it stands for."""
         partition = partition_for(event.aggregate, self.partitions)
         size = entry_size(entry)
         batch = self.open.get(partition)
@@ -238,18 +279,18 @@ class _Packer:
             self._close(partition)
             batch = None
         if batch is None:
-            batch = self.open[partition] = _Open(kind, event.job, event.run_id, members[0].emitted_at)
+            batch = self.open[partition] = _Open(kind, event.job, event.run_id, originals[0].emitted_at)
         batch.entries.append(entry)
-        batch.originals.extend(members)
-        batch.keys.extend(member.key for member in members)
+        batch.originals += originals
+        batch.keys += keys
         batch.size += size
 
     def _close(self, partition: int) -> None:
         batch = self.open.pop(partition, None)
         if batch is None:
             return
-        if len(batch.entries) == 1:
-            self.out.extend(batch.originals)  # one sequence: its own records, as without batches
+        if len(batch.entries) == 1:  # one sequence: its own records, as without batches
+            self.out += [record for original in batch.originals for record in unpack(original)]
             return
         digest = hashlib.sha256("\n".join(batch.keys).encode("utf-8")).hexdigest()[:16]
         self.out.append(batch.kind.trusted(job=batch.job, run_id=batch.run_id, emitted_at=batch.emitted_at,

@@ -9,7 +9,7 @@ parts (events.model.Parted: part i of n, each under its own key), so that no rec
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from events.commit import (
     CommitStepSpec,
@@ -69,8 +69,7 @@ class DatasetPublished(DatasetEvent, Parted):
 
     def fits_at_a_glance(self, budget: int) -> bool:
         """A file weighs at most its texts' lengths and 40 (approx_size: 37), a range its partition's and 32 (23)."""
-        size = sum(len(f.path) + len(f.checksum) + len(f.partition) + 40 for f in self.files)
-        return size + sum(len(w.partition) + 32 for w in self.watermarks) <= budget
+        return lists_fit(self.files, self.watermarks, budget)
 
     @property
     def by_partition(self) -> dict[str, tuple[PublishedFile, ...]]:
@@ -81,19 +80,32 @@ class DatasetPublished(DatasetEvent, Parted):
         return {partition: tuple(files) for partition, files in sorted(grouped.items())}
 
 
-def published_event(sequence: SequenceFields, steps: Sequence[CommitStepSpec]) -> DatasetPublished:
-    """What a completed sequence published, whole (an event sink appends it in parts), from its planned steps (the
-    FsRename steps carry each file's records since plan version 2). Built unvalidated (`trusted`): every value comes
-    from a recorded plan."""
-    files = tuple(PublishedFile.trusted(path=s.dst, size=s.size, checksum=s.checksum, records=s.records,
-                                        partition=s.partition)
-                  for s in steps if isinstance(s, FsRenameStep))
-    ranges = tuple(WatermarkRange.trusted(partition=s.partition, low_watermark=s.low_watermark, high_watermark=s.value)
-                   for s in steps if isinstance(s, HighWatermarkStep))
+def lists_fit(files: Sequence[PublishedFile], watermarks: Sequence[WatermarkRange], budget: int) -> bool:
+    """Whether a DatasetPublished's lists surely weigh at most `budget`: a file at most its texts' lengths and 40
+    (approx_size: 37), a range its partition's and 32 (23)."""
+    size = sum([len(f.path) + len(f.checksum) + len(f.partition) + 40 for f in files])
+    return size + sum([len(w.partition) + 32 for w in watermarks]) <= budget
+
+
+def published_fields(steps: Sequence[CommitStepSpec]) -> dict[str, Any]:
+    """What a completed sequence published, from its planned steps (the FsRename steps carry each file's records
+    since plan version 2): the fields of its DatasetPublished, built unvalidated (`trusted`): every value comes from
+    a recorded plan."""
+    files = tuple([PublishedFile.trusted(path=s.dst, size=s.size, checksum=s.checksum, records=s.records,
+                                         partition=s.partition)
+                   for s in steps if isinstance(s, FsRenameStep)])
+    ranges = tuple([WatermarkRange.trusted(partition=s.partition, low_watermark=s.low_watermark,
+                                           high_watermark=s.value)
+                    for s in steps if isinstance(s, HighWatermarkStep)])
     state = next((s for s in steps if isinstance(s, DatasetStateStep)), None)
     records = state.records_published if state else sum(f.records or 0 for f in files)
-    return DatasetPublished.trusted(**sequence, files=files, watermarks=ranges, files_published=len(files),
-                                    records_published=records, bytes_published=sum(f.size for f in files))
+    return {"files": files, "watermarks": ranges, "files_published": len(files), "records_published": records,
+            "bytes_published": sum([f.size for f in files])}
+
+
+def published_event(sequence: SequenceFields, steps: Sequence[CommitStepSpec]) -> DatasetPublished:
+    """What a completed sequence published, whole (an event sink appends it in parts), from its planned steps."""
+    return DatasetPublished.trusted(**sequence, **published_fields(steps))
 
 
 def published_events(sequence: SequenceFields, steps: Sequence[CommitStepSpec], budget: int = MAX_PART_BYTES

@@ -18,8 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
+from events.batch import Published, SequenceEnd, StateCommitted, StepFoundDone, lone_completion, stands_for
 from events.commit import (
     STEP_TIMINGS_MAX,
     TABLE_STEPS,
@@ -30,12 +31,13 @@ from events.commit import (
     CommitStepRolledBack,
     CommitStepSpec,
     CompletenessStep,
+    DatasetStateStep,
     FsRenameStep,
     HighWatermarkStep,
 )
 from events.dataset import DatasetReleased
-from events.model import Event
-from events.published import published_event
+from events.model import MAX_PART_BYTES, Event
+from events.published import WatermarkRange, lists_fit, published_event, published_fields
 from filesystems import urls
 from filesystems.base import FileSystem, FileSystemError, FolderMove
 from projections.projector import fold_gc
@@ -59,6 +61,9 @@ UNDOABLE = {"HighWatermark": "its watermarks moved", "DatasetState": "its waterm
             "Completeness": "its time partitions were recorded complete (never retracted)"}
 """What a step that took effect did, for the refusal to roll back a sequence that applied it."""
 
+Effect = Event | HighWatermarkStep | DatasetStateStep
+"""What a step applied now took effect as: the events it recorded, or a watermark or state step itself (their events
+are built only if the completion cannot be recorded as an entry of a batch: `CommitSequence._effect_events`)."""
 Record = Callable[[Sequence[Event]], None]
 """Where a sequence records its events: the sink (at once), or a list the committer appends in one batch."""
 Closing = Callable[[list["CommitResult"]], Sequence[Event]]
@@ -92,7 +97,8 @@ class _Progress:
 
     next_index: int = 0
     started: float = field(default_factory=time.perf_counter)
-    effects: list[Event] = field(default_factory=list)
+    effects: list[Effect] = field(default_factory=list)
+    """What the steps applied so far took effect as, in order (`Effect`)."""
     applied: list[tuple[int, Literal["executed", "verified"]]] = field(default_factory=list)
     """Each step applied (index, outcome): recorded only if a later step fails (and, for steps found done, with the
     completion), so its events are built only then (`applied_events`)."""
@@ -180,7 +186,7 @@ class CommitSequence:
                 if abandon and self.view.attempts_failed + 1 >= self.settings.max_attempts:
                     abandon = not self._table_committed()
                 error = f"step {index} ({spec.kind}): {e}"
-                record([*progress.effects, *self._applied_events(), *self._failure(index, error, abandon)])
+                record([*self._effect_events(), *self._applied_events(), *self._failure(index, error, abandon)])
                 return self._result(self._after_failure(abandon), error)
             outcome: Literal["executed", "verified"] = "verified" if done else "executed"
             progress.counts[outcome] += 1
@@ -199,17 +205,56 @@ class CommitSequence:
                 self.faults.reached(FaultPoint.AFTER_COMPLETENESS)
         self.faults.reached(FaultPoint.BEFORE_COMPLETION)
         counts = progress.counts
-        completed = CommitSequenceCompleted.trusted(
-            **fields, duration_ms=(time.perf_counter() - progress.started) * 1000, steps_applied=len(self.view.steps),
-            executed=counts["executed"], verified=counts["verified"],
-            step_ms=step_timings(progress.step_ms, len(self.view.steps)))
-        verified = self._applied_events("verified") if counts["verified"] else []
-        record([*progress.effects, *verified, completed, published_event(fields, self.view.steps)])  # the sink parts it
+        ending = {"duration_ms": (time.perf_counter() - progress.started) * 1000,
+                  "steps_applied": len(self.view.steps), "executed": counts["executed"], "verified": counts["verified"],
+                  "step_ms": step_timings(progress.step_ms, len(self.view.steps))}
+        end = self._as_entry(ending) if self.sink.pack else None
+        if end is not None:
+            record([lone_completion(fields, end)])
+        else:
+            verified = self._applied_events("verified") if counts["verified"] else []
+            record([*self._effect_events(), *verified, CommitSequenceCompleted.trusted(**fields, **ending),
+                    published_event(fields, self.view.steps)])  # the sink parts it
         return self._result(Outcome.COMPLETED, executed=counts["executed"], verified=counts["verified"])
 
-    def _apply(self, index: int, spec: CommitStepSpec) -> tuple[bool, list[Event]]:
-        """Whether step `index` was found done, and the events of its effect: the outcome of a table commit made
-        for many (`table_outcome`), else its verify(), then (not done) its execute()."""
+    def _as_entry(self, ending: dict[str, Any]) -> SequenceEnd | None:
+        """The completion as an entry of a batch, built without its events, if it has the usual shape: its effects a
+        watermark step's each, then at most one state step's, and what it published in one part; else None."""
+        advanced: list[WatermarkRange] = []
+        state = None
+        for effect in self._progress.effects:
+            if isinstance(effect, HighWatermarkStep) and state is None:
+                advanced.append(WatermarkRange.trusted(partition=effect.partition, low_watermark=effect.low_watermark,
+                                                       high_watermark=effect.value))
+            elif isinstance(effect, DatasetStateStep) and state is None:
+                state = StateCommitted.trusted(watermarks=effect.watermarks, records_published=effect.records_published,
+                                               files_published=effect.files_published, properties=effect.properties)
+            else:
+                return None
+        published = published_fields(self.view.steps)
+        if not lists_fit(published["files"], published["watermarks"], MAX_PART_BYTES):
+            return None
+        step_ms = self._progress.step_ms
+        found = tuple([StepFoundDone.trusted(step_index=index, duration_ms=step_ms[index])
+                       for index, outcome in self._progress.applied if outcome == "verified"])
+        return SequenceEnd.trusted(dataset_urn=self.view.dataset_urn, sequence_id=self.view.sequence_id,
+                                   advanced=tuple(advanced), state=state, found_done=found,
+                                   published=Published.trusted(**published), **ending)
+
+    def _effect_events(self) -> list[Event]:
+        """The events of the effects so far, in order (a watermark or state step's built now)."""
+        events: list[Event] = []
+        for effect in self._progress.effects:
+            if isinstance(effect, (HighWatermarkStep, DatasetStateStep)):
+                events += step_for(effect, self.ref, self.sink.state, self.fs, self.view.steps).execute()
+            else:
+                events.append(effect)
+        return events
+
+    def _apply(self, index: int, spec: CommitStepSpec) -> tuple[bool, list[Effect]]:
+        """Whether step `index` was found done, and its effect: the outcome of a table commit made for many
+        (`table_outcome`), else its verify(), then (not done) its execute() (a watermark or state step's effect is
+        the step itself: its execute() only builds its events)."""
         if self.table_outcome is not None and isinstance(spec, TABLE_STEPS):
             outcome, self.table_outcome = self.table_outcome, None
             return outcome.result(), []
@@ -220,7 +265,9 @@ class CommitSequence:
         if not done and isinstance(spec, (FsRenameStep, *TABLE_STEPS)):
             # a superseded writer must move or commit nothing (FencedError)
             self.sink.check_fenced(among_others=self.among_others)
-        return done, [] if done else step.execute()
+        if done:
+            return True, []
+        return False, [spec] if isinstance(spec, (HighWatermarkStep, DatasetStateStep)) else list(step.execute())
 
     def _move_folder(self, index: int, spec: FsRenameStep) -> bool:
         """Apply this rename, and the sequence's others between the same two folders, by one move of the source folder:
@@ -454,13 +501,17 @@ class _Records:
     def __init__(self, committer: Committer) -> None:
         self.committer = committer
         self.events: list[Event] = []
+        self.standing_for = 0
+        """How many events `events` stand for (a completion recorded as an entry stands for several)."""
         self.folders: set[str] = set()
 
     def add(self, events: list[Event], folders: set[str]) -> None:
         """One sequence's events, never split from each other."""
-        if self.events and len(self.events) + len(events) > self.committer.batch_events:
+        count = sum([stands_for(event) for event in events])
+        if self.events and self.standing_for + count > self.committer.batch_events:
             self.flush()
         self.events += events
+        self.standing_for += count
         self.folders |= folders
 
     def flush(self) -> None:
@@ -468,7 +519,7 @@ class _Records:
             self.committer.fs.sync_folders(self.folders)
         if self.events:
             self.committer.sink.emit(self.events)
-        self.events, self.folders = [], set()
+        self.events, self.standing_for, self.folders = [], 0, set()
 
 
 def step_timings(step_ms: dict[int, float], steps: int) -> tuple[float, ...]:

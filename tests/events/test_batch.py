@@ -13,14 +13,18 @@ from events.batch import (
     BATCH_TYPES,
     CommitSequencesCompleted,
     CommitSequencesPlanned,
+    end_keys,
+    ended_members,
     entry_size,
+    lone_completion,
     pack,
+    stands_for,
     unpack,
 )
 from events.codec import EventCodec
 from events.commit import CommitSequenceCompleted, CommitSequencePlanned
 from events.keys import partition_for
-from events.model import DatasetEvent, Event, approx_size
+from events.model import DatasetEvent, Event, SequenceFields, approx_size
 from projections.synthetic import HistoryShape, synthetic_history
 from tests.events.test_event_parts import in_parts, views
 from tests.projections.test_fold_properties import PARTITIONS, as_logged, fold
@@ -118,3 +122,28 @@ def test_an_entrys_quick_size_is_never_below_its_estimate(shape: HistoryShape, s
     for record in pack(events, PARTITIONS, budget=600):
         for entry in getattr(record, "sequences", ()):
             assert entry_size(entry) >= approx_size(entry)
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=shapes, seed=st.integers(0, 2**32))
+def test_a_completion_recorded_as_a_batch_of_one_packs_as_its_events_would(shape: HistoryShape, seed: int) -> None:
+    """A sequence records its completion as a batch of one (`lone_completion`), its events never built: packed with
+    others it is the same entry under the same keys, alone it is its events; `stands_for` and `end_keys` count and
+    name them without building them."""
+    events = in_parts(synthetic_history(random.Random(seed), shape), budget=2_000)
+    for record in pack(events, PARTITIONS, budget=600):
+        assert stands_for(record) == len(unpack(record))
+        if not isinstance(record, CommitSequencesCompleted):
+            continue
+        assert [key for end in record.sequences for key in end_keys(record.job, end)] == [
+            member.key for member in unpack(record)]
+        sequences = [SequenceFields(job=record.job, run_id=record.run_id, dataset_urn=end.dataset_urn,
+                                    sequence_id=end.sequence_id) for end in record.sequences]
+        lone = [lone_completion(fields, end).model_copy(update={"emitted_at": record.emitted_at})
+                for fields, end in zip(sequences, record.sequences, strict=True)]
+        repacked = pack(lone, PARTITIONS, budget=128 * 1024)
+        assert unpacked(repacked) == list(unpack(record))
+        if len(lone) > 1:
+            assert repacked == [record]
+        else:
+            assert repacked == [*ended_members(lone[0], lone[0].sequences[0])]

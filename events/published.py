@@ -9,7 +9,7 @@ parts (events.model.Parted: part i of n, each under its own key), so that no rec
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar, TypedDict
 
 from events.commit import (
     CommitStepSpec,
@@ -87,7 +87,17 @@ def lists_fit(files: Sequence[PublishedFile], watermarks: Sequence[WatermarkRang
     return size + sum([len(w.partition) + 32 for w in watermarks]) <= budget
 
 
-def published_fields(steps: Sequence[CommitStepSpec]) -> dict[str, Any]:
+class PublishedFields(TypedDict):
+    """A DatasetPublished's payload, as keyword arguments (of it, or of a batch's entry)."""
+
+    files: tuple[PublishedFile, ...]
+    watermarks: tuple[WatermarkRange, ...]
+    files_published: int
+    records_published: int
+    bytes_published: int
+
+
+def published_fields(steps: Sequence[CommitStepSpec]) -> PublishedFields:
     """What a completed sequence published, from its planned steps (the FsRename steps carry each file's records
     since plan version 2): the fields of its DatasetPublished, built unvalidated (`trusted`): every value comes from
     a recorded plan."""
@@ -99,8 +109,8 @@ def published_fields(steps: Sequence[CommitStepSpec]) -> dict[str, Any]:
                     for s in steps if isinstance(s, HighWatermarkStep)])
     state = next((s for s in steps if isinstance(s, DatasetStateStep)), None)
     records = state.records_published if state else sum(f.records or 0 for f in files)
-    return {"files": files, "watermarks": ranges, "files_published": len(files), "records_published": records,
-            "bytes_published": sum([f.size for f in files])}
+    return PublishedFields(files=files, watermarks=ranges, files_published=len(files), records_published=records,
+                           bytes_published=sum([f.size for f in files]))
 
 
 def published_event(sequence: SequenceFields, steps: Sequence[CommitStepSpec]) -> DatasetPublished:

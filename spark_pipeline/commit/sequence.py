@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from events.batch import Published, SequenceEnd, StateCommitted, StepFoundDone, lone_completion, stands_for
 from events.commit import (
@@ -69,6 +69,16 @@ Record = Callable[[Sequence[Event]], None]
 Closing = Callable[[list["CommitResult"]], Sequence[Event]]
 """What a commit of many sequences records after them, in their last batch (one transaction fewer), given how each
 ended: a run's JobRunCommitted when every one completed."""
+
+
+class Ending(TypedDict):
+    """How a sequence's commit ended, as its CommitSequenceCompleted (or its batch entry) says."""
+
+    duration_ms: float
+    steps_applied: int
+    executed: int
+    verified: int
+    step_ms: tuple[float, ...]
 
 
 class Outcome(StrEnum):
@@ -205,9 +215,9 @@ class CommitSequence:
                 self.faults.reached(FaultPoint.AFTER_COMPLETENESS)
         self.faults.reached(FaultPoint.BEFORE_COMPLETION)
         counts = progress.counts
-        ending = {"duration_ms": (time.perf_counter() - progress.started) * 1000,
-                  "steps_applied": len(self.view.steps), "executed": counts["executed"], "verified": counts["verified"],
-                  "step_ms": step_timings(progress.step_ms, len(self.view.steps))}
+        ending = Ending(duration_ms=(time.perf_counter() - progress.started) * 1000,
+                        steps_applied=len(self.view.steps), executed=counts["executed"], verified=counts["verified"],
+                        step_ms=step_timings(progress.step_ms, len(self.view.steps)))
         end = self._as_entry(ending) if self.sink.pack else None
         if end is not None:
             record([lone_completion(fields, end)])
@@ -217,7 +227,7 @@ class CommitSequence:
                     published_event(fields, self.view.steps)])  # the sink parts it
         return self._result(Outcome.COMPLETED, executed=counts["executed"], verified=counts["verified"])
 
-    def _as_entry(self, ending: dict[str, Any]) -> SequenceEnd | None:
+    def _as_entry(self, ending: Ending) -> SequenceEnd | None:
         """The completion as an entry of a batch, built without its events, if it has the usual shape: its effects a
         watermark step's each, then at most one state step's, and what it published in one part; else None."""
         advanced: list[WatermarkRange] = []

@@ -31,6 +31,7 @@ from events.commit import (
     CommitSequencePlanned,
     CommitStepApplied,
     CommitStepSpec,
+    DatasetStateStep,
     quick_size,
 )
 from events.dataset import DatasetStateCommitted, WatermarkAdvanced
@@ -66,6 +67,12 @@ class StateCommitted(Frozen):
     records_published: Count = 0
     files_published: Count = 0
     properties: dict[str, str] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, state: DatasetStateStep | DatasetStateCommitted) -> StateCommitted:
+        """The state a planned DatasetState step commits, or a DatasetStateCommitted recorded."""
+        return cls.trusted(watermarks=state.watermarks, records_published=state.records_published,
+                           files_published=state.files_published, properties=state.properties)
 
 
 class Published(Frozen):
@@ -326,9 +333,7 @@ def _completion(events: Sequence[Event], index: int) -> tuple[SequenceEnd, list[
         advanced.append(WatermarkRange.trusted(partition=moved.partition, low_watermark=moved.low_watermark,
                                                high_watermark=moved.value))
     committed = take(DatasetStateCommitted)
-    state = None if committed is None else StateCommitted.trusted(
-        watermarks=committed.watermarks, records_published=committed.records_published,
-        files_published=committed.files_published, properties=committed.properties)
+    state = None if committed is None else StateCommitted.of(committed)
     found = []
     while (applied := take(CommitStepApplied)) is not None:
         if applied.outcome != "verified":

@@ -80,6 +80,11 @@ class DatasetPublished(DatasetEvent, Parted):
         return {partition: tuple(files) for partition, files in sorted(grouped.items())}
 
 
+def watermark_range(step: HighWatermarkStep) -> WatermarkRange:
+    """The source range a planned watermark move publishes."""
+    return WatermarkRange.trusted(partition=step.partition, low_watermark=step.low_watermark, high_watermark=step.value)
+
+
 def lists_fit(files: Sequence[PublishedFile], watermarks: Sequence[WatermarkRange], budget: int) -> bool:
     """Whether a DatasetPublished's lists surely weigh at most `budget`: a file at most its texts' lengths and 40
     (approx_size: 37), a range its partition's and 32 (23)."""
@@ -104,9 +109,7 @@ def published_fields(steps: Sequence[CommitStepSpec]) -> PublishedFields:
     files = tuple([PublishedFile.trusted(path=s.dst, size=s.size, checksum=s.checksum, records=s.records,
                                          partition=s.partition)
                    for s in steps if isinstance(s, FsRenameStep)])
-    ranges = tuple([WatermarkRange.trusted(partition=s.partition, low_watermark=s.low_watermark,
-                                           high_watermark=s.value)
-                    for s in steps if isinstance(s, HighWatermarkStep)])
+    ranges = tuple([watermark_range(s) for s in steps if isinstance(s, HighWatermarkStep)])
     state = next((s for s in steps if isinstance(s, DatasetStateStep)), None)
     records = state.records_published if state else sum(f.records or 0 for f in files)
     return PublishedFields(files=files, watermarks=ranges, files_published=len(files), records_published=records,

@@ -37,7 +37,7 @@ from events.commit import (
 )
 from events.dataset import DatasetReleased
 from events.model import MAX_PART_BYTES, Event
-from events.published import WatermarkRange, lists_fit, published_event, published_fields
+from events.published import WatermarkRange, lists_fit, published_event, published_fields, watermark_range
 from filesystems import urls
 from filesystems.base import FileSystem, FileSystemError, FolderMove
 from projections.projector import fold_gc
@@ -234,11 +234,9 @@ class CommitSequence:
         state = None
         for effect in self._progress.effects:
             if isinstance(effect, HighWatermarkStep) and state is None:
-                advanced.append(WatermarkRange.trusted(partition=effect.partition, low_watermark=effect.low_watermark,
-                                                       high_watermark=effect.value))
+                advanced.append(watermark_range(effect))
             elif isinstance(effect, DatasetStateStep) and state is None:
-                state = StateCommitted.trusted(watermarks=effect.watermarks, records_published=effect.records_published,
-                                               files_published=effect.files_published, properties=effect.properties)
+                state = StateCommitted.of(effect)
             else:
                 return None
         published = published_fields(self.view.steps)

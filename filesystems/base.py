@@ -13,11 +13,14 @@ import posixpath
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from events.errors import OncelogError
 from filesystems import urls
 from filesystems.settings import FileSystemSettings
+
+if TYPE_CHECKING:
+    from filesystems.movers import FolderMover
 
 CHECKSUM_CHUNK = 1 << 20
 
@@ -107,6 +110,11 @@ class FileSystem(ABC):
     def moves_folders(self, path: str) -> bool:
         """Whether the store holding path moves a whole folder in one atomic rename (`move_folder`)."""
         return False
+
+    def folder_mover(self, path: str) -> FolderMover | None:
+        """A mover of its own, started now, for many folder moves under path (the caller closes it): local disk's
+        makes them in another process. None: the caller makes them itself, through this file system."""
+        return None
 
     def move_folder(self, move: FolderMove, before_move: Callable[[], None]) -> bool:
         """Move a folder, with all it holds, in one atomic rename, creating the destination's parent folders, if it

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from filesystems.base import CHECKSUM_CHUNK, FileInfo, FileSystem, FolderMove, WritableFile
+from filesystems.movers import FolderMover, ProcessMover
 
 SYNC_ALL_ABOVE = 16
 """More folders to sync than this, and one sync() of the file systems is cheaper than an fsync per folder."""
@@ -96,6 +97,9 @@ class LocalFileSystem(FileSystem):
 
     def moves_folders(self, path: str) -> bool:
         return True
+
+    def folder_mover(self, path: str) -> FolderMover:
+        return ProcessMover()
 
     def move_folder(self, move: FolderMove, before_move: Callable[[], None]) -> bool:
         # One pass of plain system calls (a commit moves a folder a dataset): the listing's entries checked against

@@ -11,6 +11,7 @@ from typing import BinaryIO
 
 from filesystems.base import FileInfo, FileSystem, FileSystemError, FolderMove, WritableFile
 from filesystems.local import LOCAL
+from filesystems.movers import FolderMover
 from filesystems.s3 import S3FileSystem, client_for
 from filesystems.settings import FileSystemSettings
 from filesystems.urls import Scheme, parse
@@ -89,6 +90,9 @@ class FileSystems(FileSystem):
 
     def moves_folders(self, path: str) -> bool:
         return self.backend(path).moves_folders(path)
+
+    def folder_mover(self, path: str) -> FolderMover | None:
+        return self.backend(path).folder_mover(path)
 
     def move_folder(self, move: FolderMove, before_move: Callable[[], None]) -> bool:
         return self._pair(move.src, move.dst).move_folder(move, before_move)

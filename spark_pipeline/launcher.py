@@ -547,7 +547,8 @@ def commit_settings(config: JobConfig, faults: FaultInjector = NO_FAULTS) -> Com
                           shards=config.commit_shards, on_executors=on_executors,
                           executors_min_datasets=config.commit_executors_min_datasets,
                           batch_records=config.commit_batch_records,
-                          fence_fresh_s=config.commit_fence_fresh_ms / 1000, faults=faults)
+                          fence_fresh_s=config.commit_fence_fresh_ms / 1000,
+                          moves_ahead_min=config.commit_moves_ahead_min_datasets, faults=faults)
 
 
 def publisher_class(config: JobConfig) -> type[DataPublisher]:

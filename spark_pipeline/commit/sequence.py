@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
@@ -40,8 +40,10 @@ from events.model import MAX_PART_BYTES, Event
 from events.published import WatermarkRange, lists_fit, published_event, published_fields, watermark_range
 from filesystems import urls
 from filesystems.base import FileSystem, FileSystemError, FolderMove
+from filesystems.movers import NOT_TRIED, Moved, MoveOutcome
 from projections.projector import fold_gc
 from projections.views import SequenceView
+from spark_pipeline.commit.ahead import FolderGroup, MovesAhead
 from spark_pipeline.commit.faults import FaultPoint
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.sink import MAX_GROUP_EVENTS, EventSink
@@ -140,6 +142,10 @@ class CommitSequence:
         """Renames done by an earlier step's move of their whole folder (`_move_folder`)."""
         self._kept: set[str] = set()
         """Destination folders whose move was tried (made or not): their other renames go one by one."""
+        self._roots_checked = False
+        """Whether every step passed the roots' checks (`_check_roots`)."""
+        self._ahead: tuple[FolderGroup, MoveOutcome] | None = None
+        """Its first step's folder move made by another process, and what became of it (`moved_ahead`)."""
 
     @property
     def dataset_urn(self) -> str:
@@ -167,8 +173,7 @@ class CommitSequence:
         fields = self.ref.fields()
         if self.waiting_at is None:
             try:
-                for index, spec in enumerate(self.view.steps):
-                    self.settings.roots.check(index, spec)
+                self._check_roots()
             except UnsafeCommitStepError as e:
                 record([CommitSequenceAbandoned(**fields, attempts=self.view.attempts_failed, error=str(e))])
                 return self._result(Outcome.ABANDONED, str(e))
@@ -277,29 +282,71 @@ class CommitSequence:
             return True, []
         return False, [spec] if isinstance(spec, (HighWatermarkStep, DatasetStateStep)) else list(step.execute())
 
+    def first_move(self) -> FolderGroup | None:
+        """The folder move its first step would make (`_move_folder`), if that step is a rename whose folder may move
+        whole and every step passes the roots' checks (else the sequence is abandoned before any step): another
+        process may make it meanwhile (`moved_ahead`)."""
+        index = next((i for i in range(len(self.view.steps)) if i not in self.view.applied), None)
+        if index is None or not isinstance(spec := self.view.steps[index], FsRenameStep):
+            return None
+        try:
+            self._check_roots()
+        except UnsafeCommitStepError:
+            return None
+        return self._folder_group(index, spec)
+
+    def _check_roots(self) -> None:
+        """UnsafeCommitStepError unless every step moves files only where the roots allow (checked once)."""
+        if not self._roots_checked:
+            for index, spec in enumerate(self.view.steps):
+                self.settings.roots.check(index, spec)
+            self._roots_checked = True
+
+    def moved_ahead(self, group: FolderGroup, outcome: MoveOutcome) -> None:
+        """What became of `group`'s move made by another process (`first_move`): its step takes it as its own."""
+        self._ahead = (group, outcome)
+
     def _move_folder(self, index: int, spec: FsRenameStep) -> bool:
         """Apply this rename, and the sequence's others between the same two folders, by one move of the source folder:
         only where the destination folder does not exist yet and the source folder holds exactly those files, each
         with its recorded content (what each rename checks: the file system's `move_folder`). A first run then makes
         no folder to publish into (on some file systems a new folder costs more than the renames). The others are
-        then applied as moved (`_moved`)."""
-        source, destination = urls.parent(spec.src), urls.parent(spec.dst)
+        then applied as moved (`_moved`). A move made ahead by another process (`moved_ahead`) is taken as made here:
+        one not known to be made or declined is made here (its checks find it done if it was)."""
+        destination = urls.parent(spec.dst)
         if destination in self._kept:
             return False
+        ahead, self._ahead = (self._ahead if self._ahead is not None and self._ahead[0].index == index else None), None
+        group, outcome = ahead if ahead is not None else (self._folder_group(index, spec), NOT_TRIED)
         self._kept.add(destination)  # tried once: whatever the answer, the group's other renames go on their own
+        if group is None:
+            return False
+        if outcome.error is not None:
+            raise outcome.error
+        if outcome.moved is Moved.UNKNOWN:
+            if ahead is not None:
+                self.renamed_into.add(destination)  # the other process may have moved it: durable before recorded
+            moved = self.fs.move_folder(group.move, self._check_fenced)
+        else:
+            moved = outcome.moved is Moved.YES
+        if moved:
+            self._moved |= group.indices
+        return moved
+
+    def _folder_group(self, index: int, spec: FsRenameStep) -> FolderGroup | None:
+        """The move of this rename's source folder to its destination folder with the sequence's other renames
+        between them, if the store moves folders and the files keep their names (`_move_folder`)."""
+        source, destination = urls.parent(spec.src), urls.parent(spec.dst)
         if (not self.fs.moves_folders(destination) or spec.src[len(source):] != spec.dst[len(destination):]
                 or not self.settings.roots.hold_folders(source, destination)):
-            return False
+            return None
         group = {step.src: (i, step) for i, step in enumerate(self.view.steps)
                  if isinstance(step, FsRenameStep) and i >= index and i not in self.view.applied
                  and urls.parent(step.src) == source and urls.parent(step.dst) == destination
                  and step.src[len(source):] == step.dst[len(destination):]}
         move = FolderMove(source, destination, {src: (step.size, step.checksum) for src, (_, step) in group.items()})
         # anything else in the folder, a file changed, a destination that exists: each file its own rename and checks
-        if not self.fs.move_folder(move, self._check_fenced):
-            return False
-        self._moved |= {i for i, _ in group.values()}
-        return True
+        return FolderGroup(index, move, frozenset(i for i, _ in group.values()))
 
     def _check_fenced(self) -> None:
         """The check before a folder moves: a superseded writer must move nothing (FencedError)."""
@@ -392,10 +439,14 @@ class Committer:
         ended = itertools.count(1)
         lock = threading.Lock()
 
-        def commit(index: int, pause: bool) -> CommitResult | None:
+        def sequence_at(index: int) -> CommitSequence:
             sequence = sequences.get(index)
             if sequence is None:
                 sequence = sequences[index] = self.sequence(views[index], among_others=workers > 1)
+            return sequence
+
+        def commit(index: int, pause: bool) -> CommitResult | None:
+            sequence = sequence_at(index)
             record = batches.setdefault(index, []).extend
             result = sequence.commit_or_wait(record) if pause else sequence.commit(record)
             if result is not None:
@@ -408,13 +459,22 @@ class Committer:
         with ExitStack() as pools:
             pool = (pools.enter_context(ThreadPoolExecutor(max_workers=workers, thread_name_prefix="commit"))
                     if workers > 1 else None)
+            ahead = (pools.enter_context(MovesAhead(self.fs, self.sink, sequence_at, len(views)))
+                     if pool is None and self._moves_ahead(len(views)) else None)
+
+            def in_order(indices: Sequence[int], pause: bool) -> Iterator[CommitResult | None]:
+                """One worker: the sequences commit in this thread, in order, as that worker would (no thread to
+                start); their folder moves made ahead by another process where `ahead`."""
+                for index in indices:
+                    if ahead is not None and pause:
+                        ahead.before(index)
+                    yield commit(index, pause)
 
             def run(indices: Sequence[int], pause: bool) -> list[int]:
                 """Commit the sequences at `indices`, recording each as it ends; those paused at a table step."""
-                # One worker: the sequences commit in this thread, in order, as that worker would (no thread to start)
                 ended_in_order: Iterable[CommitResult | None] = (
                     pool.map(commit, indices, itertools.repeat(pause)) if pool is not None
-                    else (commit(index, pause) for index in indices))
+                    else in_order(indices, pause))
                 paused = []
                 for index, result in zip(indices, ended_in_order, strict=True):
                     if result is None:
@@ -450,6 +510,11 @@ class Committer:
         for sequence, outcome in zip(sequences, outcomes, strict=True):
             sequence.table_outcome = replace(outcome, ms=ms)
         self.settings.faults.reached(FaultPoint.AFTER_TABLE_COMMIT)
+
+    def _moves_ahead(self, sequences: int) -> bool:
+        """Whether sequences committed one after another have their folder moves made ahead by another process: enough
+        of them to pay for its start, and a fence check that answers for a while (`EventSink.lease`)."""
+        return sequences >= self.settings.moves_ahead_min and self.settings.fence_fresh_s > 0
 
     def _round_trips(self, views: list[SequenceView]) -> bool:
         """Whether the sequences' file calls wait on round trips (then they commit in parallel): asked of the first

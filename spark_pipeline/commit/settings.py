@@ -9,6 +9,7 @@ from spark_pipeline.commit.sink import FENCE_FRESH_S
 from spark_pipeline.commit.steps import PublishRoots
 from spark_pipeline.jobfile.config import (
     DEFAULT_EXECUTORS_MIN_DATASETS,
+    DEFAULT_MOVES_AHEAD_MIN_DATASETS,
     CommitOnExecutors,
 )
 
@@ -34,6 +35,9 @@ class CommitSettings:
     """`job.commit.batch.records`: plans and completions of many datasets appended as one record per batch."""
     fence_fresh_s: float = FENCE_FRESH_S
     """`job.commit.fence.fresh.ms`: how long a probe that found the writer not fenced answers later checks (sink)."""
+    moves_ahead_min: int = DEFAULT_MOVES_AHEAD_MIN_DATASETS
+    """`job.commit.moves.ahead.min.datasets`: from how many datasets committed one after another (local disk) their
+    folder moves are made ahead by another process (`commit.ahead`)."""
     faults: FaultInjector = NO_FAULTS
 
     def in_shards(self, datasets: int) -> bool:

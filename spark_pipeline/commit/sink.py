@@ -137,6 +137,23 @@ class EventSink:
                 return
         self._submit(_Request((), gather=among_others))
 
+    def lease(self, uses: int) -> float:
+        """`uses` fence checks answered at once, for moves made elsewhere (another process): the time
+        (`time.monotonic`) until which they may be made. A probe is made first unless the last one answers them all
+        for half its window still (so that the moves have time to be made; FencedError if the writer was fenced)."""
+        if not 0 < uses <= FRESH_USES_MAX:
+            raise ValueError(f"a lease answers 1 to {FRESH_USES_MAX} checks, not {uses}")
+        for probed in (False, True):
+            with self._cv:
+                since = self._fresh_since
+                if (since is not None and time.monotonic() - since <= self.fresh_s / 2
+                        and self._fresh_uses + uses <= FRESH_USES_MAX):
+                    self._fresh_uses += uses
+                    return since + self.fresh_s
+            if not probed:
+                self._submit(_Request(()))
+        return time.monotonic() - 1.0  # fresh_s is too short for a probe to answer anything after it: nothing moves
+
     def _commit(self, group: list[_Request]) -> None:
         events = [event for request in group for event in request.events]
         records = pack(events, self.writer.partitions) if self.pack else events

@@ -296,6 +296,8 @@ def write_job(settings: SoakSettings, topic: str, url: str) -> Path:
         "data.publisher.final.dir": str(base / "published"), "job.commit.policy": "full",
         "task.maxretries": 1, "task.retry.intervalinsec": 0, "oncelog.log.url": url,
         "spark.master": "local[1]", "spark.ui.enabled": "false", "spark.driver.extraJavaOptions": JVM_OPTIONS,
+        # the folder moves made by a child process, as for a commit of 1,000 datasets: killed with the run
+        "job.commit.moves.ahead.min.datasets": 2,
     }
     if settings.output is Output.ICEBERG:
         job.update({"writer.output.format": "PARQUET", "task.engine": "dataframe",

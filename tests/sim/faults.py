@@ -12,7 +12,7 @@ import errno
 import hashlib
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -32,6 +32,7 @@ from events.log import (
 )
 from events.log.lock import JobLock
 from filesystems.base import FileInfo, FileSystem, FolderMove, WritableFile
+from filesystems.movers import NOT_TRIED, FolderMover, MoveBatch, MoveOutcome, move_within
 
 T = TypeVar("T")
 
@@ -105,6 +106,41 @@ class FaultPlan:
         return fault
 
 
+@dataclass
+class _Made(MoveBatch):
+    made: list[MoveOutcome]
+
+    def outcomes(self) -> list[MoveOutcome]:
+        return self.made
+
+
+class FaultyMover(FolderMover):
+    """Folder moves made ahead as local disk's child process makes them, here at once through the failing file system,
+    with the child's own faults: it dies before a move (`mover:crash-before-io`) or just after one
+    (`mover:crash-after-io`), leaving that move and the rest of its batch UNKNOWN and taking no more batches, or the
+    lease runs out before a move (`mover:io-error`: not tried)."""
+
+    def __init__(self, fs: FaultyFileSystem) -> None:
+        self.fs = fs
+        self.lost = False
+
+    def ready(self) -> bool:
+        return not self.lost
+
+    def start(self, moves: Sequence[FolderMove], deadline: float) -> MoveBatch:
+        made: list[MoveOutcome] = []
+        for move in moves:
+            fault = self.fs.plan.decide("mover") if not self.lost else None
+            if self.lost or fault is Fault.CRASH_BEFORE or fault is Fault.IO_ERROR:
+                self.lost = self.lost or fault is Fault.CRASH_BEFORE
+                made.append(NOT_TRIED)
+                continue
+            outcome = move_within(self.fs, move, deadline)
+            self.lost = fault is Fault.CRASH_AFTER
+            made.append(NOT_TRIED if self.lost else outcome)
+        return _Made(made)
+
+
 class FaultyFileSystem(FileSystem):
     """A file system whose every call may fail or crash, as the plan says.
 
@@ -170,6 +206,9 @@ class FaultyFileSystem(FileSystem):
         if self.object_store:
             return False
         return self._guarded("rename", move.src, lambda: self.inner.move_folder(move, before_move))
+
+    def folder_mover(self, path: str) -> FolderMover:
+        return FaultyMover(self)
 
     def copy(self, src: str, dst: str) -> None:
         self._guarded("copy", src, lambda: self.inner.copy(src, dst), partial=lambda: self._half_copy(src, dst))

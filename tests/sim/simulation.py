@@ -265,6 +265,10 @@ def write_job(base: Path, name: str, url: str, rng: random.Random, table: str | 
     # A quarter of the jobs append a record per event, as before batched commit records (no draw: seeds stay as they
     # were): both shapes of the log are played.
     job["job.commit.batch.records"] = job["source.synthetic.records.per.run"] != 4
+    # Two jobs in three make their folder moves ahead of their sequences, in batches (the in-thread mover: the file
+    # system's every call may fail), as a commit of many datasets does on local disk; the rest one in each sequence.
+    if job["source.synthetic.partitions"] != 1:
+        job["job.commit.moves.ahead.min.datasets"] = 2
     if table is not None:
         job |= {**PUBLISHER_KEYS[kind], TABLE_KEYS[kind]: table, "writer.output.format": "PARQUET",
                 "writer.builder.class": "tests.sim.tables.ParquetDataWriterBuilder"}

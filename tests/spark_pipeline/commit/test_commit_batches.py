@@ -266,3 +266,36 @@ def test_a_completion_is_recorded_as_its_events_batched_or_not(log: EventLog, tm
     alone = by_dataset["ds-4"]  # a batch of one sequence: its own records
     assert commit_records == (1 + len(alone) if batched else len(read))
     assert verify(log).ok
+
+
+def test_a_lease_answers_many_checks_at_once_until_its_probe_is_stale(log: EventLog) -> None:
+    """Moves made by another process share one fence check (`EventSink.lease`): it spends a probe's answers at once,
+    lasts as long as that probe answers, and a newer writer's fence is found by the next lease's probe."""
+    writer = CountingWriter(log.writer("job"))
+    sink = EventSink(writer, State())
+    try:
+        before = time.monotonic()
+        deadline = sink.lease(64)
+        assert writer.probes == 1 and before < deadline <= time.monotonic() + FENCE_FRESH_S
+        assert sink.lease(64) == deadline and writer.probes == 1  # the same probe answers them too
+        sink.lease(FRESH_USES_MAX)  # more than it has left: a probe of its own
+        assert writer.probes == 2
+        with pytest.raises(ValueError, match="1 to 1024"):
+            sink.lease(FRESH_USES_MAX + 1)
+        log.writer("job").close()  # a newer holder of the name fences ours
+        time.sleep(FENCE_FRESH_S)
+        with pytest.raises(FencedError):
+            sink.lease(64)
+    finally:
+        sink.close()
+        writer.close()
+
+
+def test_without_a_fresh_window_a_lease_lets_no_move_be_made_elsewhere(log: EventLog) -> None:
+    writer = CountingWriter(log.writer("job"))
+    sink = EventSink(writer, State(), fresh_s=0)
+    try:
+        assert sink.lease(1) < time.monotonic()
+    finally:
+        sink.close()
+        writer.close()

@@ -313,7 +313,7 @@ class JobConfig(BranchKeys):
     commit_executors_min_datasets: int = Field(default=DEFAULT_EXECUTORS_MIN_DATASETS, ge=1,
                                                alias="job.commit.executors.min.datasets")
     """With job.commit.on.executors=auto, the fewest datasets committed in shards (fewer: on the driver)."""
-    commit_moves_ahead_min_datasets: int = Field(default=DEFAULT_MOVES_AHEAD_MIN_DATASETS, ge=2,
+    commit_moves_ahead_min_datasets: int = Field(default=DEFAULT_MOVES_AHEAD_MIN_DATASETS, ge=1,
                                                  alias="job.commit.moves.ahead.min.datasets")
     """From how many datasets committed one after another (local disk) a child process makes their folder moves ahead
     of the committer's thread."""

@@ -2,9 +2,9 @@
 
 A commit on local disk is one Python thread under one GIL: about a third of its time is the folder moves' system
 calls and content checks. `ProcessMover` makes them in a child process (the second core) while the committer records
-the sequences before; `InlineMover` makes them at once through any `FileSystem` (the fault simulation's, whose every
-call may fail). Both make a move only before its lease's deadline (`time.monotonic`, one clock for every process of a
-Linux machine): the committer's fence check answered for that long, so a move made later is not tried (`UNKNOWN`).
+the sequences before; `InlineMover` makes them at once through any store without a mover of its own. Both make a move
+only before its lease's deadline (`time.monotonic`, one clock for every process of a Linux machine): the committer's
+fence check answered for that long, so a move made later is not tried (`UNKNOWN`).
 
 The child `ProcessMover` starts is `filesystems.mover_child`.
 """
@@ -45,6 +45,8 @@ class Moved(StrEnum):
 
 @dataclass(frozen=True)
 class MoveOutcome:
+    """What became of one move, and what it raised if it failed."""
+
     moved: Moved
     error: OSError | FileSystemError | None = None
     """What a FAILED move raised (None for any other)."""
@@ -96,7 +98,9 @@ class FolderMover(ABC):
 
 
 @dataclass
-class _Done(MoveBatch):
+class MadeBatch(MoveBatch):
+    """A batch made at once: its outcomes known."""
+
     made: list[MoveOutcome]
 
     def outcomes(self) -> list[MoveOutcome]:
@@ -113,7 +117,7 @@ class InlineMover(FolderMover):
         return True
 
     def start(self, moves: Sequence[FolderMove], deadline: float) -> MoveBatch:
-        return _Done([move_within(self.fs, move, deadline) for move in moves])
+        return MadeBatch([move_within(self.fs, move, deadline) for move in moves])
 
 
 class ProcessMover(FolderMover):

@@ -32,7 +32,7 @@ from events.log import (
 )
 from events.log.lock import JobLock
 from filesystems.base import FileInfo, FileSystem, FolderMove, WritableFile
-from filesystems.movers import NOT_TRIED, FolderMover, MoveBatch, MoveOutcome, move_within
+from filesystems.movers import NOT_TRIED, FolderMover, MadeBatch, MoveBatch, MoveOutcome, move_within
 
 T = TypeVar("T")
 
@@ -106,14 +106,6 @@ class FaultPlan:
         return fault
 
 
-@dataclass
-class _Made(MoveBatch):
-    made: list[MoveOutcome]
-
-    def outcomes(self) -> list[MoveOutcome]:
-        return self.made
-
-
 class FaultyMover(FolderMover):
     """Folder moves made ahead as local disk's child process makes them, here at once through the failing file system,
     with the child's own faults: it dies before a move (`mover:crash-before-io`) or just after one
@@ -138,7 +130,7 @@ class FaultyMover(FolderMover):
             outcome = move_within(self.fs, move, deadline)
             self.lost = fault is Fault.CRASH_AFTER
             made.append(NOT_TRIED if self.lost else outcome)
-        return _Made(made)
+        return MadeBatch(made)
 
 
 class FaultyFileSystem(FileSystem):

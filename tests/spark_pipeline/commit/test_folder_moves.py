@@ -64,10 +64,10 @@ def settings(base: Path) -> CommitSettings:
 
 
 def commit(event_log: EventLog, base: Path, fs: LocalFileSystem, *plans: CommitSequencePlanned,
-           moves_ahead_min: int = 1_000) -> list[Outcome]:
+           moves_ahead_min: int | None = None) -> list[Outcome]:
     # moves made ahead: a fence check that answers for a minute (no move's lease runs out on a slow machine)
     chosen = (replace(settings(base), moves_ahead_min=moves_ahead_min, fence_fresh_s=60.0)
-              if moves_ahead_min < 1_000 else settings(base))
+              if moves_ahead_min is not None else settings(base))
     with open_session(event_log, "job", chosen, fs) as session:
         session.sink.emit(list(plans))
         return [result.outcome for result in session.committer.recover("job")]

@@ -304,6 +304,12 @@ class State:
         runs = [r for (j, _), r in self.runs.items() if j == job]
         return sorted(runs, key=lambda r: (r.started_at is None, r.started_at, r.run_id))
 
+    def task_ids(self, job: str, run_id: str) -> set[str]:
+        """The ids of a run's tasks (its MultiWorkUnits) that its plan or its tasks' events name."""
+        key = (job, run_id)
+        planned = {u.spec.multi_work_unit_id for u in self.work_units.get(key, {}).values()}
+        return {task for task in planned if task is not None} | set(self.tasks.get(key, {}))
+
 
 Handler = Callable[[State, Event, Where | None], None]
 

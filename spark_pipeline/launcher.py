@@ -54,7 +54,7 @@ from projections.views import DatasetView, Phase, RunStatus, SequenceView
 from replay.lineage_client import LineageClient
 from spark_pipeline.commit.faults import NO_FAULTS, FaultInjector, FaultPoint
 from spark_pipeline.commit.sequence import CommitResult, Outcome
-from spark_pipeline.commit.session import CommitSession, open_session, shard_writer_name
+from spark_pipeline.commit.session import CommitSession, FenceHolders, open_session, shard_writer_name
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.shards import (
     ShardAction,
@@ -75,7 +75,7 @@ from spark_pipeline.constructs import (
 from spark_pipeline.engines.attempts import TaskOutcome
 from spark_pipeline.engines.base import TaskEngine
 from spark_pipeline.engines.select import engine_for
-from spark_pipeline.engines.spark import TasksAborted, TasksStopped
+from spark_pipeline.engines.spark import TasksAborted, TasksStopped, task_writer_name
 from spark_pipeline.jobfile.config import CommitOnExecutors, JobCommitPolicy, JobConfig
 from spark_pipeline.jobfile.paths import JobRoots, absolute_config, overlaps, run_dirs
 from spark_pipeline.jobfile.plugins import import_class, make_construct
@@ -200,10 +200,12 @@ class JobLauncher:
             lock = log.job_lock(config.job_name) if config.job_lock_enabled else None
             holder = (lock.acquire(self.run_id, take_over=self.take_over) if lock
                       else f"writer {self._writer_name()} (job lock off)")
+            holders = dead_task_writers(config.job_name, self.run_id) if lock else None
             try:
                 # A run plans, records and commits an object or more per dataset, all kept: with CPython's thresholds
                 # each full collection walks them all again (measured at 100,000 datasets: 2.8 of planning's 4.1 s).
-                with fold_gc(), open_session(log, self._writer_name(), self.commit_settings(), self.fs) as session:
+                with fold_gc(), open_session(log, self._writer_name(), self.commit_settings(), self.fs,
+                                             holders) as session:
                     with self.lineage.following(log) as lineage_warnings:
                         result = self._run(session, holder, lock.displaced if lock else None)
                     result.warnings += lineage_warnings
@@ -534,6 +536,19 @@ class JobLauncher:
         finally:
             for signum, old in previous.items():
                 signal.signal(signum, old)
+
+
+def dead_task_writers(job: str, own_run_id: str | None = None) -> FenceHolders:
+    """The task writers of the job's earlier unfinished runs, for the holder of the job's lock to fence: each such
+    run is dead (or displaced by a take-over), and a task of it killed inside a Kafka transaction holds the log's
+    stable end until the transaction times out (the log's write_timeout_s, two minutes by default)."""
+
+    def names(state: State) -> list[str]:
+        return sorted(task_writer_name(job, run.run_id, task) for run in state.runs_of(job)
+                      if run.run_id != own_run_id and not run.status.finished
+                      for task in state.task_ids(job, run.run_id))
+
+    return names
 
 
 def commit_settings(config: JobConfig, faults: FaultInjector = NO_FAULTS) -> CommitSettings:

@@ -417,13 +417,14 @@ def recover(job_file: JobFile, release: Annotated[list[str] | None, typer.Option
              "back first, then runs pull the dataset again (repeatable).", show_default=False)] = None,
             conf: Conf = None, log_url: LogUrl = None, as_json: AsJson = False) -> None:
     """Finish the job's planned-but-unfinished commit sequences, without extracting anything."""
-    from spark_pipeline.launcher import commit_settings
+    from spark_pipeline.launcher import commit_settings, dead_task_writers
 
     config = absolute_config(job_for(job_file, conf, log_url, "name one job file"))
     try:
         with open_log(config.log_url, config.log_settings) as log, log.job_lock(config.job_name) as lock:
             lock.acquire(f"recover-{uuid.uuid4().hex[:12]}")  # refused while a run of the job is alive
-            with open_session(log, config.job_name, commit_settings(config), FileSystems.of(config.properties)) as s:
+            with open_session(log, config.job_name, commit_settings(config), FileSystems.of(config.properties),
+                              dead_task_writers(config.job_name)) as s:
                 results = s.committer.recover(config.job_name)
                 for urn in release or ():
                     sequence = s.committer.release(config.job_name, urn, "released with oncelog recover --release")

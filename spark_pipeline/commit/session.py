@@ -6,10 +6,11 @@ strictly: a run plans only from a history read completely, to the log's stable e
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from events.errors import OncelogError
+from events.errors import LogNotStableError, OncelogError
 from events.log import Closing, EventLog, LogWriter, Offsets
 from filesystems.base import FileSystem
 from projections.projector import ProjectionStopped, Projector
@@ -25,9 +26,13 @@ WHAT_TO_DO = (
 )
 
 FENCE_PARALLELISM = 8
-"""Shard writers fenced at once when a session opens."""
+"""Writers fenced at once (a session's shard writers, a dead run's task writers)."""
 SERIAL_FENCES = 2
-"""Up to this many partitions, shard writers are fenced one after the other: a pool costs more than it saves."""
+"""Up to this many writers are fenced one after the other: a pool costs more than it saves."""
+
+FenceHolders = Callable[[State], Sequence[str]]
+"""Given the state folded up to the log's stable end, the names of writers that may hold it there (an earlier,
+dead run's tasks): fencing a Kafka writer aborts its open transaction."""
 
 
 class IncompleteHistoryError(OncelogError):
@@ -64,10 +69,12 @@ class CommitSession(Closing):
         self.writer.close()
 
 
-def fold_strictly(log: EventLog, state: State, until: Offsets | None = None) -> int:
+def fold_strictly(log: EventLog, state: State, until: Offsets | None = None, wait: bool = True) -> int:
     """Fold the log into `state` up to its stable end (or `until`); any record that cannot be decoded or placed stops
-    it with IncompleteHistoryError naming the offset. Returns the events folded."""
-    log.await_stable()
+    it with IncompleteHistoryError naming the offset. Returns the events folded. Without `wait`, the fold stops
+    where the log is stable now, before transactions still open (log.await_stable)."""
+    if wait:
+        log.await_stable()
     before = state.problem_count
     try:
         folded = Projector(log, stop_on_error=True).catch_up(state, until)
@@ -81,13 +88,26 @@ def fold_strictly(log: EventLog, state: State, until: Offsets | None = None) -> 
     return folded
 
 
-def strict_state(log: EventLog) -> State:
+def strict_state(log: EventLog, holders: FenceHolders | None = None) -> State:
     """The state a run plans and commits from: the log's snapshot (if usable) and the tail, folded strictly (see
-    fold_strictly); without a snapshot, only what planning reads is kept (State.for_planning)."""
+    fold_strictly); without a snapshot, only what planning reads is kept (State.for_planning).
+
+    While an open transaction holds the log, the fold stops there and `holders` names the writers to fence (whose
+    open transactions that aborts); then the fold waits again. LogNotStableError if none is named."""
     state = Projector(log).load_snapshot() or State.for_planning()
     if state.problem_count:
         state = State.for_planning()  # a snapshot that carries problems is not trusted: fold the whole history
-    fold_strictly(log, state)
+    try:
+        fold_strictly(log, state)
+    except LogNotStableError:
+        if holders is None:
+            raise
+        fold_strictly(log, state, wait=False)
+        names = holders(state)
+        if not names:
+            raise
+        fence_writers(log, names)
+        fold_strictly(log, state)
     return state
 
 
@@ -96,30 +116,37 @@ def shard_writer_name(writer_name: str, shard: int) -> str:
     return f"{writer_name}.commit-shard-{shard}"
 
 
+def fence_writers(log: EventLog, names: Sequence[str]) -> None:
+    """Open and close a writer under each name: whoever held it can append nothing more, and on Kafka its open
+    transaction is aborted. In parallel beyond a few (a Kafka writer takes round trips)."""
+
+    def fence(name: str) -> None:
+        log.writer(name).close()
+
+    if len(names) <= SERIAL_FENCES:
+        for name in names:
+            fence(name)
+        return
+    with ThreadPoolExecutor(max_workers=min(FENCE_PARALLELISM, len(names)), thread_name_prefix="fence") as pool:
+        list(pool.map(fence, names))
+
+
 def fence_shard_writers(log: EventLog, writer_name: str) -> None:
     """Fence every commit shard writer an earlier run may still hold (a paused or partitioned shard task), whether
     or not this run commits in shards or commits that shard; on Kafka this also ends their open transactions, which
     would otherwise hold the log's stable end. Every possible shard (one per partition at most) is fenced, since
-    shard counts and job.commit.on.executors may change between runs; in parallel (a Kafka writer takes round trips)."""
-
-    def fence(shard: int) -> None:
-        log.writer(shard_writer_name(writer_name, shard)).close()
-
-    if log.partitions <= SERIAL_FENCES:
-        for shard in range(log.partitions):
-            fence(shard)
-        return
-    with ThreadPoolExecutor(max_workers=min(FENCE_PARALLELISM, log.partitions), thread_name_prefix="fence") as pool:
-        list(pool.map(fence, range(log.partitions)))
+    shard counts and job.commit.on.executors may change between runs."""
+    fence_writers(log, [shard_writer_name(writer_name, shard) for shard in range(log.partitions)])
 
 
-def open_session(log: EventLog, writer_name: str, settings: CommitSettings, fs: FileSystem) -> CommitSession:
+def open_session(log: EventLog, writer_name: str, settings: CommitSettings, fs: FileSystem,
+                 holders: FenceHolders | None = None) -> CommitSession:
     """Open the writer first (fencing any other holder of the name, and every commit shard writer of the name), then
-    fold the log: nothing it missed."""
+    fold the log: nothing it missed. `holders`: see strict_state."""
     writer = log.writer(writer_name)
     try:
         fence_shard_writers(log, writer_name)
-        state = strict_state(log)
+        state = strict_state(log, holders)
     except BaseException:
         writer.close()
         raise

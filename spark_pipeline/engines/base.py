@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 from events.log import EventLog, LogWriter
 from filesystems.base import FileSystem
 from spark_pipeline.commit.engine import CommitEngine, InProcessCommitEngine
+from spark_pipeline.commit.session import fence_writers
 from spark_pipeline.constructs import MultiWorkUnit
 from spark_pipeline.engines.attempts import AttemptsCancelled, TaskOutcome
 from spark_pipeline.engines.choice import EngineChoice
@@ -163,8 +164,7 @@ def cancel_job_group(spark: SparkSession, group: str) -> None:
 
 def fence_task_writers(config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], log: EventLog) -> None:
     """Open (and close) a writer under each task's name: a task still holding its writer can append nothing more."""
-    for mwu in mwus:
-        log.writer(task_writer_name(config, run_id, mwu)).close()
+    fence_writers(log, [task_writer_name(config.job_name, run_id, mwu.multi_work_unit_id) for mwu in mwus])
 
 
 class InProcessTaskEngine(TaskEngine):
@@ -184,7 +184,7 @@ class InProcessTaskEngine(TaskEngine):
         outcomes = []
         records = 0
         for mwu in mwus:
-            with self.open_writer(task_writer_name(config, run_id, mwu)) as writer:
+            with self.open_writer(task_writer_name(config.job_name, run_id, mwu.multi_work_unit_id)) as writer:
                 outcomes.append(run_task(config, run_id, mwu, writer.append, self.sleep))
             records += sum(r.records_written for r in outcomes[-1].written)
             progress(len(outcomes), records)

@@ -105,9 +105,10 @@ def check_speculation(settings: Mapping[str, str], where: str) -> None:
                           f"retries tasks itself: task.maxretries)")
 
 
-def task_writer_name(config: JobConfig, run_id: str, mwu: MultiWorkUnit) -> str:
-    """The name of a task's log writer: opening it again (a cancelled run does) fences the task."""
-    return f"{config.job_name}.{run_id}.{mwu.multi_work_unit_id}"
+def task_writer_name(job: str, run_id: str, task_id: str) -> str:
+    """The name of a task's log writer (a task is a MultiWorkUnit): opening it again (a cancelled run does, and the
+    next run of the job when a dead run's task holds the log) fences the task."""
+    return f"{job}.{run_id}.{task_id}"
 
 
 def execute(config: JobConfig, run_id: str, mwu: MultiWorkUnit, log_url: str, log_settings: Mapping[str, str]
@@ -118,7 +119,8 @@ def execute(config: JobConfig, run_id: str, mwu: MultiWorkUnit, log_url: str, lo
     new run's attempts are numbered after the lost one's, and its writer (same name) fences the lost one's."""
     context = TaskContext.get()
     first_attempt = (context.attemptNumber() if context else 0) * most_attempts(config, len(mwu.work_units)) + 1
-    with open_log(log_url, log_settings) as log, log.writer(task_writer_name(config, run_id, mwu)) as w:
+    name = task_writer_name(config.job_name, run_id, mwu.multi_work_unit_id)
+    with open_log(log_url, log_settings) as log, log.writer(name) as w:
         return run_task(config, run_id, mwu, w.append, first_attempt=first_attempt)
 
 

@@ -148,7 +148,7 @@ class DataFrameTaskEngine(SparkTaskEngine):
         self.spark.sparkContext.setJobGroup(job_group(run_id), f"{config.job_name} run {run_id} task "
                                             f"{mwu.multi_work_unit_id}", interruptOnCancel=True)
         with open_log(config.log_url, config.log_settings) as log, \
-                log.writer(task_writer_name(config, run_id, mwu)) as writer:
+                log.writer(task_writer_name(config.job_name, run_id, mwu.multi_work_unit_id)) as writer:
             return run_task(self.spark, plan, mwu, writer.append, self.pause, self.cancelled)
 
 

@@ -21,7 +21,8 @@ from events.codec import UNCHECKED_FRAME_MAGIC, Record
 from events.commit import CommitSequencePlanned, CommitStepRolledBack, FsRenameStep
 from events.errors import ConfigError, LogNotStableError
 from events.job import DatasetSkipped, WorkUnitsPlanned
-from events.log import EventLog, open_log
+from events.log import EventLog, LogWriter, open_log
+from events.log.kafka.writer import transactional_id
 from filesystems.local import LOCAL, LocalFileSystem
 from projections.projector import Projector
 from projections.views import RunStatus
@@ -239,3 +240,32 @@ def test_a_run_stops_before_extracting_while_another_writers_transaction_holds_t
         with pytest.raises(LogNotStableError, match=rf"{topic}.*0"):
             run(config, log)
         assert published_records(tmp_path / "orders" / "published") == before
+
+
+class Died(BaseException):
+    """The driver's process ending where it stands (what SIGKILL does): nothing after it is recorded."""
+
+
+@pytest.mark.kafka
+def test_a_run_after_one_killed_inside_a_task_transaction_fences_that_task_and_publishes(
+        tmp_path: Path, kafka_bootstrap: str) -> None:
+    topic = f"oncelog.test.{uuid.uuid4().hex[:12]}"
+    url = f"kafka://{kafka_bootstrap}?topic={topic}&partitions=1"  # write_timeout_s 120: no timeout frees the log
+    config = job_config(tmp_path, url)
+
+    def killed_in_its_transaction(name: str) -> LogWriter:
+        kill_inside_a_transaction(kafka_bootstrap, topic, transactional_id(topic, name))
+        raise Died
+
+    with open_log(url) as log:
+        log.ensure_topic()
+        with pytest.raises(Died):
+            JobLauncher(config, engine=InProcessTaskEngine(killed_in_its_transaction), log=log).run()
+        with pytest.raises(LogNotStableError):
+            log.await_stable(timeout_s=1)  # the dead run's task holds the log
+
+        after = run(config, log)
+        assert after.status is RunStatus.COMMITTED, after.error
+        assert [w for w in after.warnings if "(dead)" in w], after.warnings
+    counts = published_records(tmp_path / "orders" / "published")
+    assert len(counts) == 10 and set(counts.values()) == {1}, counts

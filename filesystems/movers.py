@@ -19,14 +19,12 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import Enum, StrEnum, auto
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 from filesystems.base import FileSystem, FileSystemError, FolderMove
 
-STARTUP_TIMEOUT_S = 10.0
-"""How long a ProcessMover waits for its child to start before it makes no moves (each is then made by its caller)."""
 READY = "ready"
 """What the child sends first, once it has started."""
 
@@ -87,7 +85,8 @@ class FolderMover(ABC):
 
     @abstractmethod
     def ready(self) -> bool:
-        """Whether batches started now will be made (a child process runs)."""
+        """Whether batches started now will be made (a child process runs). Never waits: a child still starting is
+        not ready yet, and its caller makes those moves itself meanwhile."""
 
     @abstractmethod
     def start(self, moves: Sequence[FolderMove], deadline: float) -> MoveBatch:
@@ -120,6 +119,15 @@ class InlineMover(FolderMover):
         return MadeBatch([move_within(self.fs, move, deadline) for move in moves])
 
 
+class _ChildState(Enum):
+    """Where a ProcessMover's child is: batches are sent to it only while it runs."""
+
+    STARTING = auto()
+    RUNNING = auto()
+    LOST = auto()
+    """Never started, died, or its pipe broke: its batches' outcomes are UNKNOWN."""
+
+
 class ProcessMover(FolderMover):
     """Makes batches of moves on local disk in a child process, in the order started. A child that dies (or never
     starts) leaves its batches' outcomes UNKNOWN, and this mover not ready again; the child ends when this process
@@ -141,19 +149,18 @@ class ProcessMover(FolderMover):
             os.close(replies_write)
         self._requests = Connection(requests_write, readable=False)
         self._replies = Connection(replies_read, writable=False)
-        self._started = False
-        self._lost = self._child is None
+        self._child_state = _ChildState.LOST if self._child is None else _ChildState.STARTING
         self._under_way: deque[_ChildBatch] = deque()
 
     def ready(self) -> bool:
-        """Whether the child runs: the first call waits for it to start (up to STARTUP_TIMEOUT_S, ~50 ms here)."""
-        if not self._started and not self._lost:
+        """Whether the child has said it started (100–150 ms after this mover was made, here) and has not been lost."""
+        if self._child_state is _ChildState.STARTING:
             try:
-                self._started = self._replies.poll(STARTUP_TIMEOUT_S) and self._replies.recv() == READY
+                if self._replies.poll(0):
+                    self._child_state = _ChildState.RUNNING if self._replies.recv() == READY else _ChildState.LOST
             except (EOFError, OSError):
-                self._started = False
-            self._lost = not self._started
-        return not self._lost
+                self._child_state = _ChildState.LOST
+        return self._child_state is _ChildState.RUNNING
 
     def start(self, moves: Sequence[FolderMove], deadline: float) -> MoveBatch:
         batch = _ChildBatch(self, len(moves))
@@ -163,7 +170,7 @@ class ProcessMover(FolderMover):
         try:
             self._requests.send((deadline, list(moves)))
         except OSError:
-            self._lost = True
+            self._child_state = _ChildState.LOST
             batch.made = [NOT_TRIED] * len(moves)
             return batch
         self._under_way.append(batch)
@@ -174,9 +181,10 @@ class ProcessMover(FolderMover):
         while batch.made is None:
             oldest = self._under_way.popleft()
             try:
-                oldest.made = self._replies.recv() if not self._lost else [NOT_TRIED] * oldest.size
+                lost = self._child_state is _ChildState.LOST
+                oldest.made = [NOT_TRIED] * oldest.size if lost else self._replies.recv()
             except (EOFError, OSError):
-                self._lost = True
+                self._child_state = _ChildState.LOST
                 oldest.made = [NOT_TRIED] * oldest.size
 
     def close(self) -> None:

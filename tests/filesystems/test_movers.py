@@ -27,11 +27,31 @@ def task_folder(base: Path, name: str, extra: bool = False) -> FolderMove:
     return FolderMove(str(folder), str(base / "published" / name), files)
 
 
-def test_a_child_makes_moves_and_declines_those_whose_folder_is_not_as_planned(tmp_path: Path) -> None:
-    moves = [task_folder(tmp_path, "ds.0"), task_folder(tmp_path, "crowded", extra=True), task_folder(tmp_path, "ds.1")]
+def started_mover(timeout_s: float = 30.0) -> ProcessMover:
+    """A ProcessMover whose child has started (`ready` never waits for it)."""
+    mover = ProcessMover()
+    deadline = time.monotonic() + timeout_s
+    while not mover.ready():
+        assert time.monotonic() < deadline, f"the mover's child did not start within {timeout_s}s"
+        time.sleep(0.01)
+    return mover
+
+
+def test_a_mover_is_not_ready_until_its_child_has_started_and_its_batches_meanwhile_are_left_to_the_caller(
+        tmp_path: Path) -> None:
     mover = ProcessMover()
     try:
-        assert mover.ready()
+        assert not mover.ready()  # a child takes tens of milliseconds to start at the least: no wait here
+        [early] = mover.start([task_folder(tmp_path, "ds.0")], time.monotonic() + 60).outcomes()
+        assert early.moved is Moved.UNKNOWN and not (tmp_path / "published").exists()
+    finally:
+        mover.close()
+
+
+def test_a_child_makes_moves_and_declines_those_whose_folder_is_not_as_planned(tmp_path: Path) -> None:
+    moves = [task_folder(tmp_path, "ds.0"), task_folder(tmp_path, "crowded", extra=True), task_folder(tmp_path, "ds.1")]
+    mover = started_mover()
+    try:
         outcomes = mover.start(moves, time.monotonic() + 60).outcomes()
     finally:
         mover.close()
@@ -43,9 +63,8 @@ def test_a_child_makes_moves_and_declines_those_whose_folder_is_not_as_planned(t
 
 def test_no_move_is_made_once_its_lease_has_run_out(tmp_path: Path) -> None:
     moves = [task_folder(tmp_path, "ds.0"), task_folder(tmp_path, "ds.1")]
-    mover = ProcessMover()
+    mover = started_mover()
     try:
-        assert mover.ready()
         outcomes = mover.start(moves, time.monotonic() - 0.001).outcomes()
     finally:
         mover.close()
@@ -57,7 +76,7 @@ def test_no_move_is_made_once_its_lease_has_run_out(tmp_path: Path) -> None:
 def test_a_move_that_raises_brings_its_error_back(tmp_path: Path) -> None:
     move = task_folder(tmp_path, "ds")
     too_long = FolderMove(move.src, str(tmp_path / "published" / ("x" * 300)), move.files)
-    mover = ProcessMover()
+    mover = started_mover()
     try:
         [outcome] = mover.start([too_long], time.monotonic() + 60).outcomes()
     finally:
@@ -70,7 +89,7 @@ def test_a_move_that_raises_brings_its_error_back(tmp_path: Path) -> None:
 def test_a_location_the_child_does_not_serve_is_left_to_the_caller(tmp_path: Path) -> None:
     move = task_folder(tmp_path, "ds")
     remote = FolderMove("hdfs://namenode:9870/out/ds", "hdfs://namenode:9870/published/ds", {})
-    mover = ProcessMover()
+    mover = started_mover()
     try:
         outcomes = mover.start([remote, move], time.monotonic() + 60).outcomes()
     finally:
@@ -80,9 +99,8 @@ def test_a_location_the_child_does_not_serve_is_left_to_the_caller(tmp_path: Pat
 
 def test_a_lost_child_claims_nothing_and_takes_no_more_batches(tmp_path: Path) -> None:
     moves = [task_folder(tmp_path, f"ds.{i}") for i in range(3)]
-    mover = ProcessMover()
+    mover = started_mover()
     try:
-        assert mover.ready()
         assert mover._child is not None
         mover._child.kill()
         mover._child.wait()
@@ -96,13 +114,12 @@ def test_a_lost_child_claims_nothing_and_takes_no_more_batches(tmp_path: Path) -
 
 
 def test_the_child_ends_when_its_mover_closes_and_when_its_parent_is_gone(tmp_path: Path) -> None:
-    mover = ProcessMover()
-    assert mover.ready()
+    mover = started_mover()
     child = mover._child
     assert child is not None
     mover.close()
     assert child.poll() == 0
-    orphan = ProcessMover()
-    assert orphan.ready() and orphan._child is not None
+    orphan = started_mover()
+    assert orphan._child is not None
     orphan._requests.close()  # what the parent's death does to the pipe
     assert orphan._child.wait(timeout=10) == 0

@@ -13,12 +13,13 @@ from events.commit import CommitSequenceCompleted, CommitSequencePlanned, FsRena
 from events.log import EventLog
 from filesystems.base import FolderMove
 from filesystems.local import LocalFileSystem
-from filesystems.movers import NOT_TRIED, Moved, MoveOutcome
+from filesystems.movers import NOT_TRIED, FolderMover, Moved, MoveOutcome
 from replay.verify import verify
 from spark_pipeline.commit.sequence import Outcome
 from spark_pipeline.commit.session import open_session
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.steps import PublishRoots
+from tests.filesystems.test_movers import started_mover
 
 
 class CountingFileSystem(LocalFileSystem):
@@ -40,6 +41,10 @@ class CountingFileSystem(LocalFileSystem):
     def sync_folders(self, folders: Iterable[str]) -> None:
         self.synced |= set(folders)
         super().sync_folders(folders)
+
+    def folder_mover(self, path: str) -> FolderMover | None:
+        """Local disk's child, started before the commit's first batch (a commit does not wait for it)."""
+        return started_mover()
 
 
 def task_output(base: Path, dataset: str, names: tuple[str, ...] = ("a.avro", "b.avro")) -> list[Path]:

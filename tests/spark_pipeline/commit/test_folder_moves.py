@@ -42,7 +42,7 @@ class CountingFileSystem(LocalFileSystem):
         self.synced |= set(folders)
         super().sync_folders(folders)
 
-    def folder_mover(self, path: str) -> FolderMover | None:
+    def folder_mover(self, path: str) -> FolderMover:
         """Local disk's child, started before the commit's first batch (a commit does not wait for it)."""
         return started_mover()
 

@@ -82,12 +82,7 @@ TASK_WINDOW_S = 0.6
 RERUNS = 4
 """Un-killed runs tried after a kill before the soak fails (a refused run is allowed; a loss or duplicate never)."""
 REFUSED_PAUSE_S = 5.0
-"""The pause after a refused run: a killed writer's open Kafka transaction holds the log until it times out
-(KAFKA_WRITE_TIMEOUT_S, and the broker's next check for timed-out transactions)."""
-KAFKA_WRITE_TIMEOUT_S = 6
-"""The Kafka log's `write_timeout_s` (its writers' transaction timeout): a killed writer's open transaction is aborted
-by the broker before the next run's wait for a stable log (10 s) gives up, so that run is not refused for it. A soak's
-transactions last milliseconds."""
+"""The pause after a refused run."""
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 """The driver JVM lives seconds: C1 alone and the serial collector start Spark markedly faster on a small box."""
 RUN_TIMEOUT_S = 300.0
@@ -282,8 +277,9 @@ def log_url(settings: SoakSettings) -> str:
     topic = f"oncelog.soak.{uuid.uuid4().hex[:12]}"
     if settings.store is Store.SQLITE:
         return f"sqlite:///{settings.work_dir / 'events.db'}?topic={topic}"
-    # A killed writer's open transaction holds the topic's stable end until it times out: seconds, not the default 120.
-    return f"kafka://{settings.bootstrap}?topic={topic}&write_timeout_s={KAFKA_WRITE_TIMEOUT_S}"
+    # The default transaction timeout (write_timeout_s, 120 s): a killed run's open transaction (its driver's, a
+    # task's) outlasts every rerun's wait, so each rerun must fence it (its writer's name), not wait it out.
+    return f"kafka://{settings.bootstrap}?topic={topic}"
 
 
 def write_job(settings: SoakSettings, topic: str, url: str) -> Path:

@@ -49,20 +49,34 @@ def terminal(tmp_path: Path) -> Iterator[Callable[..., str]]:
     def pane(*keys: str) -> str:
         if keys:
             subprocess.run([*tmux, "send-keys", "-t", "run", *keys], check=True)
-        return subprocess.run([*tmux, "capture-pane", "-p", "-J", "-t", "run"], check=True, capture_output=True,
-                              text=True).stdout
+        return subprocess.run([*tmux, "capture-pane", "-p", "-J", "-S", "-", "-t", "run"], check=True,
+                              capture_output=True, text=True).stdout
 
     yield pane
     subprocess.run([*tmux, "kill-server"], check=False)
 
 
-def wait_until(what: str, done: Callable[[], bool], timeout: float, shown: Callable[[], str]) -> None:
-    """Poll `done` until true; fail naming `what` and showing `shown()` after `timeout`."""
+def wait_until(what: str, done: Callable[[], bool], timeout: float, shown: Callable[[], str],
+               stuck: Callable[[], None] = lambda: None) -> None:
+    """Poll `done` until true; after `timeout`, call `stuck` (say where the run is), then fail naming `what` and
+    showing `shown()`."""
     deadline = time.monotonic() + timeout
     while not done():
         if time.monotonic() > deadline:
+            stuck()
             pytest.fail(f"{what} not within {timeout:.0f}s; the terminal shows:\n{shown()}")
         time.sleep(0.2)
+
+
+def dump_stacks(job: Path) -> Callable[[], None]:
+    """Have the run of `job` print every thread's stack to the terminal (faulthandler on SIGABRT), then wait a
+    moment for it: where a run that does not end is stuck."""
+
+    def dump() -> None:
+        subprocess.run(["pkill", "-ABRT", "-f", f"oncelog run {job}"], check=False)
+        time.sleep(2)
+
+    return dump
 
 
 def test_ctrl_c_says_what_it_does_and_a_second_one_stops_now(tmp_path: Path, terminal: Callable[..., str]) -> None:
@@ -71,7 +85,7 @@ def test_ctrl_c_says_what_it_does_and_a_second_one_stops_now(tmp_path: Path, ter
                                                     "task.retry.intervalinsec": 300,
                                                     "converter.dataframe.functions": f"{__name__}.held_on_the_driver"})
     exit_file = tmp_path / "exit-code"
-    terminal(f"{sys.executable} -m oncelog run {job}; echo $? > {exit_file}", "Enter")
+    terminal(f"PYTHONFAULTHANDLER=1 {sys.executable} -m oncelog run {job}; echo $? > {exit_file}", "Enter")
     wait_until("the tasks phase", lambda: "running 1 task(s)" in terminal(), 120, terminal)
     time.sleep(1)
 
@@ -82,7 +96,7 @@ def test_ctrl_c_says_what_it_does_and_a_second_one_stops_now(tmp_path: Path, ter
     assert not exit_file.exists(), "the run ended at the first Ctrl-C: the test's task must outlive it"
 
     terminal("C-c")
-    wait_until("the exit after the second Ctrl-C", exit_file.exists, SOON_S, terminal)
+    wait_until("the exit after the second Ctrl-C", exit_file.exists, SOON_S, terminal, dump_stacks(job))
     assert exit_file.read_text().strip() == "130", terminal()
     shown = terminal()
     assert shown.index("cancelling:") < shown.index("stopping now:") < shown.index("CANCELLED")

@@ -105,9 +105,9 @@ DEFAULT_EXECUTORS_MIN_DATASETS = 10_000
 """Below this many datasets the driver commits a run quicker than shard tasks do (benchmarks.commit_scale on 2
 cores: 1.1 s against 5.1 s at 1,000 datasets, 10.0 s against 11.3 s at 10,000)."""
 DEFAULT_MOVES_AHEAD_MIN_DATASETS = 5_000
-"""From this many datasets committed one after another on local disk, a child process makes their folder moves ahead.
-The commit waits for the child's start (100-150 ms on 2 busy cores): at 1,000 datasets that cost more than it saved
-(commit wall 405 µs a dataset against 341 without), at 5,000 it saved a quarter (256 against 338; in-process A/B)."""
+"""From this many datasets committed one after another on local disk, a child process makes their folder moves ahead
+(the committer makes them itself until the child has started, 100-150 ms). In-process A/B, commit wall a dataset:
+no gain at 1,000 datasets, none measurable at 5,000, a fifth at 20,000 (docs/benchmarks.md, fifteenth round)."""
 DEFAULT_FENCE_FRESH_MS = 200
 """How long a fence probe that passed answers later checks (`job.commit.fence.fresh.ms`)."""
 

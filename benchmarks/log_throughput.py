@@ -19,8 +19,10 @@ from the record's envelope, its payload neither decoded nor built: `EventCodec.v
 event decoded and built, every record decoded: `EventCodec(memo=False)`, the path before the decoded memo);
 `codec_decode_first` (the default codec reading records for the first time: what the memo costs a first read)
 and `codec_decode_again` (the default codec reading records it decoded before: a window of 2,000 read over and
-over) beside `codec_decode_again_unremembered` (the same reads with every record decoded). Per event type
-(`typed_events`): `codec_<type>_encode`, `_decode`, its `_read` and `_validate` apart, and `_view`.
+over) beside `codec_decode_again_unremembered` (the same reads with every record decoded); `codec_encode` (the
+writers generated from the event models) beside `codec_encode_general` (datum dicts, then the schema's compiled
+writer: the path before them). Per event type (`typed_events`, and the commit's batch records, per dataset):
+`codec_<type>_encode` beside `_encode_general`, `_decode`, its `_read` and `_validate` apart, and `_view`.
 `codec_*_us`: wall µs per event at the median repeat. Each figure is events/s at the median repeat (`*_eps`) and this
 process's CPU µs per event (`*_cpu_us`, steadier when the machine is loaded; the broker's CPU is not in it).
 The Kafka broker is `$KAFKA_BOOTSTRAP`, or a local one started for the run. Last line of stdout: the JSON figures.
@@ -49,6 +51,14 @@ from benchmarks.common import (
     note,
     time_once,
 )
+from events.batch import (
+    CommitSequencesCompleted,
+    CommitSequencesPlanned,
+    Published,
+    SequenceEnd,
+    SequencePlan,
+    StateCommitted,
+)
 from events.codec import EventCodec, Record
 from events.commit import (
     CommitSequenceCompleted,
@@ -70,6 +80,7 @@ from events.log.kafka.store import (
 from events.log.kafka.writer import PRODUCER_TUNING
 from events.log.sqlite import SqliteLog
 from events.model import Event, RunFields, SequenceFields
+from events.published import PublishedFile, WatermarkRange
 from events.task import OutputFile, TaskStarted, TaskSucceeded, WorkUnitResult
 
 PARTITIONS = 3
@@ -83,6 +94,9 @@ REREAD_WINDOW = 2_000
 run of a simulation reads it): fewer than the decoded memo keeps (events.codec.DECODED_MEMO_SIZE)."""
 TYPE_SAMPLE = 10_000
 """Events of each type the per-type codec figures (`codec_<type>_*_us`) are measured on."""
+BATCH_ENTRIES = 100
+"""Datasets in each batch event (`CommitSequencesPlanned`, `CommitSequencesCompleted`) of the per-type figures; a
+batch type's figures are per dataset, TYPE_SAMPLE datasets in all."""
 T0 = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 TARGETS = {"kafka_append_ratio": 0.5, "kafka_read_ratio": 0.5, "sqlite_append_eps": 50_000, "sqlite_read_eps": 100_000}
 
@@ -135,6 +149,35 @@ def typed_events(i: int) -> list[Event]:
     ]
 
 
+def batch_events(count: int) -> list[Event]:
+    """The plans and completions of `count` datasets of one run (`dataset_events`), recorded as a commit records them:
+    in batches of BATCH_ENTRIES."""
+    plans, ends = [], []
+    for i in range(count):
+        _, planned, _, _, _, advanced = dataset_events(i)
+        assert isinstance(planned, CommitSequencePlanned) and isinstance(advanced, WatermarkAdvanced)
+        rename, _, state = planned.steps
+        assert isinstance(rename, FsRenameStep) and isinstance(state, DatasetStateStep)
+        moved = WatermarkRange(partition=advanced.partition, low_watermark=advanced.low_watermark,
+                               high_watermark=advanced.value)
+        plans.append(SequencePlan(dataset_urn=planned.dataset_urn, sequence_id=planned.sequence_id,
+                                  steps=planned.steps))
+        ends.append(SequenceEnd(
+            dataset_urn=planned.dataset_urn, sequence_id=planned.sequence_id, advanced=(moved,),
+            state=StateCommitted.of(state), duration_ms=8.5, executed=3, step_ms=(1.5, 2.5, 3.5),
+            published=Published(files=(PublishedFile(path=rename.dst, size=rename.size, checksum=rename.checksum,
+                                                     records=998),),
+                                watermarks=(moved,), files_published=1, records_published=998,
+                                bytes_published=rename.size)))
+    scope: RunFields = {"job": "ingest-job-0", "run_id": "run-00000000"}
+    cut = range(0, count, BATCH_ENTRIES)
+    return [
+        *(CommitSequencesPlanned(**scope, sequences=tuple(plans[i:i + BATCH_ENTRIES]), members=f"{i:016x}",
+                                 emitted_at=T0) for i in cut),
+        *(CommitSequencesCompleted(**scope, sequences=tuple(ends[i:i + BATCH_ENTRIES]), members=f"{i:016x}",
+                                   emitted_at=T0) for i in cut)]
+
+
 def build_events(count: int) -> list[Event]:
     """`count` distinct events in the realistic mix (whole datasets, the last one cut short)."""
     events: list[Event] = []
@@ -166,7 +209,7 @@ def read_all(log: EventLog, count: int) -> None:
 def bench_codec(events: list[Event], records: list[Record], repeats: int) -> dict[str, Timing]:
     """The codec alone, with no store: what no store's append or read can go faster than (rates per event); its
     lean path beside the validated one, repeats alternating."""
-    codec, unremembering = EventCodec(), EventCodec(memo=False)
+    codec, unremembering, general = EventCodec(), EventCodec(memo=False), EventCodec(generated=False)
     fields = [(type(e), dict(e)) for e in events]
     again = records[:REREAD_WINDOW] * -(-len(records) // REREAD_WINDOW)
 
@@ -178,9 +221,9 @@ def bench_codec(events: list[Event], records: list[Record], repeats: int) -> dic
         for cls, given in fields:
             cls(**given)
 
-    def encode(_: None) -> None:
+    def encode(through: EventCodec, _: None) -> None:
         for event in events:
-            codec.to_record(event, PARTITIONS)
+            through.to_record(event, PARTITIONS)
 
     def decode(_: None) -> None:
         for r in records:
@@ -203,7 +246,8 @@ def bench_codec(events: list[Event], records: list[Record], repeats: int) -> dic
             last_event_of_run[view.run_id] = view.emitted_at
 
     runs: dict[str, Callable[[None], None]] = {
-        "codec_build": build, "codec_build_validated": build_validated, "codec_encode": encode, "codec_decode": decode,
+        "codec_build": build, "codec_build_validated": build_validated, "codec_encode": partial(encode, codec),
+        "codec_encode_general": partial(encode, general), "codec_decode": decode,
         "codec_decode_first": decode_first, "codec_decode_again_unremembered": partial(decode_again, unremembering),
         "codec_decode_again": partial(decode_again, codec), "codec_view": view}
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
@@ -214,20 +258,22 @@ def bench_codec(events: list[Event], records: list[Record], repeats: int) -> dic
 
 
 def bench_types(count: int, repeats: int) -> dict[str, Timing]:
-    """Per event type (`typed_events`), `count` events each: encode (`to_record`), decode (built and validated,
-    memo off), and decode split into its parts: `read` (frame, checksum, fastavro's reader: the fields as a dict)
-    and `validate` (pydantic-core building the event from them); `view` (the envelope alone). Repeats alternate."""
-    codec, unremembering = EventCodec(), EventCodec(memo=False)
+    """Per event type (`typed_events`, and `count` datasets' `batch_events`), `count` events each: encode
+    (`to_record`, and `encode_general`: the same through the general path, the baseline of the writers generated from
+    the models), decode (built and validated, memo off), and decode split into its parts: `read` (frame, checksum,
+    fastavro's reader: the fields as a dict) and `validate` (pydantic-core building the event from them); `view`
+    (the envelope alone). Repeats alternate."""
+    codec, unremembering, general = EventCodec(), EventCodec(memo=False), EventCodec(generated=False)
     by_type: dict[str, list[Event]] = {}
-    for i in range(count):
-        for event in typed_events(i):
-            by_type.setdefault(event.event_type(), []).append(event)
+    for event in [e for i in range(count) for e in typed_events(i)] + batch_events(count):
+        by_type.setdefault(event.event_type(), []).append(event)
     runs: dict[str, Callable[[], None]] = {}
     for name, events in by_type.items():
         records = [codec.to_record(e, PARTITIONS) for e in events]
         schemas = unremembering._read(records[0].value or b"", "bench", 0, 0, records[0].key)[0]
         read = [unremembering._read(r.value or b"", "bench", 0, 0, r.key)[1] for r in records]
         runs[f"codec_{name}_encode"] = partial(_encode_all, codec, events)
+        runs[f"codec_{name}_encode_general"] = partial(_encode_all, general, events)
         runs[f"codec_{name}_decode"] = partial(_decode_all, unremembering.decode, records)
         runs[f"codec_{name}_read"] = partial(_decode_all, unremembering._read, records)
         runs[f"codec_{name}_validate"] = partial(_validate_all, schemas.validate, read)

@@ -32,6 +32,7 @@ from fastavro.types import Schema
 from pydantic import BaseModel, ValidationError
 
 from events.avro_encoder import AvroEncodeError, Write, compile_writer
+from events.avro_model_writer import EventWrite, UnsupportedSchema, compile_event_writer
 from events.avro_schema import NAMESPACE, SCHEMA_DIR, envelope_schema, schema_path
 from events.errors import (
     CorruptEventError,
@@ -49,6 +50,8 @@ UNCHECKED_FRAME_MAGIC = 0x0B
 CHECKSUM_SIZE = 4
 CRC_RESIDUE = 0x2144DF1C
 """zlib.crc32 of any data followed by its own crc32 in little-endian order: one call checks a record."""
+ENVELOPE_EXTRAS = ("event_id", "dataset_urn", "emitted_at_us")
+"""The envelope's fields an event's writer is given besides the event (its own fields hold job and run_id)."""
 MAX_EVENT_BYTES = 256 * 1024
 """The most an encoded value may weigh: well under Kafka's default message.max.bytes (1 MB). Events whose lists grow
 with the job are appended in parts (events.model.Parted) to stay under it."""
@@ -109,6 +112,8 @@ class _Writer:
     """The event's fields as fastavro takes them (a fresh dict the envelope fields are added to)."""
     write: Write
     """The schema's compiled writer (events.avro_encoder): the bytes fastavro would write, without its walk."""
+    fast: EventWrite | None
+    """The writer generated from schema and model (events.avro_model_writer); None where they do not pair."""
 
 
 Convert = Callable[[Any], Any]
@@ -299,14 +304,16 @@ class EventCodec:
     Every event decoded is validated (pydantic-core builds it from the decoded fields; measured, no unvalidated
     construction in Python is cheaper: docs/benchmarks.md), once: the registry's `DecodedMemo` hands the same bytes'
     event back without decoding them again (`memo=False`: every record decoded, as before the memo). A reader that
-    needs a few fields takes a `view`, which builds no event at all.
+    needs a few fields takes a `view`, which builds no event at all. Events are written by the writer generated from
+    their model (`generated=False`: through their datum and the schema's compiled writer, the path before it).
     """
 
-    def __init__(self, registry: SchemaRegistry | None = None, memo: bool = True) -> None:
+    def __init__(self, registry: SchemaRegistry | None = None, memo: bool = True, generated: bool = True) -> None:
         self.registry = registry or default_registry()
         self._writers = self.registry.writers
         self._frames = self.registry.frames
         self._memo = self.registry.decoded if memo else None
+        self._generated = generated
 
     def encode_value(self, event: Event, key: bytes | None = None) -> bytes:
         """The value bytes of an event: frame + Avro envelope with its payload (key: the event's, if known)."""
@@ -327,8 +334,25 @@ class EventCodec:
         writer = self._writers.get(type(event))
         if writer is None:
             writer = self._prepare(type(event))
+        event_id = event_id_bytes(key)
+        if writer.fast is None or not self._generated:
+            out = self._write_generally(writer, event, event_id, emitted_at_us)
+        else:
+            out = bytearray(writer.frame)
+            try:
+                writer.fast(out, event, event_id, event.urn, emitted_at_us)
+            except Exception:  # a value the generated writer does not take: the general path writes it, or says why
+                out = self._write_generally(writer, event, event_id, emitted_at_us)
+        if len(out) > MAX_EVENT_BYTES:
+            raise EventTooLargeError(event, len(out))
+        out += zlib.crc32(out, zlib.crc32(key)).to_bytes(CHECKSUM_SIZE, "little")
+        return bytes(out)
+
+    @staticmethod
+    def _write_generally(writer: _Writer, event: Event, event_id: bytes, emitted_at_us: int) -> bytearray:
+        """Frame + Avro envelope through the event's datum and the compiled schema writer."""
         envelope = writer.datum(event)  # job and run_id included
-        envelope["event_id"] = event_id_bytes(key)
+        envelope["event_id"] = event_id
         envelope["dataset_urn"] = event.urn
         envelope["emitted_at_us"] = emitted_at_us
         out = bytearray(writer.frame)
@@ -336,10 +360,7 @@ class EventCodec:
             writer.write(out, envelope)
         except AvroEncodeError as e:
             raise EventEncodeError(event, e) from e
-        if len(out) > MAX_EVENT_BYTES:
-            raise EventTooLargeError(event, len(out))
-        out += zlib.crc32(out, zlib.crc32(key)).to_bytes(CHECKSUM_SIZE, "little")
-        return bytes(out)
+        return out
 
     def decode(self, value: bytes, topic: str, partition: int, offset: int, key: bytes | None) -> Event:
         """The event held by a record (its value, and its key the checksum covers; None: a record without one).
@@ -446,7 +467,11 @@ class EventCodec:
         name = cls.event_type().encode("ascii")
         frame = bytes([FRAME_MAGIC, len(name)]) + name + cls.SCHEMA_VERSION.to_bytes(2, "big")
         schema = self.registry.current(cls)
-        writer = _Writer(frame, schema, datum_builder(cls), compile_writer(schema))
+        try:
+            fast: EventWrite | None = compile_event_writer(schema, cls, ENVELOPE_EXTRAS)
+        except UnsupportedSchema:
+            fast = None
+        writer = _Writer(frame, schema, datum_builder(cls), compile_writer(schema), fast)
         self._writers[cls] = writer
         return writer
 

@@ -1,5 +1,7 @@
 """The compiled Avro writer writes, byte for byte, what fastavro writes for the same datum: for every event type's
-schema (random events), and for schemas using every Avro type; a value that does not fit names its field's path."""
+schema (random events), and for schemas using every Avro type; a value that does not fit names its field's path.
+The writer generated from an event type's model writes what the compiled writer writes, and leaves to it any value
+it was not made for."""
 
 from __future__ import annotations
 
@@ -13,10 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from events.avro_encoder import AvroEncodeError, compile_writer
-from events.codec import EventCodec, EventEncodeError
+from events.avro_model_writer import UnhandledValue, compile_event_writer
+from events.avro_schema import _SchemaBuilder
+from events.codec import EventCodec, EventEncodeError, datum_builder
 from events.commit import CommitSequenceCompleted
 from events.keys import event_id_bytes
-from events.model import Event
+from events.model import Event, Frozen
 from tests.events.test_lean_codec import event_fields
 
 CODEC = EventCodec()
@@ -83,6 +87,49 @@ def test_every_event_type_is_written_as_fastavro_writes_it(drawn: tuple[type[Eve
     envelope = {**writer.datum(event), "event_id": event_id_bytes(event.key.encode()), "dataset_urn": event.urn,
                 "emitted_at_us": 1_764_158_400_123_456}
     assert compiled_bytes(writer.schema, envelope) == fastavro_bytes(writer.schema, envelope)
+
+
+@settings(max_examples=600, deadline=None)
+@given(event_fields)
+def test_the_writer_generated_from_each_event_model_writes_what_the_general_path_writes(
+        drawn: tuple[type[Event], dict[str, Any]]) -> None:
+    cls, fields = drawn
+    fields.setdefault("emitted_at", datetime(2026, 11, 26, 12, 0, 0, 123456, tzinfo=UTC))
+    event = cls(**fields)
+    writer = CODEC._prepare(cls)
+    event_id, emitted_at_us = event_id_bytes(event.key.encode()), 1_764_158_400_123_456
+    assert writer.fast is not None, f"{cls.__name__}: no writer generated"
+    generated = bytearray(writer.frame)
+    writer.fast(generated, event, event_id, event.urn, emitted_at_us)  # raises if it would fall back
+    assert generated == CODEC._write_generally(writer, event, event_id, emitted_at_us)
+
+
+def test_a_value_the_generated_writer_was_not_made_for_is_left_to_the_general_path() -> None:
+    too_long = CommitSequenceCompleted.trusted(job="j", run_id="r", dataset_urn="d", sequence_id="s",
+                                               emitted_at=datetime(2026, 11, 26, tzinfo=UTC), executed=2**64)
+    with pytest.raises(EventEncodeError, match="executed: 18446744073709551616 is not a long"):
+        CODEC.to_record(too_long, 4)
+
+    class Left(Frozen):
+        x: int
+
+    class Right(Frozen):
+        y: str
+
+    class Either(Frozen):
+        side: Left | Right | None = None
+
+    class NarrowerLeft(Left):
+        """A subclass: the generated writer dispatches on exact types; the general path on the type's MRO."""
+
+    schema = fastavro.parse_schema(_SchemaBuilder().record(Either, ["side"], "Either"), named_schemas={})
+    write = compile_event_writer(schema, Either, ())
+    for value in (Either(side=Left(x=3)), Either(side=Right(y="é")), Either()):
+        generated = bytearray()
+        write(generated, value)
+        assert bytes(generated) == compiled_bytes(schema, datum_builder(Either)(value))
+    with pytest.raises(UnhandledValue):
+        write(bytearray(), Either(side=NarrowerLeft(x=3)))
 
 
 @pytest.mark.parametrize(("change", "path"), [

@@ -105,7 +105,8 @@ class LogNotStableError(OncelogError):
         super().__init__(
             f"the log is not stable after {waited_s:.0f}s: {partitions}. Another writer's transaction is open on "
             f"these partitions (a writer killed between begin and commit: another job's driver, a task process); "
-            f"read_committed readers cannot read past it, so a fold would stop short. The broker aborts it after "
-            f"that writer's transaction.timeout.ms; or restart that writer (same transactional id) or abort its "
-            f"transaction; then run again"
+            f"read_committed readers cannot read past it, so a fold would stop short. If it is a killed run's task "
+            f"writer, `oncelog recover <job file>` of that job (or its next run, with the job lock on) aborts it at "
+            f"once. Otherwise the broker aborts it after that writer's transaction.timeout.ms; or restart that "
+            f"writer (same transactional id) or abort its transaction; then run again"
         )

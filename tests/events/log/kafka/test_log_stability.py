@@ -115,6 +115,7 @@ def test_await_stable_names_the_partition_a_killed_writer_holds(held_log: HeldLo
     message = str(caught.value)
     assert f"{log.topic}[0] last stable offset {stable}, high watermark {high}" in message
     assert "transaction.timeout.ms" in message and "restart" in message
+    assert "oncelog recover <job file>" in message, "the one command that clears a killed run's task transaction"
     abort_as_its_restart_does(held_log.bootstrap, held_log.transactional_id)
     log.await_stable(timeout_s=30)  # what the message advises works
 

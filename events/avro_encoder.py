@@ -23,7 +23,7 @@ INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 _DOUBLE = struct.Struct("<d").pack
 _FLOAT = struct.Struct("<f").pack
 _NO_DEFAULT = object()
-_PRIMITIVES = ("null", "boolean", "int", "long", "float", "double", "bytes", "string")
+PRIMITIVES = ("null", "boolean", "int", "long", "float", "double", "bytes", "string")
 
 
 class AvroEncodeError(OncelogError):
@@ -252,7 +252,7 @@ def _full_name(name: str, namespace: str) -> str:
 def _branch_name(branch: Any, namespace: str) -> str:
     """How a union's branch is named in tuple notation (fastavro's): a named type by its full name, else its type."""
     if isinstance(branch, str):
-        return branch if branch in _PRIMITIVES else _full_name(branch, namespace)
+        return branch if branch in PRIMITIVES else _full_name(branch, namespace)
     if isinstance(branch, dict) and branch.get("type") in ("record", "error", "enum", "fixed"):
         return _full_name(branch["name"], branch.get("namespace", namespace))
     if isinstance(branch, dict):

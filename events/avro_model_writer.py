@@ -18,12 +18,10 @@ from typing import Any, Union
 
 from pydantic import BaseModel
 
-from events.avro_encoder import write_long
+from events.avro_encoder import PRIMITIVES, write_long
 
 EventWrite = Callable[..., None]
 """`write(out, model, *extras)`: appends the encoding of the model, the fields named as extras taken from the extras."""
-
-_PRIMITIVES = ("null", "boolean", "int", "long", "float", "double", "bytes", "string")
 
 
 class UnhandledValue(Exception):  # noqa: N818 - a signal to the caller, never shown
@@ -71,7 +69,7 @@ class _Generator:
 
     def resolve(self, schema: Any) -> Any:
         """The schema itself where it is a reference to a named type defined before; named types remembered."""
-        if isinstance(schema, str) and schema not in _PRIMITIVES:
+        if isinstance(schema, str) and schema not in PRIMITIVES:
             if schema not in self.named:
                 raise UnsupportedSchema(f"type {schema!r} used before it is defined")
             return self.named[schema]
@@ -79,7 +77,7 @@ class _Generator:
             self.named[schema["name"]] = schema
         if isinstance(schema, dict) and not isinstance(schema["type"], str):
             return self.resolve(schema["type"])
-        if isinstance(schema, dict) and schema["type"] in _PRIMITIVES:
+        if isinstance(schema, dict) and schema["type"] in PRIMITIVES:
             return schema["type"]
         return schema
 
@@ -120,7 +118,7 @@ class _Generator:
             return _primitive(schema, expression, indent, self.fresh("v"))
         kind = schema["type"]
         if kind == "record":
-            if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            if not _is_model(annotation):
                 raise UnsupportedSchema(f"record {schema['name']} held by {annotation!r}, not a model")
             return [f"{indent}{self.record_function(schema, annotation)}(out, {expression})"]
         if kind == "enum":
@@ -150,8 +148,7 @@ class _Generator:
         """A union: the value's branch found by the value itself (None, or a model's exact type), else the one
         branch left; its index, then its encoding."""
         value, resolved = self.fresh("v"), [self.resolve(branch) for branch in branches]
-        models = {model.__name__: model for model in _branches(annotation)
-                  if isinstance(model, type) and issubclass(model, BaseModel)}
+        models = {model.__name__: model for model in _branches(annotation) if _is_model(model)}
         lines, keyword, others = [f"{indent}{value} = {expression}"], "if", []
         for index, branch in enumerate(resolved):
             if index >= 64:
@@ -169,20 +166,20 @@ class _Generator:
                 others.append((index, branch))
                 continue
             keyword = "elif"
-        if len(others) == 1 and keyword == "elif":
-            index, branch = others[0]
-            rest = [a for a in _branches(annotation) if a is not type(None) and not _is_model(a)]
-            lines += [f"{indent}else:", f"{indent}    out.append({index << 1})",
-                      *self.write(branch, rest[0] if len(rest) == 1 else None, value, indent + "    ")]
-        elif len(others) == 1:
-            index, branch = others[0]
-            lines += [f"{indent}out.append({index << 1})", *self.write(branch, annotation, value, indent)]
-        else:
-            lines += [f"{indent}else:" if keyword == "elif" else f"{indent}if True:", f"{indent}    raise _unhandled"]
-        return lines
+        # the value is none of the branches above: the one branch left, if there is one
+        if keyword == "elif":
+            lines.append(f"{indent}else:")
+            indent += "    "
+        if len(others) != 1:
+            return [*lines, f"{indent}raise _unhandled"]
+        index, branch = others[0]
+        rest = [a for a in _branches(annotation) if a is not type(None) and not _is_model(a)]
+        return [*lines, f"{indent}out.append({index << 1})",
+                *self.write(branch, rest[0] if len(rest) == 1 else None, value, indent)]
 
 
 def _primitive(kind: str, expression: str, indent: str, local: str) -> list[str]:
+    """The lines writing a primitive value (`local`: a name free for a temporary)."""
     if kind == "string":
         return [f"{indent}{local} = {expression}.encode()", f"{indent}if len({local}) < 64:",
                 f"{indent}    out.append(len({local}) << 1)", f"{indent}else:",
@@ -193,12 +190,13 @@ def _primitive(kind: str, expression: str, indent: str, local: str) -> list[str]
         if kind == "int":
             lines.append(f"{indent}    if not -2147483648 <= {local} <= 2147483647: raise _unhandled")
         return [*lines, f"{indent}    write_long(out, {local})"]
+    if kind == "bytes":
+        return [f"{indent}{local} = {expression}", f"{indent}write_long(out, len({local}))", f"{indent}out += {local}"]
     return [{
         "null": f"{indent}if {expression} is not None: raise _unhandled",
         "boolean": f"{indent}out.append(1 if {expression} else 0)",
         "double": f"{indent}out += _double({expression})",
         "float": f"{indent}out += _float({expression})",
-        "bytes": f"{indent}{local} = {expression}\n{indent}write_long(out, len({local}))\n{indent}out += {local}",
     }[kind]]
 
 

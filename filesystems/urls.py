@@ -102,15 +102,16 @@ def join(base: str, *parts: str) -> str:
 
 def parent(location: str) -> str:
     """The folder holding a location."""
-    if _plain_local(location):
-        return posixpath.dirname(location)
+    if is_plain_local(location):  # posixpath.dirname's answer, without its general cases (a commit asks ~8 a dataset)
+        cut = location.rfind("/")
+        return location[:cut] if cut > 0 else "/"
     parsed = parse(location)
     return parsed.root + posixpath.dirname(parsed.path)
 
 
 def relative_to(location: str, base: str) -> str:
     """location's path below base ('a/b.avro'); a ValueError when it does not lie below it."""
-    if _plain_local(location) and _plain_local(base):  # already normal: compared as they are, without parsing
+    if is_plain_local(location) and is_plain_local(base):  # already normal: compared as they are, without parsing
         if not location.startswith(base + "/"):
             raise ValueError(f"{location} does not lie under {base}")
         return location[len(base) + 1:]
@@ -123,14 +124,14 @@ def relative_to(location: str, base: str) -> str:
 
 def is_within(location: str, folder: str) -> bool:
     """Whether location is folder itself or lies below it (string comparison; no file-system call)."""
-    if _plain_local(location) and _plain_local(folder):  # already normal: compared as they are, without parsing
+    if is_plain_local(location) and is_plain_local(folder):  # already normal: compared as they are, without parsing
         return location == folder or location.startswith(folder + "/")
     inner, outer = parse(location), parse(folder)
     return inner.root == outer.root and (inner.path == outer.path
                                          or inner.path.startswith(outer.path.rstrip("/") + "/"))
 
 
-def _plain_local(value: str) -> bool:
+def is_plain_local(value: str) -> bool:
     """Whether a value is an absolute local path that normalizing leaves as it is (no '.', '..', '//', or '/' at the
     end)."""
     return value.startswith("/") and "/." not in value and "//" not in value and not value.endswith("/")

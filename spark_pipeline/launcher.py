@@ -386,9 +386,10 @@ class JobLauncher:
         config = self.config
         publisher = make_construct(config, "data.publisher.type", config.publisher_type, DataPublisher)
         states = session.state.dataset_states(config.job_name)
-        planned = with_completeness(config, self.run_id, publisher.plan(self.run_id, outputs, states), outputs,
-                                    states)
-        session.sink.emit(planned)  # every dataset's sequence, one atomic batch: the point of no return
+        with fold_gc.paused():  # plans and their views, all kept: a collection would find nothing to free
+            planned = with_completeness(config, self.run_id, publisher.plan(self.run_id, outputs, states), outputs,
+                                        states)
+            session.sink.emit(planned)  # every dataset's sequence, one atomic batch: the point of no return
         self.faults.reached(FaultPoint.AFTER_PLANNING)
         keys = dict.fromkeys((p.job, p.dataset_urn, p.sequence_id) for p in planned)  # a sequence may span events
         views = [session.state.sequences[key] for key in keys]

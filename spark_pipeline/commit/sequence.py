@@ -427,7 +427,7 @@ class Committer:
                 self.sink.emit(ending)
             return alone
         workers = max(1, min(self.settings.parallelism, len(views))) if self._round_trips(views) else 1
-        with fold_gc():  # what a commit allocates forms no cycles: no full collections mid-way
+        with fold_gc.paused():  # what a commit allocates forms no cycles: no collections mid-way
             return self._commit_all(views, workers, done, closing)
 
     def _commit_all(self, views: list[SequenceView], workers: int, done: Callable[[int], None], closing: Closing

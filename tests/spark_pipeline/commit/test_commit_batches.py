@@ -3,6 +3,7 @@ their renames into new folders; fence checks of parallel sequences share probes 
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -132,6 +133,27 @@ def test_what_closing_makes_of_the_results_is_recorded_in_the_last_batch_not_an_
     committed = [e.event for e in log.read() if isinstance(e.event, JobRunCommitted)]
     assert len(committed) == 1 and len(committed[0].datasets_committed) == SEQUENCES
     assert verify(log).ok
+
+
+def test_no_collection_runs_while_the_sequences_commit_and_collections_come_back_after(log: EventLog,
+                                                                                       tmp_path: Path) -> None:
+    """What a commit allocates is kept or freed by reference counting: a collection would walk it for nothing."""
+    settings = CommitSettings(PublishRoots.of([tmp_path / "task-output"], [tmp_path / "published"]))
+    with open_session(log, "job", settings, LOCAL) as session:
+        session.sink.emit([planned(tmp_path, i) for i in range(SEQUENCES)])
+    state = strict_state(log)
+    writer = log.writer("job")
+    sink = EventSink(writer, state)
+    collections_on: list[bool] = []
+    gc.enable()
+    try:
+        Committer(sink, settings, LOCAL).commit_all(state.pending_sequences("job"),
+                                                    done=lambda _: collections_on.append(gc.isenabled()))
+    finally:
+        sink.close()
+        writer.close()
+    assert collections_on == [False] * SEQUENCES
+    assert gc.isenabled()
 
 
 def test_parallel_fence_checks_share_probes_and_a_newer_writer_fences_them_all(log: EventLog) -> None:

@@ -102,7 +102,7 @@ def join(base: str, *parts: str) -> str:
 
 def parent(location: str) -> str:
     """The folder holding a location."""
-    if is_plain_local(location):  # posixpath.dirname's answer, without its general cases (a commit asks ~8 a dataset)
+    if is_plain_local(location):  # posixpath.dirname's answer, without its general cases (a commit asks it often)
         cut = location.rfind("/")
         return location[:cut] if cut > 0 else "/"
     parsed = parse(location)

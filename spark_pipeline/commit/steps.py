@@ -56,7 +56,7 @@ class Roots:
     forms: tuple[str, ...]
     below: tuple[str, ...] | None = field(init=False, repr=False, compare=False)
     """Each form with '/' after it, if every form is a plain local path: a plain local path is then placed by
-    comparing strings alone (a commit checks each of a dataset's renames: the general comparison cost 3 µs a step)."""
+    comparing strings alone (a commit checks each rename: 1.2 µs where comparing with each root took 2.6)."""
 
     def __post_init__(self) -> None:
         plain = all(urls.is_plain_local(form) for form in self.forms)

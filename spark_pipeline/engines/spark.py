@@ -43,6 +43,9 @@ SPARK_DEFAULTS = {
     "spark.sql.shuffle.partitions": "8",
     SPECULATION: "false",  # a speculative copy of a task would open the task's log writer and fence the first
     "spark.python.daemon.module": "spark_pipeline.engines.worker_daemon",  # workers forked with oncelog imported
+    # Spark's list without kafka: Kafka's batch reads go through its DataSource V2 scan, as Structured Streaming's
+    # do, whose reader makes each row once (V1's rows are copied once more): 0.2 of 2 CPU s on 1M records.
+    "spark.sql.sources.useV1SourceList": "avro,csv,json,orc,parquet,text",
 }
 
 

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from enum import StrEnum
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
@@ -38,8 +39,10 @@ from spark_pipeline.engines.dataframe.errfile import write_diverted
 from spark_pipeline.engines.dataframe.partitions import with_partition
 from spark_pipeline.engines.dataframe.record_stages import Attempt
 from spark_pipeline.engines.dataframe.results import (
+    MovedFile,
     StagedFile,
     counted,
+    file_counts,
     move_files,
     observed,
     staged_files,
@@ -63,6 +66,7 @@ from spark_pipeline.jobfile.config import (
     JobCommitPolicy,
     JobConfig,
     TaskEngineKind,
+    WriterOutputFormat,
 )
 from spark_pipeline.jobfile.partitions import TimePartitioning, partitioning_of
 from spark_pipeline.jobfile.plugins import make_construct
@@ -181,7 +185,8 @@ def run_attempt(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, attempt
         judge_units(config, units, zeros, zeros, zeros, [])
         return unit_results(units, zeros, [None] * len(units), [])
     counts = frame_reader(config).READ_COUNT
-    read = Observation() if counts is not ReadCount.PLANNED else None
+    counting = read_counting(config, plan.writers)
+    read = Observation() if counting is Counting.OBSERVED else None
     if read is not None:  # Kafka's markers take offsets, a file's records are counted: Spark counts them
         frame = frame.observe(read, *unit_metrics(units, "offset" if counts is ReadCount.OFFSETS else None))
     staged = stages.transform(config, frame, Attempt(plan.run_id, mwu.multi_work_unit_id, attempt, units))
@@ -197,12 +202,12 @@ def run_attempt(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, attempt
     outputs = [attempt_output_dir(str(config.branch(branch).writer_output_dir), plan.run_id, mwu.multi_work_unit_id,
                                   attempt) for branch in range(len(plan.writers))]
     try:
-        staged_out = [write_branch(plan, mwu, folders[branch], outputs[branch], records_frame, branch)
-                      for branch in range(len(plan.writers))]
-        records, last_offsets = read_counts(units, read)
-        written = records if wrote is None else counted(wrote, units)
-        judge_units(config, units, records, written, staged.rejected_counts(len(units)), folders)
+        staged_out = [write_branch(plan, mwu, folders[branch], outputs[branch], records_frame, branch,
+                                   counting is Counting.FILES) for branch in range(len(plan.writers))]
         moved = [move_files(spark, config.properties, files) for files in staged_out]  # every branch written
+        records, last_offsets = read_counts(units, counting, read, moved, counts is ReadCount.OFFSETS)
+        written = records if wrote is None else counted(wrote, units)
+        judge_units(config, units, records, written, staged.rejected_counts(len(units)), [*folders, *outputs])
         results = merge_branches([unit_results(units, records, last_offsets, files, branch, written=written,
                                                folder=outputs[branch]) for branch, files in enumerate(moved)])
         diverted = write_diverted(config.row_err_file, plan.run_id, mwu.multi_work_unit_id, units, staged.diverted)
@@ -222,13 +227,14 @@ def attempt_folder(plan: TaskPlan, mwu: MultiWorkUnit, attempt: int, branch: int
     return urls.join(str(staging), plan.run_id, path_segment(mwu.multi_work_unit_id), f"attempt-{attempt}")
 
 
-def write_branch(plan: TaskPlan, mwu: MultiWorkUnit, folder: str, output: str, frame: DataFrame, index: int
-                 ) -> list[StagedFile]:
+def write_branch(plan: TaskPlan, mwu: MultiWorkUnit, folder: str, output: str, frame: DataFrame, index: int,
+                 count_files: bool = False) -> list[StagedFile]:
     """One branch's write into its attempt folder, and where each of its files goes in the attempt's own task-output
-    folder of the branch (`output`: the record engine's folders and names)."""
+    folder of the branch (`output`: the record engine's folders and names); `count_files`: every file's records
+    counted as it moves (a time-partitioned job's always are: a work unit has a file per partition)."""
     config, settings = plan.config, plan.writers[index]
     write_attempt(frame, settings, folder, hadoop_options(config.properties, folder))
-    counted = settings.output_format if settings.partitioned else None
+    counted = settings.output_format if settings.partitioned or count_files else None
     return staged_files(FileSystems.of(config.properties), folder, mwu.work_units, output, counted)
 
 
@@ -253,9 +259,40 @@ def writer_schema(config: JobConfig, units: Sequence[WorkUnitSpec] = ()) -> str 
     return frame_reader(config).record_schema(units)
 
 
-def read_counts(units: Sequence[WorkUnitSpec], read: Observation | None) -> tuple[list[int], list[int | None]]:
-    """Each work unit's records read and last offset: the plan's for the synthetic source (one record per offset),
-    else what Spark observed (Kafka: transaction markers and aborted records take offsets)."""
+class Counting(StrEnum):
+    """How an attempt learns each work unit's records read."""
+
+    PLANNED = "planned"
+    """One record per offset, as planned (the synthetic source)."""
+    FILES = "files"
+    """Its files' records, counted from their Avro block headers or Parquet or ORC footers as they move: the job
+    writes every record it reads."""
+    OBSERVED = "observed"
+    """Observed by Spark while it writes (`DataFrame.observe`): an aggregate per work unit evaluated on every row,
+    0.6 of the 2.6 CPU s Spark's task threads spend on 1M Kafka records (docs/benchmarks.md)."""
+
+
+COUNTED_FORMATS = frozenset({WriterOutputFormat.AVRO, WriterOutputFormat.PARQUET, WriterOutputFormat.ORC})
+"""Formats whose files say how many records they hold without being decoded."""
+
+
+def read_counting(config: JobConfig, writers: Sequence[WriterSettings]) -> Counting:
+    """How the job's attempts count the records read: the plan's for a reader whose records are its offsets, else
+    from the files when no stage drops a record and every branch's files carry their counts, else observed."""
+    if frame_reader(config).READ_COUNT is ReadCount.PLANNED:
+        return Counting.PLANNED
+    if not stages.drops_records(config) and all(w.output_format in COUNTED_FORMATS for w in writers):
+        return Counting.FILES
+    return Counting.OBSERVED
+
+
+def read_counts(units: Sequence[WorkUnitSpec], counting: Counting, read: Observation | None,
+                moved: Sequence[Sequence[MovedFile]], offsets: bool) -> tuple[list[int], list[int | None]]:
+    """Each work unit's records read and last offset (None: not known; the range's end stands): the plan's, its
+    files' (`offsets`: each record takes one of its range's), or what Spark observed (Kafka: transaction markers and
+    aborted records take offsets)."""
+    if counting is Counting.FILES:
+        return file_counts(units, moved, offsets), [None] * len(units)
     if read is not None:
         return observed(read, units)
     records = [u.expected_high_watermark - u.low_watermark for u in units]

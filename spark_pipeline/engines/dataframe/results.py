@@ -11,9 +11,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import BinaryIO
 from urllib.parse import unquote
 
-import fastavro
 import pyarrow.orc as orc
 import pyarrow.parquet as pq
 from pyspark.sql import Column, Observation, SparkSession
@@ -93,6 +93,30 @@ def observed(observation: Observation, units: Sequence[WorkUnitSpec]) -> tuple[l
     values = observation.get
     return ([int(values.get(f"n{i}") or 0) for i in range(len(units))],
             [None if values.get(f"m{i}") is None else int(values[f"m{i}"]) for i in range(len(units))])
+
+
+def file_counts(units: Sequence[WorkUnitSpec], branches: Sequence[Sequence[MovedFile]], offsets: bool) -> list[int]:
+    """Each work unit's records read, as its files hold them: for a job that writes every record it reads (nothing
+    observed). Every branch's files must hold the same records (a fork writes each once per branch) and, where each
+    record takes an offset of the range (`offsets`: Kafka's), no more than the range has."""
+    per_branch = []
+    for moved in branches:
+        counts = [0] * len(units)
+        for m in moved:
+            counts[m.unit] += m.records or 0
+        per_branch.append(counts)
+    records = per_branch[0]
+    for branch, counts in enumerate(per_branch[1:], start=1):
+        for unit, n, first in zip(units, counts, records):
+            if n != first:
+                raise SourceError(f"work unit {unit.work_unit_id}: branch {branch}'s files hold {n} records, "
+                                  f"branch 0's {first}")
+    for unit, n in zip(units, records):
+        span = unit.expected_high_watermark - unit.low_watermark
+        if offsets and n > span:
+            raise SourceError(f"work unit {unit.work_unit_id}: its files hold {n} records, more than the {span} "
+                              f"offsets of its range [{unit.low_watermark}, {unit.expected_high_watermark})")
+    return records
 
 
 def output_extension(spark_extension: str) -> str:
@@ -178,13 +202,67 @@ def file_records(fs: FileSystem, path: str, output_format: WriterOutputFormat) -
     """The records a file Spark wrote holds, from its blocks' headers (Avro) or its footer (Parquet, ORC)."""
     with fs.open_read(path) as stream:
         if output_format is WriterOutputFormat.AVRO:
-            return sum(block.num_records for block in fastavro.block_reader(stream))
+            return avro_records(stream, path)
         data = io.BytesIO(stream.read())
     if output_format is WriterOutputFormat.PARQUET:
         return int(pq.ParquetFile(data).metadata.num_rows)
     if output_format is WriterOutputFormat.ORC:
         return int(orc.ORCFile(data).nrows)
     raise FileSystemError(f"{path}: the records of a {output_format.value} file are not counted")
+
+
+AVRO_MAGIC = b"Obj\x01"
+AVRO_SYNC_SIZE = 16
+
+
+def avro_records(stream: BinaryIO, path: str) -> int:
+    """The records of an Avro container file, read from its blocks' headers alone: each block's count and size, its
+    data skipped, never decompressed (fastavro's block reader decompresses every block)."""
+    if stream.read(len(AVRO_MAGIC)) != AVRO_MAGIC:
+        raise FileSystemError(f"{path}: not an Avro container file (no 'Obj' magic)")
+    while (entries := _avro_long(stream, path)) != 0:  # the header's metadata map, in blocks
+        if entries < 0:
+            _avro_long(stream, path)  # the map block's size in bytes
+            entries = -entries
+        for _ in range(2 * entries):  # each key and each value: a length, then that many bytes
+            _skip(stream, _avro_long(stream, path), path)
+    sync = stream.read(AVRO_SYNC_SIZE)
+    records = 0
+    while first := stream.read(1):
+        records += _avro_long(stream, path, first)
+        _skip(stream, _avro_long(stream, path), path)
+        if stream.read(AVRO_SYNC_SIZE) != sync:
+            raise FileSystemError(f"{path}: an Avro block does not end with the file's sync marker (after "
+                                  f"{records} records)")
+    return records
+
+
+def _avro_long(stream: BinaryIO, path: str, first: bytes = b"") -> int:
+    """One Avro long (zig-zag varint) from `stream`, its first byte already read if given."""
+    byte = first or stream.read(1)
+    value = shift = 0
+    while True:
+        if not byte:
+            raise FileSystemError(f"{path}: the Avro file ends inside a header")
+        value |= (byte[0] & 0x7F) << shift
+        if not byte[0] & 0x80:
+            return (value >> 1) ^ -(value & 1)
+        shift += 7
+        byte = stream.read(1)
+
+
+def _skip(stream: BinaryIO, size: int, path: str) -> None:
+    """Past `size` bytes of `stream` (by seeking where it can)."""
+    if size < 0:
+        raise FileSystemError(f"{path}: a negative Avro length ({size})")
+    if stream.seekable():
+        stream.seek(size, io.SEEK_CUR)
+        return
+    while size > 0:
+        chunk = stream.read(min(size, 1 << 20))
+        if not chunk:
+            raise FileSystemError(f"{path}: the Avro file ends inside a block")
+        size -= len(chunk)
 
 
 def unit_results(units: Sequence[WorkUnitSpec], records: Sequence[int], last_offsets: Sequence[int | None],

@@ -76,6 +76,13 @@ def has_stages(config: JobConfig) -> bool:
             or bool(config.converter_dataframe_functions) or has_record_stages(config))
 
 
+def drops_records(config: JobConfig) -> bool:
+    """Whether a stage may write fewer records than it reads (record converters, record row policies, DataFrame
+    functions, an ERR_FILE SQL policy): the records written are then observed apart from those read."""
+    return (bool(config.converter_classes or config.row_policy_classes or config.converter_dataframe_functions)
+            or (config.row_policy_sql is not None and config.row_policy_sql_type is PolicyType.ERR_FILE))
+
+
 def transform(config: JobConfig, frame: DataFrame, attempt: Attempt = PLANNING) -> Staged:
     """The records the job writes, in Gobblin's order: converters, then quality checkers. `frame` through its record
     converters (mapInArrow), its select list and its DataFrame functions, then checked by its record row policies
@@ -93,12 +100,12 @@ def transform(config: JobConfig, frame: DataFrame, attempt: Attempt = PLANNING) 
         frame = selected(frame, config.converter_sql_select)
     for path in config.converter_dataframe_functions:
         frame = applied(frame, path)
-    staged = replace(staged, written=frame, drops=staged.drops or bool(config.converter_dataframe_functions))
+    staged = replace(staged, written=frame)
     if policies and late:
         staged = judged(staged, record_stage(config, frame, attempt, converting=False), units, diverts(config))
     if config.row_policy_sql is not None:
         staged = policy_stage(staged, config.row_policy_sql, config.row_policy_sql_type, units)
-    return staged
+    return replace(staged, drops=drops_records(config))
 
 
 def has_frame_converters(config: JobConfig) -> bool:
@@ -135,7 +142,7 @@ def judged(staged: Staged, marked: DataFrame, units: int, diverting: bool) -> St
     diverted = (kept.where(F.col(VERDICT).isin(int(Verdict.DIVERTED), int(Verdict.DIVERTED_AGAIN))).drop(VERDICT),
                 ) if diverting else ()
     return Staged(written, (*staged.diverted, *diverted), (*staged.cached, kept) if diverting else staged.cached,
-                  staged.flagged, True, observations)
+                  staged.flagged, staged.drops, observations)
 
 
 def applied(frame: DataFrame, path: str) -> DataFrame:

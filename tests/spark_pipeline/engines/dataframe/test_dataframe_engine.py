@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 from confluent_kafka import Producer
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from events.errors import ConfigError
 from events.job import ENGINE_PROPERTY, REASON_PROPERTY, JobRunStarted
@@ -26,6 +26,7 @@ from spark_pipeline.engines.choice import choose
 from spark_pipeline.engines.dataframe.engine import DataFrameTaskEngine
 from spark_pipeline.jobs import config_from_properties, load_job_config
 from spark_pipeline.launcher import JobLauncher, RunResult
+from spark_pipeline.sources.kafka_frame import OffsetRange, kafka_frame
 from spark_pipeline.sources.synthetic import synthetic_record
 from tests.fault.pipeline_checks import (
     DATASETS,
@@ -115,9 +116,16 @@ def kafka_job(job: Path) -> Path:
     return job
 
 
+def refuse_observe(*_: object) -> None:
+    """DataFrame.observe, refused: the job at hand must count its records from its files."""
+    raise AssertionError("observed while writing, although the files count the records")
+
+
 @pytest.mark.kafka
 def test_kafka_job_reads_exact_offsets_and_skips_an_aborted_batch(kafka_bootstrap: str, tmp_path: Path,
-                                                                   spark: SparkSession) -> None:
+                                                                   spark: SparkSession,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(DataFrame, "observe", refuse_observe)  # Avro files count their records: nothing observed
     topic = create_topic(kafka_bootstrap, 2, "dataframe")
     produce(kafka_bootstrap, topic, 0, ["p0-a", "p0-b", "p0-c"])  # offsets 0-2
     produce(kafka_bootstrap, topic, 1, ["c0", "c1"], transactional=True)  # 0-1, commit marker 2
@@ -139,10 +147,25 @@ def test_kafka_job_reads_exact_offsets_and_skips_an_aborted_batch(kafka_bootstra
     with open_log(log_url) as log:
         report = verify(log, tmp_path / "published")
         state, _ = Projector(log).rebuild(use_snapshot=False)
+        events = [e.event for e in log.read()]
     assert report.ok, report.violations
+    read = [(r.dataset_urn, r.records_extracted, r.records_written, [f.records for f in r.output_files])
+            for e in events if isinstance(e, TaskSucceeded) for r in e.results]
+    assert sorted(read) == [(f"{topic}.0", 2, 2, [2]), (f"{topic}.0", 3, 3, [3]), (f"{topic}.1", 3, 3, [3])], \
+        "the records of each file, markers and the aborted record not counted"
     # Partition 0: the last offset written + 1; partition 1: past its trailing commit marker, as the record engine.
     assert {urn: view.watermarks for urn, view in state.dataset_states("kafka-df").items()} == {
         f"{topic}.0": {f"{topic}:0": 5}, f"{topic}.1": {f"{topic}:1": 7}}
+
+
+@pytest.mark.kafka
+def test_a_kafka_batch_read_in_oncelogs_session_is_kafkas_v2_scan(kafka_bootstrap: str, spark: SparkSession) -> None:
+    topic = create_topic(kafka_bootstrap, 1, "v2scan")
+    produce(kafka_bootstrap, topic, 0, ["a", "b"])
+    frame = kafka_frame(spark, {"kafka.bootstrap.servers": kafka_bootstrap}, [OffsetRange(0, topic, 0, 0, 2)])
+    plan = frame._jdf.queryExecution().executedPlan().toString()
+    assert "BatchScan" in plan and "KafkaRelation" not in plan, plan
+    assert sorted(r["value"] for r in frame.collect()) == [b"a", b"b"]
 
 
 def test_parquet_output_job(tmp_path: Path, spark: SparkSession) -> None:

@@ -21,9 +21,10 @@ cache as in every oncelog run (`oncelog spark jars` fetches them once). The side
 - Structured Streaming: a Kafka source, `trigger(availableNow=True)`, a checkpointed Avro file sink, timed from
   `start()` to its end.
 
-Each side's output is read back: every offset of every partition exactly once. After an untimed warm-up on a smaller
-topic (rounds of every side once, until a round's JIT compiling falls under 3 s: `warm_up_compile_s`, each
-round's), and a wait until the JVM's JIT compilers are idle (`jit_settle_s`), the sides rotate which goes first.
+Each side's output is read back: every offset of every partition exactly once. After an untimed warm-up on a topic of
+its own as large as a repeat's (rounds of every side once, until a round's JIT compiling falls under 3 s:
+`warm_up_compile_s`, each round's), and a wait until the JVM's JIT compilers are idle (`jit_settle_s`), the sides
+rotate which goes first.
 Figures are records/s at the median repeat, and CPU µs per record of this process tree (the broker left out).
 
 Small increments: a topic of its own gets K new records (10,000) before each of I rounds (20); each round runs the same
@@ -80,11 +81,13 @@ from spark_pipeline.sources.kafka_frame import FETCH_WAIT_MS
 
 CODEC = "snappy"
 PARTITIONS = 8
-FULL = {"records": 1_000_000, "repeats": 5, "records_per_dataset": 1_000, "warm_up": 200_000, "warm_up_rounds": 6,
+FULL = {"records": 1_000_000, "repeats": 5, "records_per_dataset": 1_000, "warm_up": 1_000_000, "warm_up_rounds": 6,
         "increments": 20, "increment_records": 10_000}
 QUICK = {"records": 100_000, "repeats": 1, "records_per_dataset": 100, "warm_up": 20_000, "warm_up_rounds": 1,
          "increments": 5, "increment_records": 10_000}
-"""Warm-up records: enough for Spark's JIT to compile the Kafka-to-Avro path (a first run is much slower)."""
+"""Warm-up records: as many as a timed repeat (full), so that C2 compiles the Kafka-to-Avro path before the timed
+repeats; after 200k-record rounds the engine's 1M-record runs kept C2 compiling 2.7 s a run for several runs, and
+kept getting faster through the eighth (docs/benchmarks.md, eighteenth round)."""
 DATASETS = 1_000
 WARM_COMPILE_MS = 3_000
 """A warm-up round that kept the JIT compiling for less than this ends the warm-up (measured: 25–27 s in the first
@@ -822,7 +825,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, help="timed runs of each side and of the commit job (5; 1 with --quick)")
     parser.add_argument("--datasets", type=int, default=DATASETS, help="datasets of the commit-phase job")
     parser.add_argument("--records-per-dataset", type=int, help="records per dataset there (1,000; 100 with --quick)")
-    parser.add_argument("--warm-up", type=int, help="records of the untimed warm-up topic (200k; 20k with --quick)")
+    parser.add_argument("--warm-up", type=int, help="records of the untimed warm-up topic (1M; 20k with --quick)")
     parser.add_argument("--warm-up-rounds", type=int,
                         help="most warm-up rounds, ended by one that compiles for under 3 s (6; 1 with --quick)")
     parser.add_argument("--increments", type=int, help="timed small-increment rounds (20; 5 with --quick)")

@@ -231,23 +231,27 @@ def select_topics(metadata: ClusterMetadata, settings: KafkaSourceSettings) -> l
             and not any(re.fullmatch(p, t) for p in settings.blacklist)]
 
 
-def list_offsets(admin: AdminClient, partitions: list[TopicPartition], spec: OffsetSpec,
-                 settings: KafkaSourceSettings, monitor: ClientMonitor) -> dict[tuple[str, int], int]:
-    """One offset per partition (earliest or end, per `spec`), read with the configured isolation level."""
+def list_offsets(admin: AdminClient, partitions: list[TopicPartition], specs: Sequence[OffsetSpec],
+                 settings: KafkaSourceSettings, monitor: ClientMonitor) -> list[dict[tuple[str, int], int]]:
+    """Per spec (earliest, end), one offset per partition, read with the configured isolation level; every spec's
+    request sent before any answer is waited for."""
     if not partitions:
-        return {}
+        return [{} for _ in specs]
     isolation = (IsolationLevel.READ_COMMITTED if settings.isolation_level == "read_committed"
                  else IsolationLevel.READ_UNCOMMITTED)
-    futures = admin.list_offsets({tp: spec for tp in partitions}, isolation_level=isolation,
-                                 request_timeout=settings.timeout_s)
-    offsets: dict[tuple[str, int], int] = {}
-    for tp, future in futures.items():
-        try:
-            offsets[(tp.topic, tp.partition)] = future.result(timeout=settings.timeout_s).offset
-        except (KafkaException, TimeoutError) as e:
-            monitor.check()
-            raise kafka_failure(e, f"cannot list the offsets of {tp.topic}[{tp.partition}]") from e
-    return offsets
+    requests = [admin.list_offsets({tp: spec for tp in partitions}, isolation_level=isolation,
+                                   request_timeout=settings.timeout_s) for spec in specs]
+    found: list[dict[tuple[str, int], int]] = []
+    for futures in requests:
+        offsets: dict[tuple[str, int], int] = {}
+        for tp, future in futures.items():
+            try:
+                offsets[(tp.topic, tp.partition)] = future.result(timeout=settings.timeout_s).offset
+            except (KafkaException, TimeoutError) as e:
+                monitor.check()
+                raise kafka_failure(e, f"cannot list the offsets of {tp.topic}[{tp.partition}]") from e
+        found.append(offsets)
+    return found
 
 
 class KafkaTopicSource(Source, DataFrameReader):
@@ -299,8 +303,8 @@ class KafkaTopicSource(Source, DataFrameReader):
             if described.error is not None:
                 raise kafka_failure(described.error, f"topic {topic!r} on {where}")
             partitions += [TopicPartition(topic, p) for p in sorted(described.partitions)]
-        earliest = list_offsets(admin, partitions, OffsetSpec.earliest(), settings, cluster.monitor)
-        ends = list_offsets(admin, partitions, OffsetSpec.latest(), settings, cluster.monitor)
+        earliest, ends = list_offsets(admin, partitions, (OffsetSpec.earliest(), OffsetSpec.latest()), settings,
+                                      cluster.monitor)
         units = [self._plan(state, settings, tp.topic, tp.partition, earliest[(tp.topic, tp.partition)],
                             ends[(tp.topic, tp.partition)]) for tp in partitions]
         return [u for u in units if u is not None]

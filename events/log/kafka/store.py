@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import (
@@ -180,6 +180,15 @@ class TopicAbsentError(Exception):
     """The topic whose end offsets were asked for does not exist (read as empty: a log nothing was written to)."""
 
 
+def check_partitions(topic: str, metadata: TopicMetadata, partitions: int) -> None:
+    """A ConfigError when an existing topic does not have the partitions the log's settings ask for."""
+    if len(metadata.partitions) != partitions:
+        raise ConfigError(
+            f"topic {topic!r} has {len(metadata.partitions)} partitions, not the {partitions} asked for "
+            f"(setting 'partitions'); an existing log's partitioning cannot change"
+        )
+
+
 class KafkaLog(EventLog):
     """A log kept in a Kafka topic (compacted), with snapshots in `<topic>.snapshots`."""
 
@@ -217,21 +226,37 @@ class KafkaLog(EventLog):
 
     def ensure_topic(self) -> None:
         """Create the events and snapshot topics with explicit configs, or check the existing ones: a topic that
-        loses history is a ConfigError; a merely development-grade one sets `durability_warning` (logged once)."""
-        warning = self._ensure(
-            self.topic, self.settings.partitions or DEFAULT_PARTITIONS, self.settings.partitions is not None
-        )
-        self._ensure(self._snapshots.topic, 1, False)
-        self._ensure(self._leases.topic, 1, False)
+        loses history is a ConfigError; a merely development-grade one sets `durability_warning` (logged once).
+        Existing topics are described in one metadata request and their configs in one more (a run's setup waited
+        on six round trips for this)."""
+        wanted = ((self.topic, self.settings.partitions or DEFAULT_PARTITIONS, self.settings.partitions is not None),
+                  (self._snapshots.topic, 1, False), (self._leases.topic, 1, False))
+        metadata = self._list_topics(self.topic)
+        warnings: dict[str, str | None] = {}
+        existing: dict[str, TopicMetadata] = {}
+        for topic, partitions, asked in wanted:
+            found = metadata.topics.get(topic)
+            if found is None or found.error is not None:
+                warnings[topic] = self._ensure(topic, partitions, asked)
+                continue
+            if asked:
+                check_partitions(topic, found, partitions)
+            existing[topic] = found
+        configs = self._topics_configs(list(existing))
+        for topic, found in existing.items():
+            warnings[topic] = self._check(topic, found, configs[topic])
+        if configs.get(self.topic) is not None:  # its cleanup.policy checked just now: the first read need not ask
+            self._history_checked = True
         self._partitions = None
-        self._set_durability(warning)
+        self._set_durability(warnings[self.topic])
 
     @property
     def durability_warning(self) -> str | None:
         """Why the events topic may lose acknowledged events (fewer than 3 replicas, say); None when durable."""
         if not self._durability_checked:
             found = self._describe(self.topic)
-            self._set_durability(None if found is None else self._check(self.topic, found))
+            self._set_durability(None if found is None else self._check(self.topic, found,
+                                                                        self._topics_configs([self.topic])[self.topic]))
         return self._durability
 
     def _set_durability(self, warning: str | None) -> None:
@@ -256,12 +281,9 @@ class KafkaLog(EventLog):
                 self._created.add(topic)
                 return check_topic_configs(topic, replication, configs)
             existing = self._describe_when_visible(topic)
-        if partitions_asked and len(existing.partitions) != partitions:
-            raise ConfigError(
-                f"topic {topic!r} has {len(existing.partitions)} partitions, not the {partitions} asked for "
-                f"(setting 'partitions'); an existing log's partitioning cannot change"
-            )
-        return self._check(topic, existing)
+        if partitions_asked:
+            check_partitions(topic, existing, partitions)
+        return self._check(topic, existing, self._topics_configs([topic])[topic])
 
     def _create(self, new: NewTopic) -> bool:
         """Create a topic: True when this call created it, False when it already existed. A transient error (the
@@ -284,11 +306,10 @@ class KafkaLog(EventLog):
                 if self._describe(new.topic) is not None:
                     return False
 
-    def _check(self, topic: str, metadata: TopicMetadata) -> str | None:
-        """check_topic_configs on an existing topic: its configs as described, its smallest replica count; its
-        compaction settings other than oncelog's are warned about (once)."""
+    def _check(self, topic: str, metadata: TopicMetadata, configs: dict[str, str] | None) -> str | None:
+        """check_topic_configs on an existing topic: its configs as described (None: describing them was denied),
+        its smallest replica count; its compaction settings other than oncelog's are warned about (once)."""
         replication = min((len(p.replicas) for p in metadata.partitions.values()), default=0)
-        configs = self._topic_configs(topic)
         warning = check_topic_configs(topic, replication, configs)
         self._warn_once(compaction_warning(topic, configs, self.settings.bootstrap))
         return warning
@@ -364,14 +385,20 @@ class KafkaLog(EventLog):
     def _broker_count(self) -> int:
         return max(1, len(self._list_topics(self.topic).brokers))
 
-    def _topic_configs(self, topic: str) -> dict[str, str] | None:
-        """The topic's effective configs (its own, else the broker's defaults); None if describing is denied."""
-        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-        try:
-            configs = self._admin.describe_configs([resource])[resource].result(timeout=30)
-        except KafkaException:
-            return None  # describing configs may be denied by ACLs
-        return {name: str(entry.value) for name, entry in configs.items() if entry.value is not None}
+    def _topics_configs(self, topics: Sequence[str]) -> dict[str, dict[str, str] | None]:
+        """Each topic's effective configs (its own, else the broker's defaults), in one request; None for a topic
+        whose describing is denied (ACLs may deny it)."""
+        resources = {topic: ConfigResource(ConfigResource.Type.TOPIC, topic) for topic in topics}
+        futures = self._admin.describe_configs(list(resources.values())) if resources else {}
+        found: dict[str, dict[str, str] | None] = {}
+        for topic, resource in resources.items():
+            try:
+                configs = futures[resource].result(timeout=30)
+            except KafkaException:
+                found[topic] = None
+                continue
+            found[topic] = {name: str(entry.value) for name, entry in configs.items() if entry.value is not None}
+        return found
 
     def job_lock(self, job: str) -> LeaseJobLock:
         """A lease in `<topic>.locks`, renewed by a heartbeat: a second run is refused while the holder is alive."""
@@ -400,7 +427,8 @@ class KafkaLog(EventLog):
         be wrong, and `state` would answer from it silently); once per log object."""
         if self._history_checked:
             return
-        if self._describe(self.topic) is not None and (configs := self._topic_configs(self.topic)) is not None:
+        if self._describe(self.topic) is not None and (
+                configs := self._topics_configs([self.topic])[self.topic]) is not None:
             refuse_lossy_policy(self.topic, configs)
         self._history_checked = True
 

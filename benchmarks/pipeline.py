@@ -883,7 +883,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         note(f"producing {args.records:,} records to a {args.partitions}-partition topic on {bootstrap}")
         topic, ends = prepare_topic(bench, args.records, args.partitions)
         warm_topic, warm_ends = prepare_topic(bench, args.warm_up, args.partitions)
-        note("warming up (untimed): rounds of each side once on a small topic, and a small synthetic job")
+        note("warming up (untimed): rounds of each side once on a warm-up topic, and a small synthetic job")
         samples.warm_up_compile_s = warm_up(bench, warm_topic, warm_ends, args.warm_up_rounds)
         run_commit_job(bench, 20, 100)
         samples.jit_settle_s = settle_jit(bench.spark)

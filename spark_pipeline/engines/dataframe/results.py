@@ -199,15 +199,16 @@ def measure_and_move(fs: FileSystem, file: StagedFile) -> MovedFile:
 
 
 def file_records(fs: FileSystem, path: str, output_format: WriterOutputFormat) -> int:
-    """The records a file Spark wrote holds, from its blocks' headers (Avro) or its footer (Parquet, ORC)."""
+    """The records a file Spark wrote holds, from its blocks' headers (Avro) or its footer (Parquet, ORC: read by
+    seeking to it where the store's stream can seek, else from the whole file in memory)."""
     with fs.open_read(path) as stream:
         if output_format is WriterOutputFormat.AVRO:
             return avro_records(stream, path)
-        data = io.BytesIO(stream.read())
-    if output_format is WriterOutputFormat.PARQUET:
-        return int(pq.ParquetFile(data).metadata.num_rows)
-    if output_format is WriterOutputFormat.ORC:
-        return int(orc.ORCFile(data).nrows)
+        source = stream if stream.seekable() else io.BytesIO(stream.read())
+        if output_format is WriterOutputFormat.PARQUET:
+            return int(pq.ParquetFile(source).metadata.num_rows)
+        if output_format is WriterOutputFormat.ORC:
+            return int(orc.ORCFile(source).nrows)
     raise FileSystemError(f"{path}: the records of a {output_format.value} file are not counted")
 
 

@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 
 from events.job import WorkUnitSpec
 from events.log import open_log
+from events.log.kafka.config import CLIENT_DEFAULTS
 from projections.state import State
 from projections.views import DatasetView, RunStatus
 from replay.verify import verify
@@ -43,7 +44,7 @@ from spark_pipeline.sources.directory import (
     complete,
     position,
 )
-from spark_pipeline.sources.kafka_topic import LOST, KafkaTopicSource
+from spark_pipeline.sources.kafka_topic import LOST, KafkaTopicSource, SourceCluster
 from tests.kafka_plugin import create_topic
 
 KAFKA_SOURCE = "spark_pipeline.sources.kafka_topic.KafkaTopicSource"
@@ -226,6 +227,13 @@ def test_kafka_bootstrap_caps_and_errors(kafka_bootstrap: str) -> None:
     with pytest.raises(SourceError, match=rf"{topic}\[7\] does not exist"):
         extract(capped, gone)
 
+
+def test_the_kafka_sources_clients_take_the_logs_client_defaults() -> None:
+    """librdkafka's default reconnect.backoff.ms held each new client's first answer ~45 ms (half of every plan)."""
+    source = KafkaTopicSource(config_of(KAFKA_SOURCE, **{"kafka.brokers": "127.0.0.1:9", "topic.whitelist": "t"}))
+    cluster = SourceCluster(source.settings(), source.config.log_url, source.config.log_settings)
+    assert CLIENT_DEFAULTS.items() <= cluster.config().items()
+    assert cluster.config(**{"reconnect.backoff.ms": 7})["reconnect.backoff.ms"] == 7
 
 @pytest.mark.kafka
 def test_kafka_range_without_records_advances_through_the_task_flow(kafka_bootstrap: str, tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ from events.log.kafka.config import (
     refresh_leaders,
 )
 from events.log.kafka.lease import KafkaLeaseStore, locks_topic
+from events.log.kafka.readers import ReaderPool
 from events.log.kafka.snapshots import KafkaSnapshotStore
 from events.log.kafka.writer import KafkaWriter
 from events.log.lock import LeaseJobLock
@@ -202,6 +203,8 @@ class KafkaLog(EventLog):
         self._admin: AdminClient = settings.make("admin", AdminClient, {}, self.monitor)
         self._partitions: int | None = None
         self._meta_consumer: Consumer | None = None
+        self._readers = ReaderPool(self.consumer)
+        """The consumers of bounded reads and stable-end checks, reused between them."""
         self._snapshots = KafkaSnapshotStore(self)
         self._leases = KafkaLeaseStore(self)
         self._durability_checked = False
@@ -447,12 +450,9 @@ class KafkaLog(EventLog):
         active = {p for p in range(partitions) if until is None or first[p] < until.get(p, 0)}
         if not active:
             return
-        consumer = self.consumer({} if follow else BOUNDED_READ_SETTINGS)
-        try:
+        with self._readers.borrowed(topic, {} if follow else BOUNDED_READ_SETTINGS) as consumer:
             consumer.assign([TopicPartition(topic, p, first[p]) for p in sorted(active)])
             yield from self._consume(consumer, topic, active, until, follow)
-        finally:
-            consumer.close()
 
     def _consume(
         self, consumer: Consumer, topic: str, active: set[int], until: Mapping[int, int] | None, follow: bool
@@ -525,8 +525,7 @@ class KafkaLog(EventLog):
         transaction begun after the call does not count: a busy log is stable in this sense.
         """
         deadline = time.monotonic() + timeout_s
-        uncommitted = self.consumer({"isolation.level": "read_uncommitted"})
-        try:
+        with self._readers.borrowed(self.topic, {"isolation.level": "read_uncommitted"}) as uncommitted:
             target = self._offsets(uncommitted, self.topic, self.partitions)
             while True:
                 stable = self.end_offsets()
@@ -537,8 +536,6 @@ class KafkaLog(EventLog):
                     high_now = self._offsets(uncommitted, self.topic, self.partitions)
                     raise LogNotStableError(self.topic, {p: (stable[p], high_now[p]) for p in short}, timeout_s)
                 time.sleep(STABLE_POLL_S)
-        finally:
-            uncommitted.close()
 
     def end_offsets_of(self, topic: str, partitions: int) -> Offsets:
         """The last stable offset of each partition (what a read_committed reader can reach)."""
@@ -636,6 +633,7 @@ class KafkaLog(EventLog):
     def close(self) -> None:
         super().close()
         self._snapshots.close()
+        self._readers.close()
         if self._meta_consumer is not None:
             self._meta_consumer.close()
             self._meta_consumer = None

@@ -412,7 +412,7 @@ class KafkaLog(EventLog):
 
     def writer_for(self, topic: str, name: str, partitions: int) -> KafkaWriter:
         """A transactional writer on any topic of this cluster (the snapshot store writes its own topic)."""
-        return KafkaWriter(name, self.codec, partitions, self.settings, topic, self.monitor)
+        return KafkaWriter(name, self.codec, partitions, self.settings, topic, self.monitor, self._admin)
 
     def consumer(self, overrides: Mapping[str, Any]) -> Consumer:
         """A consumer with this log's settings, read_committed."""

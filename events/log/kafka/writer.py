@@ -64,9 +64,10 @@ def transactional_id(topic: str, name: str) -> str:
 class KafkaWriter(LogWriter):
     """Appends each batch in one Kafka transaction; readers with read_committed see all of it or none."""
 
-    def __init__(
-        self, name: str, codec: EventCodec, partitions: int, settings: KafkaSettings, topic: str, monitor: ClientMonitor
-    ) -> None:
+    def __init__(self, name: str, codec: EventCodec, partitions: int, settings: KafkaSettings, topic: str,
+                 monitor: ClientMonitor, admin: AdminClient) -> None:
+        """`admin`: the log's admin client, which asks the stable offsets of each batch (one of the writer's own
+        would wait for its first connection, ~12 ms, on its first batch)."""
         super().__init__(name, codec, partitions)
         self.topic = topic
         self._timeout = settings.write_timeout_s
@@ -85,8 +86,7 @@ class KafkaWriter(LogWriter):
             },
             monitor,
         )
-        self._settings = settings
-        self._visibility: AdminClient | None = None
+        self._visibility = admin
         self._first_offsets: dict[int, int] = {}
         self._last_offsets: dict[int, int] = {}
         self._held: dict[int, int] = {}
@@ -199,8 +199,6 @@ class KafkaWriter(LogWriter):
         batch is committed. Each look asks every pending partition's LSO in one ListOffsets request per leader (a
         round trip a partition cost 2-3 ms each on loopback; the leaders are looked up afresh each time).
         """
-        if self._visibility is None:
-            self._visibility = self._settings.make("admin", AdminClient, {}, self._monitor)
         start = time.monotonic()
         pending = {p: first_offsets.get(p, offset) for p, offset in last_offsets.items()}
         while pending and time.monotonic() - start < VISIBILITY_WAIT_S:
@@ -321,4 +319,3 @@ class KafkaWriter(LogWriter):
 
     def close(self) -> None:
         self._producer.flush(5)
-        self._visibility = None  # an admin client has no close: its threads end once it is unreferenced

@@ -141,11 +141,20 @@ def fence_shard_writers(log: EventLog, writer_name: str) -> None:
 
 def open_session(log: EventLog, writer_name: str, settings: CommitSettings, fs: FileSystem,
                  holders: FenceHolders | None = None) -> CommitSession:
-    """Open the writer first (fencing any other holder of the name, and every commit shard writer of the name), then
-    fold the log: nothing it missed. `holders`: see strict_state."""
-    writer = log.writer(writer_name)
+    """Open the writer (fencing any other holder of the name) while every commit shard writer of the name is fenced
+    (on Kafka each is a round trip or two: together, one's time), then fold the log: nothing it missed. A shard
+    writer opened meanwhile by a run the writer fences is fenced again once the run's start is recorded
+    (CommitSession.fence_shards). `holders`: see strict_state."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-writer") as pool:
+        opening = pool.submit(log.writer, writer_name)
+        try:
+            fence_shard_writers(log, writer_name)
+        except BaseException:
+            if opening.exception() is None:
+                opening.result().close()
+            raise
+        writer = opening.result()
     try:
-        fence_shard_writers(log, writer_name)
         state = strict_state(log, holders)
     except BaseException:
         writer.close()

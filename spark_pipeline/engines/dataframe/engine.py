@@ -55,6 +55,7 @@ from spark_pipeline.engines.dataframe.sources import (
     read_units,
 )
 from spark_pipeline.engines.dataframe.writers import WriterSettings, hadoop_options, write_attempt
+from spark_pipeline.engines.emit_ahead import AheadEmitter
 from spark_pipeline.engines.isolation import run_task_attempts
 from spark_pipeline.engines.policies import TaskQualityError, check_task
 from spark_pipeline.engines.spark import (
@@ -147,13 +148,16 @@ class DataFrameTaskEngine(SparkTaskEngine):
             pool.shutdown(wait=not stopped, cancel_futures=stopped)
 
     def _task(self, plan: TaskPlan, mwu: MultiWorkUnit) -> TaskOutcome:
-        """One task with its retries, recorded through its own writer (pinned threads: its own Spark job group)."""
+        """One task with its retries, recorded through its own writer (pinned threads: its own Spark job group), its
+        events appended while its Spark jobs run (emit_ahead)."""
         config, run_id = plan.config, plan.run_id
         self.spark.sparkContext.setJobGroup(job_group(run_id), f"{config.job_name} run {run_id} task "
                                             f"{mwu.multi_work_unit_id}", interruptOnCancel=True)
-        with open_log(config.log_url, config.log_settings) as log, \
-                log.writer(task_writer_name(config.job_name, run_id, mwu.multi_work_unit_id)) as writer:
-            return run_task(self.spark, plan, mwu, writer.append, self.pause, self.cancelled)
+        name = task_writer_name(config.job_name, run_id, mwu.multi_work_unit_id)
+        with open_log(config.log_url, config.log_settings) as log, AheadEmitter(lambda: log.writer(name)) as events:
+            outcome = run_task(self.spark, plan, mwu, events.emit, self.pause, self.cancelled)
+            events.drain()
+            return outcome
 
 
 def run_task(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, emit: Emit,

@@ -4,6 +4,7 @@ destination yet; anywhere else each file moves by its own rename, with the same 
 from __future__ import annotations
 
 import errno
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -15,7 +16,7 @@ from filesystems.base import FolderMove
 from filesystems.local import LocalFileSystem
 from filesystems.movers import NOT_TRIED, FolderMover, Moved, MoveOutcome
 from replay.verify import verify
-from spark_pipeline.commit.sequence import Outcome
+from spark_pipeline.commit.sequence import PARALLEL_MIN_FILE_BYTES, Outcome
 from spark_pipeline.commit.session import open_session
 from spark_pipeline.commit.settings import CommitSettings
 from spark_pipeline.commit.steps import PublishRoots
@@ -109,6 +110,35 @@ def test_anything_else_in_the_folder_or_at_its_destination_and_each_file_moves_a
                                                                                    "earlier.avro"]
     assert verify(event_log).ok
 
+
+class ThreadNoting(LocalFileSystem):
+    """The local disk, noting the thread of each folder move."""
+
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+
+    def move_folder(self, move: FolderMove, before_move: Callable[[], None]) -> bool:
+        self.threads.append(threading.current_thread().name)
+        return super().move_folder(move, before_move)
+
+
+def test_large_files_commit_in_parallel_and_small_ones_one_after_another(event_log: EventLog,
+                                                                          tmp_path: Path) -> None:
+    """Each file's sha256 is read before it moves: on large files, threads (hashing frees the GIL) beat one."""
+    fs = ThreadNoting()
+    small = [planned(tmp_path, ds, task_output(tmp_path, ds), fs) for ds in ("s.0", "s.1")]
+    assert commit(event_log, tmp_path, fs, *small) == [Outcome.COMPLETED] * 2
+    assert fs.threads == [threading.current_thread().name] * 2
+    large: list[CommitSequencePlanned] = []
+    for ds in ("l.0", "l.1"):
+        files = task_output(tmp_path, ds)
+        for file in files:
+            file.write_bytes(file.read_bytes() * (PARALLEL_MIN_FILE_BYTES // len(file.read_bytes()) + 1))
+        large.append(planned(tmp_path, ds, files, fs))
+    fs.threads.clear()
+    assert commit(event_log, tmp_path, fs, *large) == [Outcome.COMPLETED] * 2
+    assert len(fs.threads) == 2 and all(name.startswith("commit") for name in fs.threads)
+    assert verify(event_log).ok
 
 def test_a_file_changed_after_its_task_wrote_it_is_never_published_by_a_folder_move(event_log: EventLog,
                                                                                    tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import signal
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -353,22 +353,21 @@ class JobLauncher:
         if failed and config.job_commit_policy is JobCommitPolicy.FULL:
             self._finish(session, result, RunStatus.FAILED, failure_message(failed), failed_task_ids(failed))
             return
-        if not failed:
-            session.sink.emit([JobRunSucceeded(**run, tasks=len(result.tasks),
-                                               records_extracted=sum(r.records_extracted for t in result.tasks
-                                                                     for r in t.results),
-                                               records_written=result.records_written)])
+        succeeded = [] if failed else [
+            JobRunSucceeded(**run, tasks=len(result.tasks), records_written=result.records_written,
+                            records_extracted=sum(r.records_extracted for t in result.tasks for r in t.results))]
         outputs = with_event_time(self._work_units, self._planned_at_ms, session.state.dataset_states(config.job_name),
                                   [o for o in dataset_outputs(result.tasks, config.job_commit_policy)
                                    if o.dataset_urn not in result.skipped], set(result.skipped))
         self._check_cancelled(publishing=True)
         in_shards = self.commit_settings().in_shards(len(outputs))
         if in_shards:
+            session.sink.emit(succeeded)
             self.observer.phase(Phase.COMMIT, len(outputs))
             result.commits = self._commit_shards(session, ShardAction.PUBLISH, outputs)
             self.observer.datasets_done(len(result.commits))
         else:
-            result.commits = self._commit_on_driver(session, result, outputs, bool(failed))
+            result.commits = self._commit_on_driver(session, result, outputs, succeeded)
         unfinished = [c for c in result.commits if c.outcome is not Outcome.COMPLETED]
         if failed or unfinished:
             errors = [failure_message(failed)] if failed else []
@@ -381,15 +380,17 @@ class JobLauncher:
         self._clean_up(session, settled=True)
 
     def _commit_on_driver(self, session: CommitSession, result: RunResult, outputs: list[DatasetOutput],
-                          failed: bool) -> list[CommitResult]:
-        """Plan every dataset's sequence, record the plans in one atomic batch, then commit them here."""
+                          succeeded: Sequence[JobRunSucceeded]) -> list[CommitResult]:
+        """Plan every dataset's sequence, record the plans in one atomic batch after the run's JobRunSucceeded (none
+        after a failed task), then commit them here."""
         config = self.config
         publisher = make_construct(config, "data.publisher.type", config.publisher_type, DataPublisher)
         states = session.state.dataset_states(config.job_name)
         with fold_gc.paused():  # plans and their views, all kept: a collection would find nothing to free
             planned = with_completeness(config, self.run_id, publisher.plan(self.run_id, outputs, states), outputs,
                                         states)
-            session.sink.emit(planned)  # every dataset's sequence, one atomic batch: the point of no return
+            # the run's success and every dataset's sequence, one atomic batch: the point of no return
+            session.sink.emit([*succeeded, *planned])
         self.faults.reached(FaultPoint.AFTER_PLANNING)
         keys = dict.fromkeys((p.job, p.dataset_urn, p.sequence_id) for p in planned)  # a sequence may span events
         views = [session.state.sequences[key] for key in keys]
@@ -397,7 +398,7 @@ class JobLauncher:
 
         def closing(commits: list[CommitResult]) -> tuple[JobRunCommitted, ...]:
             """The run's JobRunCommitted, recorded with the last completions (none after a failed task)."""
-            return () if failed else self._committed(result, commits)
+            return self._committed(result, commits) if succeeded else ()
 
         return session.committer.commit_all(views, done=self.observer.datasets_done, closing=closing)
 

@@ -613,7 +613,9 @@ def run_side(bench: Bench, side: Side, topic: str, ends: dict[int, int], samples
     samples.load.append(os.getloadavg()[0])
     if spans is not None and side is bench.primary:
         samples.oncelog_phases.append(spans)
-    note(f"{side}: {sum(ends.values()) / timed.seconds:,.0f} records/s ({timed.seconds:.2f}s, {timed.cpu:.1f} CPU s)")
+    shown = "" if spans is None else "; " + ", ".join(f"{name} {seconds:.3f}s" for name, seconds in spans.items())
+    note(f"{side}: {sum(ends.values()) / timed.seconds:,.0f} records/s ({timed.seconds:.2f}s, {timed.cpu:.1f} CPU s"
+         f"{shown})")
 
 
 def big_batch_sides(bench: Bench) -> list[Side]:

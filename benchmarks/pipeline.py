@@ -599,6 +599,7 @@ class Samples:
 def run_side(bench: Bench, side: Side, topic: str, ends: dict[int, int], samples: Samples | None) -> None:
     """One run of `side` over the topic; recorded into `samples` (None: a warm-up, not recorded)."""
     spans: dict[str, float] | None = None
+    compiled_before = compile_ms(bench.spark)
     if side is Side.UNGUARDED:
         timed = run_unguarded(bench, topic, ends)
     elif side is Side.UNGUARDED_NO_WAIT:
@@ -613,9 +614,10 @@ def run_side(bench: Bench, side: Side, topic: str, ends: dict[int, int], samples
     samples.load.append(os.getloadavg()[0])
     if spans is not None and side is bench.primary:
         samples.oncelog_phases.append(spans)
+    compiled = (compile_ms(bench.spark) - compiled_before) / 1000
     shown = "" if spans is None else "; " + ", ".join(f"{name} {seconds:.3f}s" for name, seconds in spans.items())
-    note(f"{side}: {sum(ends.values()) / timed.seconds:,.0f} records/s ({timed.seconds:.2f}s, {timed.cpu:.1f} CPU s"
-         f"{shown})")
+    note(f"{side}: {sum(ends.values()) / timed.seconds:,.0f} records/s ({timed.seconds:.2f}s, {timed.cpu:.1f} CPU s, "
+         f"JIT compiling {compiled:.2f}s{shown})")
 
 
 def big_batch_sides(bench: Bench) -> list[Side]:

@@ -8,7 +8,7 @@ A construct is built with the job's config; one that reads keys of its own decla
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -148,6 +148,16 @@ UNIT_COLUMN = "_wu"
 """The column of a DataFrameReader's frame holding each row's work unit: its index in the task."""
 
 
+@dataclass(frozen=True)
+class UnitKey:
+    """Columns a reader's records carry unchanged whose values are the same in every record of a work unit and
+    differ between the work units of a task (the Kafka source's topic and partition)."""
+
+    columns: tuple[str, ...]
+    of: Callable[[WorkUnitSpec], tuple[object, ...]]
+    """A work unit's values of `columns`."""
+
+
 class ReadCount(StrEnum):
     """How the DataFrame engine learns each work unit's records read and last offset from a reader's frame."""
 
@@ -179,6 +189,11 @@ class DataFrameReader(ABC):
     def connectors(self) -> frozenset[Connector]:
         """Spark connectors the read needs on the classpath (none by default)."""
         return frozenset()
+
+    def unit_key(self) -> UnitKey | None:
+        """The columns naming each record's work unit, when the records carry them (None: they do not). The engine
+        may then write a task's records without a folder per work unit and name each file from its first record."""
+        return None
 
     def frame_blocker(self) -> str | None:
         """Why this job's records cannot be read as a DataFrame (None: they can), naming the key."""

@@ -65,6 +65,7 @@ from spark_pipeline.constructs import (
     Source,
     SourceError,
     SourceState,
+    UnitKey,
     WorkUnitState,
 )
 from spark_pipeline.sources.kafka_spark import spark_kafka_options
@@ -288,6 +289,9 @@ class KafkaTopicSource(Source, DataFrameReader):
 
     def connectors(self) -> frozenset[Connector]:
         return frozenset({Connector.KAFKA})
+
+    def unit_key(self) -> UnitKey:
+        return UnitKey(("topic", "partition"), lambda unit: (unit.properties[TOPIC], int(unit.properties[PARTITION])))
 
     def get_work_units(self, state: SourceState) -> list[WorkUnitSpec]:
         settings: KafkaSourceSettings = self.settings()

@@ -29,7 +29,7 @@ from events.task import (
 )
 from filesystems import urls
 from filesystems.router import FileSystems
-from spark_pipeline.constructs import MultiWorkUnit, ReadCount, TaskLevelPolicy, TaskStats
+from spark_pipeline.constructs import MultiWorkUnit, ReadCount, TaskLevelPolicy, TaskStats, UnitKey
 from spark_pipeline.engines.attempts import AttemptPlan, AttemptsCancelled, Emit, TaskOutcome
 from spark_pipeline.engines.avro_types import converted_schema
 from spark_pipeline.engines.base import SparkTaskEngine, job_group
@@ -39,10 +39,12 @@ from spark_pipeline.engines.dataframe.errfile import write_diverted
 from spark_pipeline.engines.dataframe.partitions import with_partition
 from spark_pipeline.engines.dataframe.record_stages import Attempt
 from spark_pipeline.engines.dataframe.results import (
+    KEYED_FORMATS,
     MovedFile,
     StagedFile,
     counted,
     file_counts,
+    keyed_files,
     move_files,
     observed,
     staged_files,
@@ -202,11 +204,12 @@ def run_attempt(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, attempt
     forked = len(plan.writers) > 1
     if forked:
         records_frame = records_frame.persist(StorageLevel.MEMORY_AND_DISK)
+    key = file_key(config, plan.writers)
     folders = [attempt_folder(plan, mwu, attempt, branch) for branch in range(len(plan.writers))]
     outputs = [attempt_output_dir(str(config.branch(branch).writer_output_dir), plan.run_id, mwu.multi_work_unit_id,
                                   attempt) for branch in range(len(plan.writers))]
     try:
-        staged_out = [write_branch(plan, mwu, folders[branch], outputs[branch], records_frame, branch,
+        staged_out = [write_branch(plan, mwu, folders[branch], outputs[branch], records_frame, branch, key,
                                    counting is Counting.FILES) for branch in range(len(plan.writers))]
         moved = [move_files(spark, config.properties, files) for files in staged_out]  # every branch written
         records, last_offsets = read_counts(units, counting, read, moved, counts is ReadCount.OFFSETS)
@@ -232,14 +235,29 @@ def attempt_folder(plan: TaskPlan, mwu: MultiWorkUnit, attempt: int, branch: int
 
 
 def write_branch(plan: TaskPlan, mwu: MultiWorkUnit, folder: str, output: str, frame: DataFrame, index: int,
-                 count_files: bool = False) -> list[StagedFile]:
+                 key: UnitKey | None, count_files: bool = False) -> list[StagedFile]:
     """One branch's write into its attempt folder, and where each of its files goes in the attempt's own task-output
-    folder of the branch (`output`: the record engine's folders and names); `count_files`: every file's records
-    counted as it moves (a time-partitioned job's always are: a work unit has a file per partition)."""
+    folder of the branch (`output`: the record engine's folders and names); `key`: each file's work unit named by its
+    first record (file_key), else by its folder; `count_files`: every file's records counted as it moves (a
+    time-partitioned job's always are: a work unit has a file per partition)."""
     config, settings = plan.config, plan.writers[index]
-    write_attempt(frame, settings, folder, hadoop_options(config.properties, folder))
+    write_attempt(frame, settings, folder, hadoop_options(config.properties, folder), unit_folders=key is None)
     counted = settings.output_format if settings.partitioned or count_files else None
-    return staged_files(FileSystems.of(config.properties), folder, mwu.work_units, output, counted)
+    fs = FileSystems.of(config.properties)
+    if key is not None:
+        return keyed_files(fs, folder, mwu.work_units, output, key, settings.output_format, counted)
+    return staged_files(fs, folder, mwu.work_units, output, counted)
+
+
+def file_key(config: JobConfig, writers: Sequence[WriterSettings]) -> UnitKey | None:
+    """The source's UnitKey when every branch's files may be named by their first record (no work unit folders,
+    no sort): the records are written as read, with no time partition, in a format whose first record is read."""
+    key = frame_reader(config).unit_key()
+    if key is None or not stages.keeps_records(config):
+        return None
+    if any(w.partitioned or w.output_format not in KEYED_FORMATS for w in writers):
+        return None
+    return key
 
 
 def merge_branches(per_branch: Sequence[tuple[WorkUnitResult, ...]]) -> tuple[WorkUnitResult, ...]:

@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import BinaryIO
 from urllib.parse import unquote
 
+import fastavro
 import pyarrow.orc as orc
 import pyarrow.parquet as pq
 from pyspark.sql import Column, Observation, SparkSession
@@ -24,7 +25,7 @@ from events.task import OutputFile, WorkUnitResult
 from filesystems import urls
 from filesystems.base import FileSystem, FileSystemError
 from filesystems.router import FileSystems
-from spark_pipeline.constructs import UNIT_COLUMN, SourceError
+from spark_pipeline.constructs import UNIT_COLUMN, SourceError, UnitKey
 from spark_pipeline.engines.dataframe.partitions import PARTITION_COLUMN
 from spark_pipeline.jobfile.config import WriterOutputFormat
 from spark_pipeline.writers import move_to_task_output, unit_file_name
@@ -149,6 +150,67 @@ def staged_files(fs: FileSystem, folder: str, units: Sequence[WorkUnitSpec], out
         name = unit_file_name(unit, partition, unit.expected_high_watermark, output_extension(extension))
         staged.append(StagedFile(src, index, urls.join(output_root, name), partition, counted))
     return staged
+
+
+_PART = re.compile(r"/(part-[^/.]+)(?:\.c\d+)?(\.[^/]*)?$")
+"""A file Spark wrote straight into the attempt folder (no work unit folders): its name and extension."""
+KEYED_FORMATS = frozenset({WriterOutputFormat.AVRO, WriterOutputFormat.PARQUET, WriterOutputFormat.ORC})
+"""The formats whose first record a file's work unit is read from (JSON's codecs compress the whole file)."""
+
+
+def keyed_files(fs: FileSystem, folder: str, units: Sequence[WorkUnitSpec], output_root: str, key: UnitKey,
+                output_format: WriterOutputFormat, counted: WriterOutputFormat | None = None) -> list[StagedFile]:
+    """The files of a committed attempt folder written without work unit folders, each named after the work unit its
+    first record's `key` values name (an empty file, Spark's schema-only first file, is left where it is);
+    `counted` as staged_files takes it."""
+    index_of = {key.of(unit): index for index, unit in enumerate(units)}
+    found: dict[int, list[tuple[str, str]]] = {}
+    for info in fs.list_files(folder):
+        match = _PART.search(info.path)
+        if match is None:
+            continue  # Spark's _SUCCESS and checksum files
+        values = first_values(fs, info.path, output_format, key.columns)
+        if values is None:
+            continue
+        if values not in index_of:
+            raise FileSystemError(f"{info.path}: its first record's {', '.join(key.columns)} "
+                                  f"({', '.join(map(str, values))}) name none of the task's {len(units)} work units")
+        found.setdefault(index_of[values], []).append((info.path, match.group(2) or ""))
+    staged = []
+    for index, files in sorted(found.items()):
+        if len(files) != 1:
+            raise FileSystemError(f"{folder}: {len(files)} files hold work unit {units[index].work_unit_id}; a "
+                                  f"DataFrameReader puts each work unit's rows in one Spark partition")
+        (src, extension), = files
+        unit = units[index]
+        name = unit_file_name(unit, "", unit.expected_high_watermark, output_extension(extension))
+        staged.append(StagedFile(src, index, urls.join(output_root, name), counted=counted))
+    return staged
+
+
+def first_values(fs: FileSystem, path: str, output_format: WriterOutputFormat, columns: Sequence[str]
+                 ) -> tuple[object, ...] | None:
+    """The values of `columns` in a file's first record (None: the file holds none), read from its first block
+    (Avro), row group (Parquet) or stripe (ORC) alone."""
+    with fs.open_read(path) as stream:
+        if output_format is WriterOutputFormat.AVRO:
+            record = next(iter(fastavro.reader(stream)), None)
+            return None if not isinstance(record, dict) else tuple(record[c] for c in columns)
+        source = stream if stream.seekable() else io.BytesIO(stream.read())
+        if output_format is WriterOutputFormat.PARQUET:
+            parquet = pq.ParquetFile(source)
+            if parquet.metadata.num_rows == 0:
+                return None
+            table = parquet.read_row_group(0, columns=list(columns))
+        elif output_format is WriterOutputFormat.ORC:
+            orc_file = orc.ORCFile(source)
+            if orc_file.nrows == 0:
+                return None
+            table = orc_file.read_stripe(0, columns=list(columns))
+        else:
+            raise FileSystemError(f"{path}: a {output_format.value} file's first record is not read")
+    row = table.slice(0, 1).to_pylist()
+    return tuple(row[0][c] for c in columns) if row else None
 
 
 class MovePlace(StrEnum):

@@ -108,6 +108,12 @@ def transform(config: JobConfig, frame: DataFrame, attempt: Attempt = PLANNING) 
     return replace(staged, drops=drops_records(config))
 
 
+def keeps_records(config: JobConfig) -> bool:
+    """Whether every record written is one the source read, unchanged (no converter of any kind; a row policy only
+    keeps, drops or diverts it)."""
+    return not (config.converter_classes or has_frame_converters(config))
+
+
 def has_frame_converters(config: JobConfig) -> bool:
     """Whether the job converts its records in Spark (a select list or DataFrame functions)."""
     return config.converter_sql_select is not None or bool(config.converter_dataframe_functions)

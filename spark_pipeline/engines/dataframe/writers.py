@@ -2,8 +2,10 @@
 
 The attempt's folder gets one `_wu=<index>` folder per work unit (Spark's `partitionBy`), whose files appear only
 when Spark commits the job: a failed attempt leaves nothing there (with a time partitioner, one `_tp=<partition>`
-folder per time partition inside it). results.py then moves each file to the attempt's own
-task-output folder as `<dataset>/<partition>_<low>-<high>.<ext>`, the record engine's name for a watermark range.
+folder per time partition inside it). When the records name their work unit themselves (a reader's UnitKey, written
+unconverted), the files land in the attempt's folder, one per Spark partition, without the sort `partitionBy`
+costs. results.py then moves each file to the attempt's own task-output folder as
+`<dataset>/<partition>_<low>-<high>.<ext>`, the record engine's name for a watermark range.
 
 The attempt folder may be local, on HDFS (`hdfs://`: the Hadoop client pyspark bundles; not `webhdfs://`:
 engines/choice.py) or in a bucket
@@ -97,13 +99,17 @@ def hadoop_options(properties: Mapping[str, str], folder: str) -> dict[str, str]
     return options
 
 
-def write_attempt(frame: DataFrame, settings: WriterSettings, folder: str, hadoop: Mapping[str, str]) -> None:
+def write_attempt(frame: DataFrame, settings: WriterSettings, folder: str, hadoop: Mapping[str, str],
+                  unit_folders: bool = True) -> None:
     """Write the attempt's records under `folder`, one `_wu=<index>` folder per work unit, and in it one `_tp=<time
     partition>` folder per time partition when the job has a partitioner (Spark's commit protocol); `hadoop`: the
-    options Spark's file system client takes (hadoop_options)."""
-    columns = (UNIT_COLUMN, PARTITION_COLUMN) if settings.partitioned else (UNIT_COLUMN,)
-    writer = (frame.write.format(SPARK_FORMATS[settings.output_format]).mode("errorifexists")
-              .option("compression", settings.compression).partitionBy(*columns).options(**hadoop))
+    options Spark's file system client takes (hadoop_options). Without `unit_folders`, each Spark task's file lands
+    in `folder` itself (no sort by work unit: each Spark partition holds one, and its records name it)."""
+    writer = (frame.write if unit_folders else frame.drop(UNIT_COLUMN).write).format(
+        SPARK_FORMATS[settings.output_format]).mode("errorifexists").option("compression", settings.compression)
+    if unit_folders:
+        writer = writer.partitionBy(*((UNIT_COLUMN, PARTITION_COLUMN) if settings.partitioned else (UNIT_COLUMN,)))
+    writer = writer.options(**hadoop)
     if settings.output_format is WriterOutputFormat.AVRO and settings.avro_schema is not None:
         writer = writer.option("avroSchema", settings.avro_schema)
     writer.save(urls.hadoop_uri(folder))

@@ -6,6 +6,7 @@ Real Spark (the session fixture, with the connector jars from the cache), real K
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,9 @@ from projections.projector import Projector
 from projections.views import RunStatus
 from replay.verify import verify
 from spark_pipeline.engines.choice import choose
+from spark_pipeline.engines.dataframe import engine as dataframe_engine
 from spark_pipeline.engines.dataframe.engine import DataFrameTaskEngine
+from spark_pipeline.engines.dataframe.writers import WriterSettings, write_attempt
 from spark_pipeline.jobs import config_from_properties, load_job_config
 from spark_pipeline.launcher import JobLauncher, RunResult
 from spark_pipeline.sources.kafka_frame import OffsetRange, kafka_frame
@@ -126,6 +129,14 @@ def test_kafka_job_reads_exact_offsets_and_skips_an_aborted_batch(kafka_bootstra
                                                                    spark: SparkSession,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(DataFrame, "observe", refuse_observe)  # Avro files count their records: nothing observed
+    layouts: list[bool] = []
+
+    def noting_layout(frame: DataFrame, settings: WriterSettings, folder: str, hadoop: Mapping[str, str],
+                      unit_folders: bool = True) -> None:
+        layouts.append(unit_folders)
+        write_attempt(frame, settings, folder, hadoop, unit_folders=unit_folders)
+
+    monkeypatch.setattr(dataframe_engine, "write_attempt", noting_layout)
     topic = create_topic(kafka_bootstrap, 2, "dataframe")
     produce(kafka_bootstrap, topic, 0, ["p0-a", "p0-b", "p0-c"])  # offsets 0-2
     produce(kafka_bootstrap, topic, 1, ["c0", "c1"], transactional=True)  # 0-1, commit marker 2
@@ -139,9 +150,11 @@ def test_kafka_job_reads_exact_offsets_and_skips_an_aborted_batch(kafka_bootstra
     produce(kafka_bootstrap, topic, 0, ["p0-d", "p0-e"])  # 3-4: the second run reads only these
     run(job, spark)
 
+    assert layouts == [False, False], "each file named by its first record: no work unit folders, no sort"
     records = avro_records(tmp_path / "published")
     assert Counter((r["partition"], r["offset"]) for r in records) == Counter(
         [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (1, 0), (1, 1), (1, 5)]), "exact offsets, each once"
+    assert all("_wu" not in r for r in records)
     assert sorted(r["value"].decode() for r in records) == ["c0", "c1", "c2", "p0-a", "p0-b", "p0-c", "p0-d", "p0-e"]
     assert all(r["topic"] == topic and r["key"] == r["value"] and r["timestamp"] > 1e12 for r in records)
     with open_log(log_url) as log:

@@ -29,10 +29,13 @@ DEFAULT_READ_TIMEOUT_S = 30
 """How long a read may wait for the cluster (an answer, or progress) before failing, naming the brokers."""
 DEFAULT_WRITE_TIMEOUT_S = 120
 CLIENT_PREFIXES = ("producer.", "consumer.", "admin.")
-CLIENT_DEFAULTS: dict[str, Any] = {"reconnect.backoff.ms": 20}
+CLIENT_DEFAULTS: dict[str, Any] = {"reconnect.backoff.ms": 20, "enable.sparse.connections": False}
 """librdkafka settings of ours, under the URL's: a new client moves from its bootstrap connection to the broker it
 learned of only after half of reconnect.backoff.ms (100 ms by librdkafka's default), which was half of every short
-command's time; reconnecting still backs off exponentially, up to reconnect.backoff.max.ms (10 s)."""
+command's time; reconnecting still backs off exponentially, up to reconnect.backoff.max.ms (10 s). Without sparse
+connections a client connects to every broker as soon as it learns of it, not when a request first needs it: a new
+client's first answer 16 → 6 ms on a local broker, a transactional writer's start 26 → 11 ms (for one connection per
+broker per client, and a line when one is down)."""
 TRANSIENT_CODES = frozenset(
     {
         KafkaError.NOT_LEADER_FOR_PARTITION,

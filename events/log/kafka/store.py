@@ -214,6 +214,8 @@ class KafkaLog(EventLog):
         """The warnings this log already logged: a run asks for its durability more than once."""
         self._created: set[str] = set()
         """Topics this log created: until the metadata of every broker shows them, they may be reported missing."""
+        self._present: set[str] = set()
+        """Topics this log created or found (ensure_topic): has_topic need not ask again (a run asks three times)."""
 
     @classmethod
     def from_url(cls, url: str, location: str, settings: dict[str, str], codec: EventCodec | None) -> KafkaLog:
@@ -248,6 +250,7 @@ class KafkaLog(EventLog):
         configs = self._topics_configs(list(existing))
         for topic, found in existing.items():
             warnings[topic] = self._check(topic, found, configs[topic])
+        self._present.update(topic for topic, _, _ in wanted)
         if configs.get(self.topic) is not None:  # its cleanup.policy checked just now: the first read need not ask
             self._history_checked = True
         self._partitions = None
@@ -378,8 +381,8 @@ class KafkaLog(EventLog):
         self._ensure(self._leases.topic, 1, False)
 
     def has_topic(self, topic: str) -> bool:
-        """Whether the topic exists on the cluster (as its metadata says now)."""
-        return self._describe(topic) is not None
+        """Whether the topic exists on the cluster: one this log created or found, else as its metadata says now."""
+        return topic in self._present or self._describe(topic) is not None
 
     def _describe_partitions(self, topic: str) -> int | None:
         found = self._describe(topic)

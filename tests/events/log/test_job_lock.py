@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from events.log.kafka.store import KafkaLog
 from events.log.lock import LEASE_S, Claim, HolderStatus, JobLockedError, LeaseJobLock, RunEnd
 from tests.log_fixtures import LogFactory
 
@@ -126,3 +127,25 @@ def test_recover_is_refused_while_a_run_holds_the_lock(log_factory: LogFactory, 
     done = subprocess.run([sys.executable, "-m", "oncelog", "recover", str(job)], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("store", ["kafka"])
+def test_a_kafka_lock_taken_after_ensure_topic_asks_the_cluster_for_no_topic(log_factory: LogFactory,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The locks topic was found or made by ensure_topic a moment ago: asking for it again, three times a run, was a
+    metadata round trip each."""
+    log = log_factory()
+    assert isinstance(log, KafkaLog)
+    log.ensure_topic()
+    asked: list[str] = []
+    describe = log._describe
+
+    def noting(topic: str) -> object:
+        asked.append(topic)
+        return describe(topic)
+
+    monkeypatch.setattr(log, "_describe", noting)
+    lock = log.job_lock("orders")
+    lock.acquire("run-1")
+    lock.release()
+    assert asked == []

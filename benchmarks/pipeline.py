@@ -21,10 +21,10 @@ cache as in every oncelog run (`oncelog spark jars` fetches them once). The side
 - Structured Streaming: a Kafka source, `trigger(availableNow=True)`, a checkpointed Avro file sink, timed from
   `start()` to its end.
 
-Each side's output is read back: every offset of every partition exactly once. After an untimed warm-up on a topic of
-its own as large as a repeat's (rounds of every side once, until a round's JIT compiling falls under 1 s, six at most:
-`warm_up_compile_s`, each round's), and a wait until the JVM's JIT compilers are idle (`jit_settle_s`), the sides
-rotate which goes first.
+Each side's output is read back: every offset of every partition exactly once. After an untimed warm-up (a small
+synthetic job, then, on a topic of its own as large as a repeat's, rounds of every side once until a round's JIT
+compiling falls under 1 s, six at most: `warm_up_compile_s`, each round's), and a wait until the JVM's JIT compilers
+are idle (`jit_settle_s`), the sides rotate which goes first. Each run's note gives its JIT compiling and JVM GC time.
 Figures are records/s at the median repeat, and CPU µs per record of this process tree (the broker left out).
 
 Small increments: a topic of its own gets K new records (10,000) before each of I rounds (20); each round runs the same
@@ -601,7 +601,7 @@ class Samples:
 def run_side(bench: Bench, side: Side, topic: str, ends: dict[int, int], samples: Samples | None) -> None:
     """One run of `side` over the topic; recorded into `samples` (None: a warm-up, not recorded)."""
     spans: dict[str, float] | None = None
-    compiled_before = compile_ms(bench.spark)
+    compiled_before, collected_before = compile_ms(bench.spark), collection_ms(bench.spark)
     if side is Side.UNGUARDED:
         timed = run_unguarded(bench, topic, ends)
     elif side is Side.UNGUARDED_NO_WAIT:
@@ -617,9 +617,10 @@ def run_side(bench: Bench, side: Side, topic: str, ends: dict[int, int], samples
     if spans is not None and side is bench.primary:
         samples.oncelog_phases.append(spans)
     compiled = (compile_ms(bench.spark) - compiled_before) / 1000
+    collected = (collection_ms(bench.spark) - collected_before) / 1000
     shown = "" if spans is None else "; " + ", ".join(f"{name} {seconds:.3f}s" for name, seconds in spans.items())
     note(f"{side}: {sum(ends.values()) / timed.seconds:,.0f} records/s ({timed.seconds:.2f}s, {timed.cpu:.1f} CPU s, "
-         f"JIT compiling {compiled:.2f}s{shown})")
+         f"JIT compiling {compiled:.2f}s, JVM GC {collected:.2f}s{shown})")
 
 
 def big_batch_sides(bench: Bench) -> list[Side]:
@@ -634,6 +635,15 @@ def compile_ms(spark: SparkSession) -> int:
     if jvm is None:
         raise RuntimeError("the Spark session has no JVM gateway to ask about its JIT")
     return int(jvm.java.lang.management.ManagementFactory.getCompilationMXBean().getTotalCompilationTime())
+
+
+def collection_ms(spark: SparkSession) -> int:
+    """The milliseconds the JVM's garbage collectors have spent so far (every `GarbageCollectorMXBean`'s total)."""
+    jvm = spark.sparkContext._jvm
+    if jvm is None:
+        raise RuntimeError("the Spark session has no JVM gateway to ask about its collections")
+    return sum(int(bean.getCollectionTime())
+               for bean in jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans())
 
 
 def warm_up(bench: Bench, topic: str, ends: dict[int, int], rounds: int) -> list[float]:
@@ -889,9 +899,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         note(f"producing {args.records:,} records to a {args.partitions}-partition topic on {bootstrap}")
         topic, ends = prepare_topic(bench, args.records, args.partitions)
         warm_topic, warm_ends = prepare_topic(bench, args.warm_up, args.partitions)
-        note("warming up (untimed): rounds of each side once on a warm-up topic, and a small synthetic job")
+        note("warming up (untimed): a small synthetic job, then rounds of each side once on a warm-up topic")
+        run_commit_job(bench, 20, 100)  # first: run last, its code paths set the first repeats compiling
         samples.warm_up_compile_s = warm_up(bench, warm_topic, warm_ends, args.warm_up_rounds)
-        run_commit_job(bench, 20, 100)
         samples.jit_settle_s = settle_jit(bench.spark)
         timed_runs(bench, topic, ends, args.repeats, samples)
         if bench.keys.get(Side.PARQUET) is not None:

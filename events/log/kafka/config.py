@@ -72,10 +72,12 @@ OUTAGE_CODES = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE})
 LOG_EVERY_S = 30.0
 """A librdkafka log line that repeats (modulo timings and counts) is shown once per this many seconds."""
 _HANDLED = re.compile(r"fenced by a newer instance|operation with an old epoch|PRODUCER_FENCED|INVALID_PRODUCER_EPOCH"
-                      r"|_FENCED|another concurrent operation on the same transaction")
+                      r"|_FENCED|another concurrent operation on the same transaction"
+                      r"|Coordinator load in progress: retrying")
 """librdkafka's own lines about a producer fenced by a newer one (TXNERR, FATAL, ADDPARTS): the writer raises
-FencedError, which says it in one line of ours; and the fencing writer's (GETPID) while the broker still aborts the
-fenced one's open transaction, which librdkafka retries. Theirs go to the debug log only."""
+FencedError, which says it in one line of ours; the fencing writer's (GETPID) while the broker still aborts the
+fenced one's open transaction, which librdkafka retries; and a writer's first on a new cluster (GETPID), whose
+transaction coordinator is still loading, also retried. Theirs go to the debug log only."""
 _NOISE = re.compile(r"\s*\(after \d+ms[^)]*\)|\s*\(\d+ identical error\(s\) suppressed\)|\d+ms")
 _LISTENER = re.compile(r"(?:(?P<protocol>[a-z_]+)://)?(?P<host>[^\s/,]+:\d+)/")
 _QUERY_PAIR = re.compile(r"(?P<lead>[?&])(?P<key>[^=&#]+)=(?P<value>[^&#]*)")

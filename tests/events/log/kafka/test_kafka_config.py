@@ -92,7 +92,8 @@ class Clock:
 
 def test_librdkafka_lines_about_a_fenced_producer_go_to_the_debug_log_only(caplog: pytest.LogCaptureFixture) -> None:
     """A fenced writer raises FencedError, which says it once: librdkafka's TXNERR and FATAL lines are not shown, nor
-    the fencing writer's while the broker aborts the fenced one's transaction."""
+    the fencing writer's while the broker aborts the fenced one's transaction, nor a writer's while a new cluster's
+    transaction coordinator loads (librdkafka retries both)."""
     monitor = ClientMonitor("h:1", SECURITY, {"write_timeout_s": 120})
     caplog.set_level(logging.DEBUG, logger="oncelog.kafka")
     fenced = "Local: This instance has been fenced by a newer instance"
@@ -103,8 +104,10 @@ def test_librdkafka_lines_about_a_fenced_producer_go_to_the_debug_log_only(caplo
     monitor.log(logging.WARNING, "%s [%s] %s", "GETPID", "rdkafka#producer-16", "Failed to acquire transactional PID "
                 "from broker TxnCoordinator/1: Broker: Producer attempted to update a transaction while another "
                 "concurrent operation on the same transaction was ongoing: retrying")  # the fencing writer's, retried
+    monitor.log(logging.WARNING, "%s [%s] %s", "GETPID", "rdkafka#producer-6", "Failed to acquire transactional PID "
+                "from broker TxnCoordinator/1: Broker: Coordinator load in progress: retrying")  # a new cluster's
     monitor.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#producer-7", "h:1/bootstrap: Connect failed")
-    assert [r.levelno for r in caplog.records] == [logging.DEBUG] * 4 + [logging.ERROR]
+    assert [r.levelno for r in caplog.records] == [logging.DEBUG] * 5 + [logging.ERROR]
 
 
 def test_librdkafka_lines_are_rate_limited_per_distinct_message(caplog: pytest.LogCaptureFixture) -> None:

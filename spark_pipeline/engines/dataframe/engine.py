@@ -93,6 +93,8 @@ class TaskPlan:
     writers: tuple[WriterSettings, ...]
     partitioning: TimePartitioning | None = None
     """The job's time partitioner (writer.partitioner.class), if it has one."""
+    key: UnitKey | None = None
+    """What names each file's work unit when its records do (file_key): then no folder per work unit."""
 
 
 class DataFrameTaskEngine(SparkTaskEngine):
@@ -125,8 +127,8 @@ class DataFrameTaskEngine(SparkTaskEngine):
     def run(self, config: JobConfig, run_id: str, mwus: list[MultiWorkUnit], progress: TaskProgress
             ) -> list[TaskOutcome]:
         units = [u for mwu in mwus for u in mwu.work_units]
-        plan = TaskPlan(config, run_id, branch_writers(config, writer_schema(config, units)),
-                        partitioning_of(config.properties))
+        writers = branch_writers(config, writer_schema(config, units))
+        plan = TaskPlan(config, run_id, writers, partitioning_of(config.properties), file_key(config, writers))
         check_stages(self.spark, config, mwus)
         lock = threading.Lock()
         done = [0, 0]
@@ -204,12 +206,11 @@ def run_attempt(spark: SparkSession, plan: TaskPlan, mwu: MultiWorkUnit, attempt
     forked = len(plan.writers) > 1
     if forked:
         records_frame = records_frame.persist(StorageLevel.MEMORY_AND_DISK)
-    key = file_key(config, plan.writers)
     folders = [attempt_folder(plan, mwu, attempt, branch) for branch in range(len(plan.writers))]
     outputs = [attempt_output_dir(str(config.branch(branch).writer_output_dir), plan.run_id, mwu.multi_work_unit_id,
                                   attempt) for branch in range(len(plan.writers))]
     try:
-        staged_out = [write_branch(plan, mwu, folders[branch], outputs[branch], records_frame, branch, key,
+        staged_out = [write_branch(plan, mwu, folders[branch], outputs[branch], records_frame, branch,
                                    counting is Counting.FILES) for branch in range(len(plan.writers))]
         moved = [move_files(spark, config.properties, files) for files in staged_out]  # every branch written
         records, last_offsets = read_counts(units, counting, read, moved, counts is ReadCount.OFFSETS)
@@ -235,12 +236,12 @@ def attempt_folder(plan: TaskPlan, mwu: MultiWorkUnit, attempt: int, branch: int
 
 
 def write_branch(plan: TaskPlan, mwu: MultiWorkUnit, folder: str, output: str, frame: DataFrame, index: int,
-                 key: UnitKey | None, count_files: bool = False) -> list[StagedFile]:
+                 count_files: bool = False) -> list[StagedFile]:
     """One branch's write into its attempt folder, and where each of its files goes in the attempt's own task-output
-    folder of the branch (`output`: the record engine's folders and names); `key`: each file's work unit named by its
-    first record (file_key), else by its folder; `count_files`: every file's records counted as it moves (a
+    folder of the branch (`output`: the record engine's folders and names); each file's work unit named by its first
+    record (the plan's key), else by its folder; `count_files`: every file's records counted as it moves (a
     time-partitioned job's always are: a work unit has a file per partition)."""
-    config, settings = plan.config, plan.writers[index]
+    config, settings, key = plan.config, plan.writers[index], plan.key
     write_attempt(frame, settings, folder, hadoop_options(config.properties, folder), unit_folders=key is None)
     counted = settings.output_format if settings.partitioned or count_files else None
     fs = FileSystems.of(config.properties)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
@@ -138,13 +138,25 @@ def staged_files(fs: FileSystem, folder: str, units: Sequence[WorkUnitSpec], out
             continue  # Spark's _SUCCESS and checksum files
         key = (int(match.group(1)), unquote(match.group(2) or ""))
         found.setdefault(key, []).append((info.path, match.group(4) or ""))
+
+    def too_many(index: int, partition: str, count: int) -> str:
+        where = f"/{PARTITION_COLUMN}={partition}" if partition else ""
+        return (f"{folder}: work unit folder {UNIT_COLUMN}={index}{where} holds {count} files; the task planned "
+                f"{len(units)} work units, one file each (a DataFrameReader puts each work unit's rows in one Spark "
+                f"partition)")
+
+    return one_file_each(found, units, output_root, counted, too_many)
+
+
+def one_file_each(found: Mapping[tuple[int, str], list[tuple[str, str]]], units: Sequence[WorkUnitSpec],
+                  output_root: str, counted: WriterOutputFormat | None, too_many: Callable[[int, str, int], str]
+                  ) -> list[StagedFile]:
+    """The staged file of each (work unit index, time partition) found, named in the task output `output_root`; a
+    FileSystemError saying `too_many(index, partition, files)` where an index is no unit's or holds other than one."""
     staged = []
     for (index, partition), files in sorted(found.items()):
         if index >= len(units) or len(files) != 1:
-            where = f"/{PARTITION_COLUMN}={partition}" if partition else ""
-            raise FileSystemError(f"{folder}: work unit folder {UNIT_COLUMN}={index}{where} holds {len(files)} "
-                                  f"files; the task planned {len(units)} work units, one file each (a "
-                                  f"DataFrameReader puts each work unit's rows in one Spark partition)")
+            raise FileSystemError(too_many(index, partition, len(files)))
         unit = units[index]
         (src, extension), = files
         name = unit_file_name(unit, partition, unit.expected_high_watermark, output_extension(extension))
@@ -164,7 +176,7 @@ def keyed_files(fs: FileSystem, folder: str, units: Sequence[WorkUnitSpec], outp
     first record's `key` values name (an empty file, Spark's schema-only first file, is left where it is);
     `counted` as staged_files takes it."""
     index_of = {key.of(unit): index for index, unit in enumerate(units)}
-    found: dict[int, list[tuple[str, str]]] = {}
+    found: dict[tuple[int, str], list[tuple[str, str]]] = {}
     for info in fs.list_files(folder):
         match = _PART.search(info.path)
         if match is None:
@@ -175,17 +187,13 @@ def keyed_files(fs: FileSystem, folder: str, units: Sequence[WorkUnitSpec], outp
         if values not in index_of:
             raise FileSystemError(f"{info.path}: its first record's {', '.join(key.columns)} "
                                   f"({', '.join(map(str, values))}) name none of the task's {len(units)} work units")
-        found.setdefault(index_of[values], []).append((info.path, match.group(2) or ""))
-    staged = []
-    for index, files in sorted(found.items()):
-        if len(files) != 1:
-            raise FileSystemError(f"{folder}: {len(files)} files hold work unit {units[index].work_unit_id}; a "
-                                  f"DataFrameReader puts each work unit's rows in one Spark partition")
-        (src, extension), = files
-        unit = units[index]
-        name = unit_file_name(unit, "", unit.expected_high_watermark, output_extension(extension))
-        staged.append(StagedFile(src, index, urls.join(output_root, name), counted=counted))
-    return staged
+        found.setdefault((index_of[values], ""), []).append((info.path, match.group(2) or ""))
+
+    def too_many(index: int, _partition: str, count: int) -> str:
+        return (f"{folder}: {count} files hold work unit {units[index].work_unit_id}; a DataFrameReader puts each "
+                f"work unit's rows in one Spark partition")
+
+    return one_file_each(found, units, output_root, counted, too_many)
 
 
 def first_values(fs: FileSystem, path: str, output_format: WriterOutputFormat, columns: Sequence[str]

@@ -1,7 +1,8 @@
 """Pipeline throughput: a Kafka topic to files, oncelog's job beside Spark's own batch and streaming jobs, same Spark.
 
     python -m benchmarks.pipeline [--quick] [--records N] [--partitions P] [--repeats R] [--datasets D]
-                                  [--records-per-dataset M] [--warm-up W] [--increments I] [--increment-records K]
+                                  [--records-per-dataset M] [--warm-up W] [--warm-up-rounds R] [--warm-up-most M]
+                                  [--increments I] [--increment-records K]
 
 One topic (8 partitions) holds N realistic records (keys, 117-176 byte JSON values), produced before any timing. Every
 side reads it from the beginning to the end and writes snappy Avro files into a new folder of its own, in ONE
@@ -22,9 +23,11 @@ cache as in every oncelog run (`oncelog spark jars` fetches them once). The side
   `start()` to its end.
 
 Each side's output is read back: every offset of every partition exactly once. After an untimed warm-up (a small
-synthetic job, then, on a topic of its own as large as a repeat's, rounds of every side once until a round's JIT
-compiling falls under 1 s, six at most: `warm_up_compile_s`, each round's), and a wait until the JVM's JIT compilers
-are idle (`jit_settle_s`), the sides rotate which goes first. Each run's note gives its JIT compiling and JVM GC time.
+synthetic job, then, on a topic of its own as large as a repeat's, rounds of every side once: six at least, then until
+the headline engine's last three warm-up runs are within 5% of each other, fourteen at most; `warm_up_compile_s` and
+`warm_up_seconds` are each round's JIT compiling and headline engine run), and a wait until the JVM's JIT compilers are
+idle (`jit_settle_s`), the sides rotate which goes first. Each run's note gives its JIT compiling, JVM GC time and the
+broker's CPU seconds (the broker is left out of every CPU figure).
 Figures are records/s at the median repeat, and CPU µs per record of this process tree (the broker left out).
 
 Small increments: a topic of its own gets K new records (10,000) before each of I rounds (20); each round runs the same
@@ -52,7 +55,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -82,18 +85,18 @@ from spark_pipeline.sources.kafka_frame import FETCH_WAIT_MS
 CODEC = "snappy"
 PARTITIONS = 8
 FULL = {"records": 1_000_000, "repeats": 5, "records_per_dataset": 1_000, "warm_up": 1_000_000, "warm_up_rounds": 6,
-        "increments": 20, "increment_records": 10_000}
+        "warm_up_most": 14, "increments": 20, "increment_records": 10_000}
 QUICK = {"records": 100_000, "repeats": 1, "records_per_dataset": 100, "warm_up": 20_000, "warm_up_rounds": 1,
-         "increments": 5, "increment_records": 10_000}
+         "warm_up_most": 1, "increments": 5, "increment_records": 10_000}
 """Warm-up records: as many as a timed repeat (full), so that C2 compiles the Kafka-to-Avro path before the timed
 repeats; after 200k-record rounds the engine's 1M-record runs kept C2 compiling 2.7 s a run for several runs, and
 kept getting faster through the eighth (docs/benchmarks.md, eighteenth round)."""
 DATASETS = 1_000
-WARM_COMPILE_MS = 1_000
-"""A warm-up round that kept the JIT compiling for less than this ends the warm-up, at most `warm_up_rounds` (measured:
-17–18 s in the first round, 1.5–4 s in the next three, never under 1.5 s in ten). With 3 s, the warm-up ended after
-three rounds and every side's first timed repeat still compiled 0.8–1.4 s (the later ones 0.2–0.5 s: docs/benchmarks.md,
-nineteenth round)."""
+SETTLED, SETTLED_RUNS = 0.05, 3
+"""The warm-up goes on past its least rounds until the headline engine's last SETTLED_RUNS warm-up runs took at most
+SETTLED longer than the fastest of them. Its Spark job keeps getting faster for 15-20 runs in one JVM (2.0 → 1.5 s
+alone); after six rounds the timed repeats were still on that slope, the first ones 10-12% over the median
+(docs/benchmarks.md, twenty-first round)."""
 TARGETS = {"ratio": 1.0, "commit_share_1000": 0.05, "ratio_dataframe_unguarded": 0.95, "ratio_dataframe_sss": 0.95,
            "cpu_dataframe_over_sss": 1.05, "increment_ratio": 0.67, "slowest_over_median": 0.1}
 """Issue 10's targets; `ratio` (oncelog / Structured Streaming) and the commit share are the pipeline issue's; the
@@ -249,9 +252,15 @@ def adopt_orphans() -> None:
 def tree_cpu_seconds() -> float:
     """CPU seconds (user + system, reaped children included) of this process and its descendants: the Spark JVM
     and its Python workers; a Kafka broker started by this process is left out (Linux /proc; 0.0 elsewhere)."""
+    return cpu_seconds()[0]
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """This process tree's CPU seconds (`tree_cpu_seconds`) and every local Kafka broker's (Linux /proc; zeros
+    elsewhere): the broker serves every side's reads, and a run it slows shows there."""
     proc = Path("/proc")
     if not proc.is_dir():
-        return 0.0
+        return 0.0, 0.0
     tick = os.sysconf("SC_CLK_TCK")
     children: dict[int, list[int]] = {}
     cpu: dict[int, float] = {}
@@ -276,15 +285,17 @@ def tree_cpu_seconds() -> float:
         if pid not in brokers:
             total += cpu.get(pid, 0.0)
             stack += children.get(pid, [])
-    return total
+    return total, sum(cpu[pid] for pid in brokers)
 
 
 @dataclass(frozen=True)
 class Timed:
-    """One timed run: wall-clock seconds and the CPU seconds it took (this process, Spark's JVM and workers)."""
+    """One timed run: wall-clock seconds, the CPU seconds it took (this process, Spark's JVM and workers) and the
+    local brokers' CPU seconds meanwhile."""
 
     seconds: float
     cpu: float
+    broker_cpu: float = 0.0
 
 
 Around = Callable[[], AbstractContextManager[object]]
@@ -296,10 +307,11 @@ does."""
 def timing(into: list[Timed], around: Around | None = None) -> Iterator[None]:
     """Time the block (wall and CPU) into `into`, inside `around` when given."""
     with around() if around is not None else nullcontext():
-        cpu, started = tree_cpu_seconds(), time.perf_counter()
+        (cpu, broker), started = cpu_seconds(), time.perf_counter()
         yield
         seconds = time.perf_counter() - started
-        into.append(Timed(seconds, tree_cpu_seconds() - cpu))
+        cpu_after, broker_after = cpu_seconds()
+        into.append(Timed(seconds, cpu_after - cpu, broker_after - broker))
 
 
 # --- the sides ------------------------------------------------------------------------------------------------------
@@ -595,11 +607,19 @@ class Samples:
     load: list[float] = field(default_factory=list)
     oncelog_phases: list[dict[str, float]] = field(default_factory=list)
     jit_settle_s: float | None = None
-    warm_up_compile_s: list[float] = field(default_factory=list)
+    warm_up: WarmUp | None = None
 
 
-def run_side(bench: Bench, side: Side, topic: str, ends: dict[int, int], samples: Samples | None) -> None:
-    """One run of `side` over the topic; recorded into `samples` (None: a warm-up, not recorded)."""
+@dataclass
+class WarmUp:
+    """Each warm-up round's seconds of JIT compiling, and its run of the headline engine."""
+
+    compile_s: list[float] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+
+
+def run_side(bench: Bench, side: Side, topic: str, ends: dict[int, int], samples: Samples | None) -> Timed:
+    """One run of `side` over the topic, recorded into `samples` (None: a warm-up, not recorded); its timing."""
     spans: dict[str, float] | None = None
     compiled_before, collected_before = compile_ms(bench.spark), collection_ms(bench.spark)
     if side is Side.UNGUARDED:
@@ -611,7 +631,7 @@ def run_side(bench: Bench, side: Side, topic: str, ends: dict[int, int], samples
     else:
         timed, spans = run_oncelog(bench, topic, ends, side)
     if samples is None:
-        return
+        return timed
     samples.sides.setdefault(side, []).append(timed)
     samples.load.append(os.getloadavg()[0])
     if spans is not None and side is bench.primary:
@@ -620,7 +640,8 @@ def run_side(bench: Bench, side: Side, topic: str, ends: dict[int, int], samples
     collected = (collection_ms(bench.spark) - collected_before) / 1000
     shown = "" if spans is None else "; " + ", ".join(f"{name} {seconds:.3f}s" for name, seconds in spans.items())
     note(f"{side}: {sum(ends.values()) / timed.seconds:,.0f} records/s ({timed.seconds:.2f}s, {timed.cpu:.1f} CPU s, "
-         f"JIT compiling {compiled:.2f}s, JVM GC {collected:.2f}s{shown})")
+         f"JIT compiling {compiled:.2f}s, JVM GC {collected:.2f}s, broker {timed.broker_cpu:.2f} CPU s{shown})")
+    return timed
 
 
 def big_batch_sides(bench: Bench) -> list[Side]:
@@ -646,21 +667,29 @@ def collection_ms(spark: SparkSession) -> int:
                for bean in jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans())
 
 
-def warm_up(bench: Bench, topic: str, ends: dict[int, int], rounds: int) -> list[float]:
-    """Untimed rounds of every side once over the warm-up topic, until a round compiles for less than
-    WARM_COMPILE_MS (at most `rounds`); each round's seconds of compiling. One round left the JIT
-    compiling through the first timed repeats, which were then the slowest of every side (docs/benchmarks.md, twelfth
-    round)."""
-    compiled: list[float] = []
-    for _ in range(rounds):
+def warm_up(bench: Bench, topic: str, ends: dict[int, int], least: int, most: int) -> WarmUp:
+    """Untimed rounds of every side once over the warm-up topic: `least` of them, then until the headline engine's
+    runs have settled (`settled`), `most` in all. One round left the JIT compiling through the first timed repeats,
+    which were then the slowest of every side (docs/benchmarks.md, twelfth round)."""
+    done = WarmUp()
+    while len(done.compile_s) < most:
         before = compile_ms(bench.spark)
         for side in big_batch_sides(bench):
-            run_side(bench, side, topic, ends, None)
-        compiled.append((compile_ms(bench.spark) - before) / 1000)
-        note(f"warm-up round {len(compiled)}: {compiled[-1]:.1f}s of JIT compiling")
-        if compiled[-1] * 1000 < WARM_COMPILE_MS:
+            timed = run_side(bench, side, topic, ends, None)
+            if side is bench.primary:
+                done.seconds.append(timed.seconds)
+        done.compile_s.append((compile_ms(bench.spark) - before) / 1000)
+        note(f"warm-up round {len(done.compile_s)}: {done.compile_s[-1]:.1f}s of JIT compiling, "
+             f"{bench.primary} engine {done.seconds[-1]:.2f}s")
+        if len(done.compile_s) >= least and settled(done.seconds):
             break
-    return compiled
+    return done
+
+
+def settled(seconds: Sequence[float]) -> bool:
+    """Whether the last SETTLED_RUNS runs took at most SETTLED longer than the fastest of them."""
+    last = seconds[-SETTLED_RUNS:]
+    return len(last) == SETTLED_RUNS and max(last) <= (1 + SETTLED) * min(last)
 
 
 def settle_jit(spark: SparkSession, quiet_ms: int = 50, window_s: float = 3.0, limit_s: float = 300.0) -> float:
@@ -811,7 +840,9 @@ def figures(args: argparse.Namespace, samples: Samples, primary: Side) -> dict[s
         "oncelog_rps_each": sides[f"{primary}_rps_each"],
         "dataframe_slowest_over_median": slowest_over_median(samples.sides.get(Side.DATAFRAME)),
         "jit_settle_s": None if samples.jit_settle_s is None else round(samples.jit_settle_s, 1),
-        "warm_up_compile_s": [round(c, 2) for c in samples.warm_up_compile_s],
+        "warm_up_compile_s": [round(c, 2) for c in samples.warm_up.compile_s] if samples.warm_up else None,
+        "warm_up_seconds": [round(c, 3) for c in samples.warm_up.seconds] if samples.warm_up else None,
+        "oncelog_broker_cpu_s_each": [round(t.broker_cpu, 2) for t in samples.sides[primary]],
         **compared, **sides,
         "commit_seconds_1000": round(commit["commit"], 3), "job_seconds_1000": round(commit["job"], 3),
         "commit_share_1000_each": [round(r["commit"] / r["job"], 4) for r in samples.commit],
@@ -843,7 +874,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--records-per-dataset", type=int, help="records per dataset there (1,000; 100 with --quick)")
     parser.add_argument("--warm-up", type=int, help="records of the untimed warm-up topic (1M; 20k with --quick)")
     parser.add_argument("--warm-up-rounds", type=int,
-                        help="most warm-up rounds, ended by one that compiles for under 3 s (6; 1 with --quick)")
+                        help="least warm-up rounds (6; 1 with --quick), then more until the headline engine's runs "
+                             "settle")
+    parser.add_argument("--warm-up-most", type=int, help="most warm-up rounds (14; 1 with --quick)")
     parser.add_argument("--increments", type=int, help="timed small-increment rounds (20; 5 with --quick)")
     parser.add_argument("--increment-records", type=int, help="new records per increment (10,000)")
     args = parser.parse_args()
@@ -901,7 +934,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         warm_topic, warm_ends = prepare_topic(bench, args.warm_up, args.partitions)
         note("warming up (untimed): a small synthetic job, then rounds of each side once on a warm-up topic")
         run_commit_job(bench, 20, 100)  # first: run last, its code paths set the first repeats compiling
-        samples.warm_up_compile_s = warm_up(bench, warm_topic, warm_ends, args.warm_up_rounds)
+        samples.warm_up = warm_up(bench, warm_topic, warm_ends, args.warm_up_rounds, args.warm_up_most)
         samples.jit_settle_s = settle_jit(bench.spark)
         timed_runs(bench, topic, ends, args.repeats, samples)
         if bench.keys.get(Side.PARQUET) is not None:

@@ -27,8 +27,8 @@ synthetic job, then, on a topic of its own as large as a repeat's, rounds of eve
 the headline engine's last three warm-up runs are within 5% of each other, fourteen at most; `warm_up_compile_s` and
 `warm_up_seconds` are each round's JIT compiling and headline engine run), and a wait until the JVM's JIT compilers are
 idle (`jit_settle_s`), the sides rotate which goes first. Each run's note gives its JIT compiling, JVM GC time and the
-broker's CPU seconds (the broker is left out of every CPU figure).
-Figures are records/s at the median repeat, and CPU µs per record of this process tree (the broker left out).
+broker's CPU seconds. Figures are records/s at the median repeat, and CPU µs per record of this process tree (the
+broker left out).
 
 Small increments: a topic of its own gets K new records (10,000) before each of I rounds (20); each round runs the same
 oncelog job again (its watermarks say where to start) and restarts the same Structured Streaming query from its
@@ -652,19 +652,20 @@ def big_batch_sides(bench: Bench) -> list[Side]:
 
 def compile_ms(spark: SparkSession) -> int:
     """The milliseconds the JVM's JIT compilers have spent so far (the `CompilationMXBean`'s total)."""
-    jvm = spark.sparkContext._jvm
-    if jvm is None:
-        raise RuntimeError("the Spark session has no JVM gateway to ask about its JIT")
-    return int(jvm.java.lang.management.ManagementFactory.getCompilationMXBean().getTotalCompilationTime())
+    return int(management(spark).getCompilationMXBean().getTotalCompilationTime())
 
 
 def collection_ms(spark: SparkSession) -> int:
     """The milliseconds the JVM's garbage collectors have spent so far (every `GarbageCollectorMXBean`'s total)."""
+    return sum(int(bean.getCollectionTime()) for bean in management(spark).getGarbageCollectorMXBeans())
+
+
+def management(spark: SparkSession) -> Any:
+    """The Spark JVM's `ManagementFactory` (its JIT and GC beans), through the session's gateway."""
     jvm = spark.sparkContext._jvm
     if jvm is None:
-        raise RuntimeError("the Spark session has no JVM gateway to ask about its collections")
-    return sum(int(bean.getCollectionTime())
-               for bean in jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans())
+        raise RuntimeError("the Spark session has no JVM gateway to ask about its JIT and collections")
+    return jvm.java.lang.management.ManagementFactory
 
 
 def warm_up(bench: Bench, topic: str, ends: dict[int, int], least: int, most: int) -> WarmUp:
